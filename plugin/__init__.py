@@ -1,0 +1,87 @@
+"""svc chat-gateway plugin: the Agent Payments Service for chat gateways.
+
+``register(api)`` is the entry point every host calls (see :mod:`plugin.host`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__version__ = "0.1.0"
+
+
+@dataclass
+class PluginHandle:
+    """What ``register`` returns: the live plugin, and ``close()`` to stop it cleanly."""
+
+    runtime: Any
+    core: Any
+    commands: Any
+    context: Any
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+def register(
+    api: Any,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    store: Any = None,
+    open_browser: Callable[[str], bool] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> PluginHandle:
+    """Register the nine tools, two commands and the balance hook with a host.
+
+    The keyword arguments are seams for tests and embedding hosts: an httpx transport, a
+    credential store, a browser opener, and a monotonic clock for the balance cache.
+    """
+    from .commands import Commands
+    from .config import load_config
+    from .context import BalanceCache, BalanceContext
+    from .core import PluginCore
+    from .host import BEFORE_PROMPT_BUILD, PromptContext
+    from .redact import get_logger, install
+    from .runtime import PluginRuntime
+    from .tools import TOOL_NAMES, TOOLS, to_spec
+
+    config = load_config(api.plugin_config)
+    install("httpx", "httpcore", "aiohttp.access", "aiohttp.server")
+    log = get_logger("plugin")
+    runtime = PluginRuntime()
+    try:
+        core = PluginCore(config, runtime, store=store, transport=transport)
+        core.restore_session()
+        cache = BalanceCache(core, clock=clock) if clock else BalanceCache(core)
+        context = BalanceContext(core, cache)
+        core.on_session_change(lambda: cache.invalidate())
+        core.on_spend(cache.invalidate)
+        commands = Commands(core, open_browser=open_browser)
+        runtime.add_closer(commands.cancel_pending)
+        runtime.add_closer(core.aclose)
+
+        for name in TOOL_NAMES:
+            api.register_tool(to_spec(core, TOOLS[name]))
+        for spec in commands.specs():
+            api.register_command(spec)
+
+        async def before_prompt_build(ctx: PromptContext) -> str | None:
+            return await runtime.run(context.text())
+
+        api.on(BEFORE_PROMPT_BUILD, before_prompt_build)
+        handle = PluginHandle(runtime=runtime, core=core, commands=commands, context=context)
+        if config.enable_paid_endpoint:
+            from .paid_endpoint import attach_paid_endpoint
+
+            handle.extras["paid_endpoint"] = runtime.run_sync(attach_paid_endpoint(api, core))
+    except BaseException:
+        runtime.close()
+        raise
+    who = core.session.address if core.session else "nobody (run /svc_login)"
+    log.info("svc plugin %s registered; logged in as %s", __version__, who)
+    return handle

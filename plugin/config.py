@@ -1,0 +1,297 @@
+"""Plugin configuration and API-key parsing.
+
+``PluginConfig``'s camelCase aliases *are* the manifest's ``configSchema`` (a test checks that
+the two agree). Errors name the field and never echo a value, so a key can't leak through them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .encoding import is_address, jwt_claims
+
+Environment = Literal["sandbox", "live", "local"]
+PaymentType = Literal["crypto", "fiat"]
+
+ENVIRONMENTS: tuple[str, ...] = ("sandbox", "live", "local")
+DEFAULT_API_VERSION = "1.1"
+DEFAULT_NETWORK = {"sandbox": "eip155:84532", "live": "eip155:8453", "local": "eip155:84532"}
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?$")
+
+
+class ConfigError(ValueError):
+    """The configuration or an API key is not usable; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A parsed API key. ``repr`` never shows the key itself."""
+
+    secret: SecretStr
+    environment: str | None
+    address: str
+    expires_at: int | None
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= int(time.time())
+
+
+def parse_api_key(raw: str | SecretStr) -> ApiKey:
+    """Parse ``<env>:<jwt>`` (WIRE.md §1.2). The error never contains the key."""
+    text = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
+    text = (text or "").strip()
+    if ":" not in text:
+        raise ConfigError(
+            "Invalid API key: expected the form <environment>:<token>, "
+            "for example sandbox:eyJ... (copy it again from the dashboard)"
+        )
+    prefix, token = text.split(":", 1)
+    env = prefix.strip().lower()
+    claims = jwt_claims(token)
+    if claims is None:
+        raise ConfigError(
+            "Invalid API key: the part after the environment prefix is not a valid token "
+            "(copy the whole key again from the dashboard)"
+        )
+    address = claims.get("sub")
+    if not is_address(address):
+        raise ConfigError("Invalid API key: it names no account address (claim 'sub')")
+    exp = claims.get("exp")
+    return ApiKey(
+        secret=SecretStr(text),
+        environment=env if env in ENVIRONMENTS else None,
+        address=str(address),
+        expires_at=int(exp) if isinstance(exp, int | float) else None,
+    )
+
+
+def normalize_version(value: str) -> str | None:
+    """``1.0``, ``v1.0`` and ``1.0.7`` all mean ``1.0``; anything else is ``None``."""
+    match = _VERSION_RE.fullmatch(value.strip())
+    if match is None:
+        return None
+    return f"{int(match.group(1))}.{int(match.group(2))}"
+
+
+class PlanRef(BaseModel):
+    """A plan the balance context reports on."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    plan_id: str = Field(alias="planId", min_length=1, description="Plan id")
+    name: str | None = Field(default=None, description="Display name shown in the context line")
+    payment_type: PaymentType = Field(
+        default="crypto", alias="paymentType", description="How this plan is paid"
+    )
+
+
+class PluginConfig(BaseModel):
+    """The plugin's configuration section (camelCase keys, as in manifest.json)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    svc_api_key: SecretStr | None = Field(
+        default=None,
+        alias="svcApiKey",
+        description="API key <environment>:<token>; wins over a key stored by /svc_login",
+    )
+    environment: Environment = Field(
+        default="sandbox",
+        description="sandbox, live, or local (the embedded sandbox; needs baseUrl)",
+    )
+    base_url: str | None = Field(
+        default=None,
+        alias="baseUrl",
+        description="REST root ending in /api/v1; overrides the environment's base URL",
+    )
+    frontend_url: str | None = Field(
+        default=None,
+        alias="frontendUrl",
+        description="Web app root used by the browser login flow",
+    )
+    plan_id: str | None = Field(default=None, alias="planId", description="Default plan id")
+    agent_id: str | None = Field(default=None, alias="agentId", description="Default agent id")
+    plans: list[PlanRef] = Field(
+        default_factory=list, description="Plans shown in the balance context"
+    )
+    credits_per_request: int = Field(
+        default=1, alias="creditsPerRequest", ge=1, description="Credits burned per paid request"
+    )
+    enable_paid_endpoint: bool = Field(
+        default=False, alias="enablePaidEndpoint", description="Serve the paid agent endpoint"
+    )
+    agent_endpoint_path: str = Field(
+        default="/svc/agent", alias="agentEndpointPath", description="Path of the paid endpoint"
+    )
+    agent_handler: str | None = Field(
+        default=None,
+        alias="agentHandler",
+        description="module:function answering paid requests ({prompt} -> JSON)",
+    )
+    payment_type: PaymentType = Field(
+        default="crypto", alias="paymentType", description="Default payment type for queries"
+    )
+    default_spending_limit_cents: int = Field(
+        default=10000,
+        alias="defaultSpendingLimitCents",
+        ge=1,
+        description="Spending cap of delegations the plugin creates, in cents",
+    )
+    default_delegation_duration_secs: int = Field(
+        default=7 * 24 * 3600,
+        alias="defaultDelegationDurationSecs",
+        ge=60,
+        description="Lifetime of delegations the plugin creates, in seconds",
+    )
+    api_version: str = Field(
+        default=DEFAULT_API_VERSION,
+        alias="apiVersion",
+        description="Service-Version sent on every request (MAJOR.MINOR)",
+    )
+    request_timeout_secs: float = Field(
+        default=30.0, alias="requestTimeoutSecs", gt=0, le=600, description="Per-request timeout"
+    )
+    paid_endpoint_host: str = Field(
+        default="127.0.0.1", alias="paidEndpointHost", description="Bind address of the endpoint"
+    )
+    paid_endpoint_port: int = Field(
+        default=8402,
+        alias="paidEndpointPort",
+        ge=0,
+        le=65535,
+        description="Port of the paid endpoint when the plugin serves it (0 = any free port)",
+    )
+    paid_endpoint_public_url: str | None = Field(
+        default=None,
+        alias="paidEndpointPublicUrl",
+        description="Public URL of the paid endpoint, when behind a proxy",
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024,
+        alias="maxBodyBytes",
+        ge=1024,
+        description="Largest request body the paid endpoint accepts",
+    )
+
+    @field_validator("base_url", "frontend_url", "paid_endpoint_public_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http(s) URL")
+        return value
+
+    @field_validator("agent_endpoint_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9._~\-/]*", value) or (
+            value.endswith("/") and value != "/"
+        ):
+            raise ValueError("must be a path such as /svc/agent")
+        return value
+
+    @field_validator("api_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        normalized = normalize_version(value)
+        if normalized is None:
+            raise ValueError("must look like 1.1")
+        return normalized
+
+    @field_validator("agent_handler")
+    @classmethod
+    def _handler(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[\w.]+:[\w.]+", value):
+            raise ValueError("must be module:function")
+        return value
+
+    @field_validator("svc_api_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        parse_api_key(value)  # raises ConfigError (a ValueError) without echoing the key
+        return value
+
+    @model_validator(mode="after")
+    def _local_needs_url(self) -> PluginConfig:
+        if self.environment == "local" and self.base_url is None:
+            raise ValueError("environment 'local' needs baseUrl (the embedded sandbox's URL)")
+        return self
+
+    # -- derived values -------------------------------------------------------------------
+
+    @property
+    def api_key(self) -> ApiKey | None:
+        return parse_api_key(self.svc_api_key) if self.svc_api_key is not None else None
+
+    def plan_refs(self) -> list[PlanRef]:
+        """The plans the context reports on: ``plans``, else the default ``planId``."""
+        if self.plans:
+            return list(self.plans)
+        if self.plan_id:
+            return [PlanRef(plan_id=self.plan_id, payment_type=self.payment_type)]
+        return []
+
+
+def resolve_base_url(config: PluginConfig, environment: str) -> str:
+    """The REST root for an environment: ``baseUrl`` wins, then ``SVC_<ENV>_BASE_URL``."""
+    if config.base_url:
+        return config.base_url
+    from_env = os.environ.get(f"SVC_{environment.upper()}_BASE_URL")
+    if from_env:
+        return from_env.rstrip("/")
+    raise ConfigError(
+        f"No service URL is known for environment '{environment}': set baseUrl in the plugin "
+        f"config or SVC_{environment.upper()}_BASE_URL in the environment"
+    )
+
+
+def resolve_frontend_url(config: PluginConfig, environment: str, base_url: str) -> str:
+    """The web app root for the browser login: ``frontendUrl``, env var, else the API origin."""
+    if config.frontend_url:
+        return config.frontend_url
+    from_env = os.environ.get(f"SVC_{environment.upper()}_FRONTEND_URL")
+    if from_env:
+        return from_env.rstrip("/")
+    return re.sub(r"/api/v\d+$", "", base_url)
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(p) for p in item["loc"]) or "config"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def load_config(raw: Mapping[str, Any] | None) -> PluginConfig:
+    """Validate a host's config section; raise :class:`ConfigError` naming the bad field."""
+    try:
+        return PluginConfig.model_validate(dict(raw or {}))
+    except ValidationError as error:
+        raise ConfigError(f"Invalid svc plugin config: {_describe(error)}") from None
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of the config, as manifest.json's ``configSchema`` carries it."""
+    return PluginConfig.model_json_schema(by_alias=True)

@@ -1,0 +1,134 @@
+"""The host contract: everything a chat gateway needs to load this plugin.
+
+A host hands :func:`plugin.register` an object satisfying :class:`GatewayAPI`. The plugin
+registers nine tools, two commands and one ``before_prompt_build`` hook through it. This module
+is the whole public surface a host author has to read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's answer, in the MCP tool-result convention."""
+
+    structuredContent: dict[str, Any]
+    isError: bool = False
+    content: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.content:
+            text = json.dumps(self.structuredContent, ensure_ascii=False, sort_keys=False)
+            object.__setattr__(self, "content", [{"type": "text", "text": text}])
+
+    @property
+    def text(self) -> str:
+        """The JSON text a host shows the model."""
+        return "".join(str(c.get("text", "")) for c in self.content if c.get("type") == "text")
+
+    @classmethod
+    def ok(cls, data: dict[str, Any]) -> ToolResult:
+        return cls(structuredContent=data, isError=False)
+
+    @classmethod
+    def error(cls, code: str, message: str, hint: str) -> ToolResult:
+        """An error result: what went wrong and what to do next."""
+        return cls(
+            structuredContent={"error": {"code": code, "message": message, "hint": hint}},
+            isError=True,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content": list(self.content),
+            "structuredContent": self.structuredContent,
+            "isError": self.isError,
+        }
+
+
+ToolHandler = Callable[[dict[str, Any]], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its name, what the model reads about it, its JSON Schema and its handler."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: ToolHandler
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """Who typed a slash command, and where."""
+
+    args: str = ""
+    sender_id: str | None = None
+    channel: str | None = None
+    is_authorized_sender: bool = True
+
+
+CommandHandler = Callable[[CommandContext], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One slash command (name without the leading ``/``)."""
+
+    name: str
+    description: str
+    accepts_args: bool
+    handler: CommandHandler
+    args_hint: str = ""
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """What a host knows about the prompt about to be built."""
+
+    sender_id: str | None = None
+    channel: str | None = None
+    session_id: str | None = None
+    user_message: str | None = None
+
+
+HookHandler = Callable[[PromptContext], Awaitable[str | None]]
+
+#: The only hook event the plugin uses: text to prepend to the model's context.
+BEFORE_PROMPT_BUILD = "before_prompt_build"
+
+
+@runtime_checkable
+class GatewayAPI(Protocol):
+    """What a host hands to ``plugin.register(api)``.
+
+    ``http_app`` is optional: a host that already serves an ``aiohttp.web.Application`` exposes
+    it and the paid endpoint is mounted there; otherwise the plugin serves its own.
+    """
+
+    @property
+    def plugin_config(self) -> Mapping[str, Any]: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
+
+    def register_tool(self, spec: ToolSpec) -> None: ...
+
+    def register_command(self, spec: CommandSpec) -> None: ...
+
+    def on(self, event: str, handler: HookHandler) -> None: ...
+
+
+def host_http_app(api: GatewayAPI) -> web.Application | None:
+    """The host's aiohttp application, when it has one."""
+    app = getattr(api, "http_app", None)
+    return app if isinstance(app, web.Application) else None
