@@ -1,0 +1,103 @@
+"""``svc-gateway``: the console script (``sandbox``, ``chat``, ``demo``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+
+def _read_config(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SystemExit(f"svc-gateway: cannot read config {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(
+            f"svc-gateway: {path} is not JSON: {exc.msg} (line {exc.lineno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"svc-gateway: {path} must hold a JSON object")
+    # accept either the bare plugin section or a host-style file with plugins.entries.svc
+    entries = (
+        data.get("plugins", {}).get("entries", {}) if isinstance(data.get("plugins"), dict) else {}
+    )
+    section = (
+        entries.get("svc", {}).get("settings") if isinstance(entries.get("svc"), dict) else None
+    )
+    return dict(section) if isinstance(section, dict) else data
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    from . import register
+    from .config import ConfigError
+    from .embedded import embedded_session
+    from .hosts.reference import ReferenceGateway, repl
+    from .login import CredentialStore
+
+    config = _read_config(args.config)
+    enabled = not config.get("svcApiKey") and not config.get("baseUrl")
+    async with embedded_session(config, enabled) as embedded:
+        gateway = ReferenceGateway(embedded.plugin_config)
+        store = None
+        if enabled:  # the embedded sandbox's throwaway key never touches the real keyring
+            store = CredentialStore(Path(tempfile.mkdtemp(prefix="svc-chat-")), use_keyring=False)
+        try:
+            handle = register(gateway, store=store)
+        except ConfigError as exc:
+            print(f"svc-gateway: {exc}", file=sys.stderr)
+            return 2
+        try:
+            if embedded.subscriber_key:
+                await handle.runtime.run(handle.core.login(embedded.subscriber_key))
+            if embedded.banner:
+                print(embedded.banner)
+            print(f"svc-gateway {__version__} reference chat. Type /help; Ctrl-D to leave.")
+            return await repl(gateway)
+        finally:
+            await asyncio.to_thread(handle.close)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="svc-gateway", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sandbox = sub.add_parser("sandbox", help="serve the local sandbox service")
+    sandbox.add_argument("--host", default="127.0.0.1")
+    sandbox.add_argument("--port", type=int, default=0)
+    sandbox.add_argument("--db", default=":memory:", help="SQLite file, or :memory:")
+    chat = sub.add_parser("chat", help="the reference chat gateway (embedded sandbox by default)")
+    chat.add_argument("--config", help="JSON file with the plugin config")
+    demo = sub.add_parser("demo", help="sell and buy an agent answer end to end, offline")
+    demo.add_argument("-q", "--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "sandbox":
+        from .sandbox import main_sandbox
+
+        return main_sandbox(["--host", args.host, "--port", str(args.port), "--db", args.db])
+    if args.command == "chat":
+        try:
+            return asyncio.run(_chat(args))
+        except KeyboardInterrupt:
+            return 130
+    from .demo import run_demo
+
+    return asyncio.run(run_demo(quiet=args.quiet))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

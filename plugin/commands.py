@@ -1,0 +1,169 @@
+"""The two slash commands: ``/svc_login`` and ``/svc_logout``.
+
+``/svc_login <env>:<KEY>`` works on headless servers; ``/svc_login [env]`` runs the browser
+flow and answers at once with the URL to open, finishing in the background. Replies name the
+account address, never the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
+from .core import PluginCore
+from .host import CommandContext, CommandSpec
+from .login import BrowserLogin, LoginError, manual_instructions
+from .redact import get_logger
+
+log = get_logger("plugin.commands")
+
+LOGIN_USAGE = (
+    "Usage: /svc_login <environment>:<API_KEY> (headless), or /svc_login [sandbox|live] to log "
+    "in with the browser, or /svc_login status."
+)
+
+
+def _where(where: str, core: PluginCore) -> str:
+    if where == "keyring":
+        return "in the system keyring"
+    return f"in a private file readable only by you ({core.store.backend_name})"
+
+
+class Commands:
+    """Command handlers bound to one plugin core."""
+
+    def __init__(
+        self, core: PluginCore, *, open_browser: Callable[[str], bool] | None = None
+    ) -> None:
+        self.core = core
+        self.open_browser = open_browser
+        self.pending: BrowserLogin | None = None
+        self._pending_task: asyncio.Task[None] | None = None
+        self.last_browser_result: str | None = None
+
+    async def login(self, ctx: CommandContext) -> str:
+        if not ctx.is_authorized_sender:
+            return "Only an authorised user of this gateway may log it in to the payments service."
+        args = ctx.args.strip()
+        if args.lower() == "status":
+            return self.status()
+        if ":" in args:
+            return await self._login_with_key(args)
+        if args and args.lower() not in ENVIRONMENTS:
+            return f"'{args[:20]}' is not an environment or an API key. {LOGIN_USAGE}"
+        return await self._browser_login(args.lower() or self.core.environment)
+
+    async def _login_with_key(self, raw: str) -> str:
+        try:
+            session, where = await self.core.login(raw)
+        except ConfigError as exc:
+            return f"Login failed: {exc}. {LOGIN_USAGE}"
+        except OSError:
+            log.exception("could not store the svc credential")
+            return "Login failed: the key could not be stored (see the gateway log)."
+        lines = [
+            f"Logged in to the {session.environment} environment as {session.address}.",
+            f"The key is stored {_where(where, self.core)}.",
+            "Please delete the chat message that contains your API key.",
+        ]
+        if self.core.config.svc_api_key is not None:
+            lines.append("Note: svcApiKey in the plugin config takes precedence after a restart.")
+        return " ".join(lines)
+
+    async def _browser_login(self, environment: str) -> str:
+        try:
+            base_url = resolve_base_url(self.core.config, environment)
+        except ConfigError as exc:
+            return f"Login failed: {exc}."
+        frontend = resolve_frontend_url(self.core.config, environment, base_url)
+        await self.cancel_pending()
+        flow = await BrowserLogin.start(frontend, open_browser=self.open_browser)
+        self.pending = flow
+        self._pending_task = asyncio.ensure_future(self._finish(flow))
+        if flow.browser_opened:
+            return (
+                "A browser window opened to log in to the payments service; finish there "
+                f"within 5 minutes. If it did not open, visit: {flow.login_url}"
+            )
+        return manual_instructions(flow.login_url, frontend)
+
+    async def _finish(self, flow: BrowserLogin) -> None:
+        try:
+            key = await flow.wait()
+            session, where = await self.core.login(key.secret)
+            self.last_browser_result = (
+                f"Browser login complete: {session.environment} as {session.address}, "
+                f"key stored {_where(where, self.core)}."
+            )
+            log.info("svc browser login complete for %s", session.address)
+        except LoginError as exc:
+            self.last_browser_result = f"Browser login did not complete: {exc}"
+        except (ConfigError, OSError) as exc:
+            self.last_browser_result = f"Browser login failed: {type(exc).__name__}"
+        finally:
+            await flow.close()
+            if self.pending is flow:
+                self.pending = None
+
+    async def cancel_pending(self) -> None:
+        flow, task = self.pending, self._pending_task
+        self.pending = self._pending_task = None
+        if flow is not None:
+            flow.cancel()
+            await flow.close()
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def status(self) -> str:
+        session = self.core.session
+        parts = []
+        if session is None:
+            parts.append("Not logged in to the payments service. " + LOGIN_USAGE)
+        else:
+            parts.append(
+                f"Logged in to {session.environment} as {session.address} "
+                f"(key from {session.source})."
+            )
+        if self.pending is not None:
+            parts.append(f"A browser login is waiting: {self.pending.login_url}")
+        elif self.last_browser_result:
+            parts.append(self.last_browser_result)
+        return " ".join(parts)
+
+    async def logout(self, ctx: CommandContext) -> str:
+        if not ctx.is_authorized_sender:
+            return "Only an authorised user of this gateway may log it out."
+        await self.cancel_pending()
+        had = await self.core.logout()
+        text = (
+            "Logged out: the stored API key was removed and cached balances were dropped."
+            if had
+            else "You were not logged in; any stored API key has been removed."
+        )
+        if self.core.config.svc_api_key is not None:
+            text += " svcApiKey is still set in the plugin config; remove it there as well."
+        return text
+
+    def specs(self) -> list[CommandSpec]:
+        runtime = self.core.runtime
+
+        async def login(ctx: CommandContext) -> str:
+            return await runtime.run(self.login(ctx))
+
+        async def logout(ctx: CommandContext) -> str:
+            return await runtime.run(self.logout(ctx))
+
+        return [
+            CommandSpec(
+                "svc_login",
+                "Log in to the payments service (browser, or <env>:<API_KEY> headless)",
+                True,
+                login,
+                args_hint="[env | env:API_KEY | status]",
+            ),
+            CommandSpec(
+                "svc_logout", "Log out of the payments service and forget the key", False, logout
+            ),
+        ]

@@ -1,0 +1,171 @@
+"""The plugin's state: config, who is logged in, the service client, defaults, caches.
+
+Host-agnostic: tools, commands, the context hook and the paid endpoint all reach the service
+through one :class:`PluginCore`, which lives on the plugin loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+from pydantic import SecretStr
+
+from .client import ServiceClient
+from .config import ApiKey, ConfigError, PluginConfig, parse_api_key, resolve_base_url
+from .errors import NotLoggedIn
+from .login import CredentialStore
+from .redact import get_logger
+from .runtime import PluginRuntime
+
+log = get_logger("plugin.core")
+
+KeySource = Literal["config", "keyring", "file", "session"]
+
+
+@dataclass(frozen=True)
+class Session:
+    """The account the plugin acts for. Its repr shows the address, never the key."""
+
+    key: ApiKey
+    environment: str
+    source: KeySource
+
+    @property
+    def address(self) -> str:
+        return self.key.address
+
+
+class PluginCore:
+    """Everything the tools and hooks share; one instance per registered plugin."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        runtime: PluginRuntime,
+        *,
+        store: CredentialStore | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.store = store if store is not None else CredentialStore()
+        self.transport = transport
+        self.clock = clock
+        self.plan_id: str | None = config.plan_id
+        self.agent_id: str | None = config.agent_id
+        self.session: Session | None = None
+        self._client: ServiceClient | None = None
+        self._public: ServiceClient | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._spend_listeners: list[Callable[[str], None]] = []
+        self._lock = asyncio.Lock()
+
+    # -- session -----------------------------------------------------------------------------
+
+    def restore_session(self) -> None:
+        """Pick the key: config's ``svcApiKey`` wins over a stored one (synchronous)."""
+        key = self.config.api_key
+        if key is not None:
+            self.session = Session(key, key.environment or self.config.environment, "config")
+            return
+        try:
+            found = self.store.load_any(self.config.environment)
+        except Exception:  # a broken keyring must not stop the gateway from starting
+            log.warning("could not read the stored svc credential; run /svc_login")
+            return
+        if found is None:
+            return
+        env, secret = found
+        try:
+            parsed = parse_api_key(secret)
+        except ConfigError:
+            log.warning("the stored svc credential is not a valid key; run /svc_login again")
+            return
+        source: KeySource = "keyring" if self.store.backend_name == "keyring" else "file"
+        self.session = Session(parsed, parsed.environment or env, source)
+
+    @property
+    def environment(self) -> str:
+        return self.session.environment if self.session else self.config.environment
+
+    @property
+    def base_url(self) -> str:
+        return resolve_base_url(self.config, self.environment)
+
+    def on_session_change(self, listener: Callable[[], None]) -> None:
+        """Called after login/logout (caches drop everything derived from the old key)."""
+        self._listeners.append(listener)
+
+    def on_spend(self, listener: Callable[[str], None]) -> None:
+        """Called with a plan id after the plugin spent or bought credits on it."""
+        self._spend_listeners.append(listener)
+
+    def spent(self, plan_id: str) -> None:
+        for listener in self._spend_listeners:
+            listener(plan_id)
+
+    async def set_session(self, session: Session | None) -> None:
+        async with self._lock:
+            old = [c for c in (self._client, self._public) if c is not None]
+            self._client = self._public = None
+            self.session = session
+            for client in old:
+                await client.aclose()
+        for listener in self._listeners:
+            listener()
+
+    async def login(self, raw_key: str | SecretStr) -> tuple[Session, str]:
+        """Validate, store and activate a key. Returns the session and where it was stored."""
+        key = parse_api_key(raw_key)
+        env = key.environment or self.config.environment
+        resolve_base_url(self.config, env)  # fail before storing when env has no URL
+        where = await asyncio.to_thread(self.store.save, env, key.secret.get_secret_value())
+        source: KeySource = "keyring" if where == "keyring" else "file"
+        session = Session(key, env, source)
+        await self.set_session(session)
+        return session, where
+
+    async def logout(self) -> bool:
+        had = self.session is not None
+        await asyncio.to_thread(self.store.delete_all)
+        await self.set_session(None)
+        return had
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _new_client(self, key: ApiKey | None) -> ServiceClient:
+        return ServiceClient(
+            self.base_url,
+            key.secret if key else None,
+            environment=self.environment,
+            api_version=self.config.api_version,
+            timeout=self.config.request_timeout_secs,
+            transport=self.transport,
+        )
+
+    def client(self) -> ServiceClient:
+        """The authenticated client; raises :class:`NotLoggedIn` when nobody is."""
+        if self.session is None:
+            raise NotLoggedIn()
+        if self._client is None:
+            self._client = self._new_client(self.session.key)
+        return self._client
+
+    def public_client(self) -> ServiceClient:
+        """A client for public reads (plans, balances of an address) that needs no key."""
+        if self.session is not None:
+            return self.client()
+        if self._public is None:
+            self._public = self._new_client(None)
+        return self._public
+
+    async def aclose(self) -> None:
+        for client in (self._client, self._public):
+            if client is not None:
+                await client.aclose()
+        self._client = self._public = None

@@ -1,0 +1,227 @@
+"""Subscriber tools: balance, access token, orders (quote first), payment methods."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..core import PluginCore
+from ..encoding import decode_access_token
+from ..models import Plan
+from ..pricing import USDC_DECIMALS, decimals_for
+from .base import Params, ToolFailure, require_agent, require_plan, tool
+
+PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
+
+
+class CheckBalanceParams(Params):
+    plan_id: str | None = Field(
+        default=None, alias="planId", description="Plan id; defaults to the configured planId"
+    )
+    address: str | None = Field(
+        default=None,
+        description="Wallet address to check; defaults to the logged-in account",
+        pattern=r"^0x[a-fA-F0-9]{40}$",
+    )
+
+
+@tool(
+    "svc_checkBalance",
+    "Remaining credits on a payment plan, and whether the account is subscribed to it.",
+    CheckBalanceParams,
+)
+async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, Any]:
+    plan_id = require_plan(core, p.plan_id)
+    client = core.client() if p.address is None else core.public_client()
+    balance = await client.get_plan_balance(plan_id, p.address)
+    return {
+        "planId": plan_id,
+        "planName": balance.plan_name,
+        "address": balance.holder_address or p.address or client.address,
+        "balance": str(balance.balance),
+        "isSubscriber": balance.is_subscriber,
+    }
+
+
+class AccessTokenParams(Params):
+    plan_id: str | None = Field(
+        default=None, alias="planId", description="Plan id; defaults to the configured planId"
+    )
+    agent_id: str | None = Field(
+        default=None, alias="agentId", description="Agent the token is for (recommended)"
+    )
+    payment_type: Literal["crypto", "fiat"] | None = Field(
+        default=None,
+        alias="paymentType",
+        description="crypto (svc:erc4337) or fiat (svc:card-delegation); default from config",
+    )
+    payment_method_id: str | None = Field(
+        default=None,
+        alias="paymentMethodId",
+        description="Card to use for fiat; defaults to the first enrolled card",
+    )
+
+
+@tool(
+    "svc_getAccessToken",
+    "Get an x402 access token for a plan (crypto or card). The token is a bearer credential "
+    "for the agent's payment-signature header; do not show it to anyone else.",
+    AccessTokenParams,
+)
+async def get_access_token(core: PluginCore, p: AccessTokenParams) -> dict[str, Any]:
+    plan_id = require_plan(core, p.plan_id)
+    agent_id = require_agent(core, p.agent_id)
+    payment_type = p.payment_type or core.config.payment_type
+    token = await core.client().get_access_token(
+        plan_id,
+        agent_id=agent_id,
+        payment_type=payment_type,
+        payment_method_id=p.payment_method_id,
+        spending_limit_cents=core.config.default_spending_limit_cents,
+        duration_secs=core.config.default_delegation_duration_secs,
+    )
+    decoded = decode_access_token(token) or {}
+    accepted = decoded.get("accepted") if isinstance(decoded.get("accepted"), dict) else {}
+    assert isinstance(accepted, dict)
+    return {
+        "accessToken": token,
+        "planId": plan_id,
+        "agentId": agent_id,
+        "scheme": accepted.get("scheme"),
+        "network": accepted.get("network"),
+        "expiresAt": decoded.get("exp"),
+        "header": "payment-signature",
+    }
+
+
+class OrderParams(Params):
+    plan_id: str | None = Field(
+        default=None, alias="planId", description="Plan id; defaults to the configured planId"
+    )
+    confirm: bool = Field(
+        default=False,
+        description="false (default) returns a quote; true places the order and spends money",
+    )
+
+
+def describe_price(plan: Plan) -> str:
+    if plan.metadata.main.price:
+        return plan.metadata.main.price
+    total = plan.price_total
+    if total == 0:
+        return "free"
+    if not plan.is_crypto:
+        return f"${total / 10**6:,.2f}"
+    decimals = decimals_for(plan.registry.price.token_address, is_fiat=False)
+    unit = "USDC" if decimals == USDC_DECIMALS else "native token"
+    return f"{total} minor units ({unit}, {decimals} decimals)"
+
+
+def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
+    credits = plan.registry.credits
+    grants = (
+        f"access for {credits.duration_secs} s"
+        if plan.is_time_plan
+        else f"{credits.amount} credits"
+    )
+    return {
+        "confirmRequired": True,
+        "quote": {
+            "planId": plan.id,
+            "planName": plan.name,
+            "price": describe_price(plan),
+            "grants": grants,
+            "credits": str(credits.amount),
+            "trial": plan.is_trial,
+            "environment": core.environment,
+        },
+        "message": f"Nothing was bought. To buy, call {tool_name} again with confirm: true.",
+    }
+
+
+@tool(
+    "svc_orderPlan",
+    "Buy a crypto payment plan. Without confirm it only returns a quote; it spends money "
+    "only when called with confirm: true.",
+    OrderParams,
+)
+async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
+    plan_id = require_plan(core, p.plan_id)
+    client = core.client()
+    plan = await client.get_plan(plan_id)
+    if not plan.is_crypto and plan.price_total > 0:
+        raise ToolFailure(
+            "fiat_plan",
+            f"Plan {plan.name} is paid by card",
+            "Use svc_orderFiatPlan for this plan.",
+        )
+    if not p.confirm:
+        return quote(core, plan, "svc_orderPlan")
+    result = await client.order_plan(plan_id)
+    core.spent(plan_id)
+    balance = await client.get_plan_balance(plan_id)
+    return {
+        "ordered": True,
+        "planId": plan_id,
+        "planName": plan.name,
+        "txHash": result.tx_hash,
+        "balance": str(balance.balance),
+    }
+
+
+@tool(
+    "svc_orderFiatPlan",
+    "Buy a card-paid plan: returns a checkout URL the user opens to pay. Without confirm it "
+    "only returns a quote.",
+    OrderParams,
+)
+async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
+    plan_id = require_plan(core, p.plan_id)
+    client = core.client()
+    plan = await client.get_plan(plan_id)
+    if plan.is_crypto and plan.price_total > 0:
+        raise ToolFailure(
+            "crypto_plan",
+            f"Plan {plan.name} is paid in crypto",
+            "Use svc_orderPlan for this plan.",
+        )
+    if not p.confirm:
+        return quote(core, plan, "svc_orderFiatPlan")
+    checkout = await client.order_fiat_plan(plan_id)
+    core.spent(plan_id)
+    return {
+        "checkoutUrl": checkout.checkout_url,
+        "planId": plan_id,
+        "planName": plan.name,
+        "message": "Open the checkout URL to pay; credits arrive once payment completes.",
+    }
+
+
+class NoParams(Params):
+    pass
+
+
+@tool(
+    "svc_listPaymentMethods",
+    "List the cards enrolled on the account (brand, last four digits, expiry).",
+    NoParams,
+)
+async def list_payment_methods(core: PluginCore, p: NoParams) -> dict[str, Any]:
+    methods = await core.client().list_payment_methods()
+    cards = [
+        {
+            "paymentMethodId": m.id,
+            "brand": m.brand,
+            "last4": m.last4,
+            "expiry": f"{m.exp_month:02d}/{m.exp_year}",
+            "alias": m.alias,
+            "provider": m.provider,
+        }
+        for m in methods
+        if m.is_card
+    ]
+    result: dict[str, Any] = {"cards": cards, "count": len(cards)}
+    if not cards:
+        result["hint"] = "No card enrolled; add one in the dashboard or pay with crypto."
+    return result

@@ -1,0 +1,125 @@
+"""Shared fixtures: a local sandbox on 127.0.0.1, accounts, and plugin hosts wired to it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import plugin
+from plugin.client import ServiceClient
+from plugin.hosts.reference import ReferenceGateway
+from plugin.login import CredentialStore
+from plugin.models import PlanMetadata
+from plugin.pricing import crypto_price, fiat_price, fixed_credits
+from plugin.sandbox import SandboxServer, start_sandbox
+
+USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+
+
+class CountingTransport(httpx.AsyncBaseTransport):
+    """The real HTTP transport, counting requests by (method, path prefix)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.requests: list[httpx.Request] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return await self.inner.handle_async_request(request)
+
+    def count(self, method: str, fragment: str) -> int:
+        return sum(1 for r in self.requests if r.method == method and fragment in r.url.path)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture
+async def sandbox() -> AsyncIterator[SandboxServer]:
+    server = await start_sandbox()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def builder(sandbox: SandboxServer) -> dict[str, str]:
+    return await sandbox.create_account("builder")
+
+
+@pytest.fixture
+async def subscriber(sandbox: SandboxServer) -> dict[str, str]:
+    return await sandbox.create_account("subscriber")
+
+
+@pytest.fixture
+async def builder_client(
+    sandbox: SandboxServer, builder: dict[str, str]
+) -> AsyncIterator[ServiceClient]:
+    client = ServiceClient(sandbox.base_url, builder["apiKey"])
+    yield client
+    await client.aclose()
+
+
+async def make_plan(
+    client: ServiceClient,
+    owner: str,
+    *,
+    name: str = "Starter",
+    credits: int = 100,
+    per_request: int = 1,
+    fiat: bool = False,
+    trial: bool = False,
+) -> str:
+    price = fiat_price([2_000_000], [owner]) if fiat else crypto_price([1_000_000], [owner], USDC)
+    return await client.register_plan(
+        PlanMetadata(name=name, is_trial_plan=trial or None),
+        price,
+        fixed_credits(credits, per_request),
+    )
+
+
+@pytest.fixture
+async def plan_id(builder_client: ServiceClient, builder: dict[str, str]) -> str:
+    return await make_plan(builder_client, builder["address"])
+
+
+Host = tuple[ReferenceGateway, plugin.PluginHandle]
+HostFactory = Callable[..., Awaitable[Host]]
+
+
+@pytest.fixture
+async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[HostFactory]:
+    """Build reference gateways with the plugin registered, against the sandbox."""
+    handles: list[plugin.PluginHandle] = []
+    counter = 0
+
+    async def factory(
+        key: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] | None = None,
+        open_browser: Callable[[str], bool] | None = None,
+        **config: Any,
+    ) -> Host:
+        nonlocal counter
+        counter += 1
+        settings: dict[str, Any] = {"environment": "local", "baseUrl": sandbox.base_url, **config}
+        gateway = ReferenceGateway(settings)
+        store = CredentialStore(tmp_path / f"store-{counter}", use_keyring=False)
+        handle = plugin.register(
+            gateway, transport=transport, store=store, clock=clock, open_browser=open_browser
+        )
+        handles.append(handle)
+        if key is not None:
+            reply = await gateway.run_command("svc_login", key)
+            assert reply.startswith("Logged in"), reply
+        return gateway, handle
+
+    yield factory
+    for handle in handles:
+        await asyncio.to_thread(handle.close)
