@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from .commands import Commands
+    from .context import BalanceContext
+    from .core import PluginCore
+    from .host import GatewayAPI
+    from .login import CredentialStore
+    from .runtime import PluginRuntime
 
 __version__ = "0.1.0"
 
@@ -18,10 +26,10 @@ __version__ = "0.1.0"
 class PluginHandle:
     """What ``register`` returns: the live plugin, and ``close()`` to stop it cleanly."""
 
-    runtime: Any
-    core: Any
-    commands: Any
-    context: Any
+    runtime: PluginRuntime
+    core: PluginCore
+    commands: Commands
+    context: BalanceContext
     extras: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -29,10 +37,10 @@ class PluginHandle:
 
 
 def register(
-    api: Any,
+    api: GatewayAPI,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
-    store: Any = None,
+    store: CredentialStore | None = None,
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
 ) -> PluginHandle:

@@ -50,9 +50,9 @@ def test_invalid_config_names_the_field(raw: dict[str, object], field: str) -> N
 def test_local_environment_needs_base_url() -> None:
     with pytest.raises(ConfigError, match="baseUrl"):
         load_config({"environment": "local"})
-    assert load_config({"environment": "local", "baseUrl": "http://127.0.0.1:1/api/v1/"}).base_url == (
-        "http://127.0.0.1:1/api/v1"
-    )
+    assert load_config(
+        {"environment": "local", "baseUrl": "http://127.0.0.1:1/api/v1/"}
+    ).base_url == ("http://127.0.0.1:1/api/v1")
 
 
 def test_api_version_forms_normalise() -> None:
@@ -75,7 +75,12 @@ def test_expired_key_is_reported() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["no-colon-here", "sandbox:not-a-jwt", "sandbox:a.b.c", "sandbox:" + "eyJhbGciOiJIUzI1NiJ9.e30.x"],
+    [
+        "no-colon-here",
+        "sandbox:not-a-jwt",
+        "sandbox:a.b.c",
+        "sandbox:" + "eyJhbGciOiJIUzI1NiJ9.e30.x",
+    ],
 )
 def test_malformed_key_error_never_contains_the_key(bad: str) -> None:
     with pytest.raises(ConfigError) as info:

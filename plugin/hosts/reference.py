@@ -154,7 +154,8 @@ def render(result: ToolResult) -> str:
     """A success as indented JSON; an error as one readable line."""
     if result.isError:
         err = result.structuredContent.get("error", {})
-        return f"error [{err.get('code')}]: {err.get('message')}. Next: {err.get('hint')}"
+        message = str(err.get("message", "")).rstrip(".")
+        return f"error [{err.get('code')}]: {message}. Next: {err.get('hint')}"
     return json.dumps(result.structuredContent, indent=2, ensure_ascii=False)
 
 

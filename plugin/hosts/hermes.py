@@ -1,0 +1,411 @@
+"""Hermes Agent 0.19.0 host adapter (entry point ``hermes_agent.plugins: svc``).
+
+Hermes imports this module and calls :func:`register` once per process, inside
+``discover_plugins()``. We build a :class:`plugin.host.GatewayAPI` for the plugin core, let
+``plugin.register`` declare its tools, commands and hook, and translate each into Hermes terms:
+
+* **tools** → ``ctx.register_tool(..., toolset="svc", is_async=True)``. Hermes runs async tool
+  handlers on per-thread worker loops; the plugin's handlers bridge to the plugin-owned loop, so
+  any loop will do. The model always gets a JSON string, errors as ``{"error": {...}}``.
+* **commands** → ``ctx.register_command`` twice per name. Verified against 0.19.0 by running
+  ``GatewayRunner._handle_message`` and ``HermesCLI.process_command``: the gateway looks plugin
+  commands up by ``command.replace("_", "-")`` and the CLI by the exact typed name, so ``svc-login``
+  serves the gateway (``/svc_login`` and ``/svc-login``) and an ``svc_login`` alias serves the CLI.
+  The alias gets an args hint starting with ``<``, which keeps it out of the Telegram menu
+  (``telegram_bot_commands``), so the menu shows ``/svc_login`` once.
+* **before_prompt_build** → a synchronous ``pre_llm_call`` hook (Hermes never awaits hook
+  coroutines) that waits for the plugin loop at most :data:`HOOK_BUDGET_SECS` and returns
+  ``{"context": text}``; Hermes appends that to the current user message, not the system prompt.
+
+0.19.0 gives command handlers only the argument string: no sender, chat or platform, so
+:class:`~plugin.host.CommandContext` carries ``args`` only. Hermes dispatches a plugin command
+only after its own gateway authorisation check has passed, hence ``is_authorized_sender`` keeps
+its default ``True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from ..host import (
+    BEFORE_PROMPT_BUILD,
+    CommandContext,
+    CommandSpec,
+    HookHandler,
+    PromptContext,
+    ToolResult,
+    ToolSpec,
+)
+from ..redact import get_logger, redact
+from ..runtime import PluginRuntime, RuntimeClosed
+
+__all__ = ["HOOK_BUDGET_SECS", "TOOLSET", "HermesGatewayAPI", "command_names", "register"]
+
+#: The Hermes toolset every svc tool belongs to (users can switch it off in ``hermes tools``).
+TOOLSET = "svc"
+#: The longest a prompt waits for the balance context (the plugin serves stale data or nothing
+#: well inside this; this is the backstop that keeps a stuck loop from stalling a turn).
+HOOK_BUDGET_SECS = 2.0
+#: The plugin id used when the context does not say (the entry-point name).
+PLUGIN_ID = "svc"
+TOOL_EMOJI = "💳"
+
+log = get_logger("plugin.hosts.hermes")
+
+
+class PluginHandleLike(Protocol):
+    """What ``plugin.register`` returns, as far as this adapter needs it."""
+
+    @property
+    def runtime(self) -> PluginRuntime: ...
+
+    def close(self) -> None: ...
+
+
+_lock = threading.Lock()
+_handle: PluginHandleLike | None = None
+_atexit_registered = False
+
+
+# -- the GatewayAPI handed to the plugin core --------------------------------------------------
+
+
+class HermesGatewayAPI:
+    """:class:`plugin.host.GatewayAPI` for Hermes: collects what the plugin declares.
+
+    Registrations are buffered and handed to Hermes only after ``plugin.register`` returned, so a
+    plugin that fails half-way leaves nothing behind in Hermes's registries.
+    """
+
+    def __init__(self, plugin_config: Mapping[str, Any], logger: logging.Logger) -> None:
+        self._config = dict(plugin_config)
+        self._logger = logger
+        self.tools: list[ToolSpec] = []
+        self.commands: list[CommandSpec] = []
+        self.hooks: dict[str, list[HookHandler]] = {}
+
+    @property
+    def plugin_config(self) -> Mapping[str, Any]:
+        return self._config
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._logger
+
+    def register_tool(self, spec: ToolSpec) -> None:
+        self.tools.append(spec)
+
+    def register_command(self, spec: CommandSpec) -> None:
+        self.commands.append(spec)
+
+    def on(self, event: str, handler: HookHandler) -> None:
+        if event != BEFORE_PROMPT_BUILD:
+            self._logger.warning("Hermes adapter: ignoring unknown plugin event %r", event)
+            return
+        self.hooks.setdefault(event, []).append(handler)
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def _plugin_id(ctx: Any) -> str:
+    manifest = getattr(ctx, "manifest", None)
+    for candidate in (
+        getattr(ctx, "plugin_id", None),
+        getattr(manifest, "key", None),
+        getattr(manifest, "name", None),
+    ):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return PLUGIN_ID
+
+
+def _config_keys() -> list[str]:
+    from ..config import PluginConfig
+
+    return [field.alias or name for name, field in PluginConfig.model_fields.items()]
+
+
+_MISSING = object()
+
+
+def read_settings(ctx: Any) -> dict[str, Any]:
+    """The plugin's settings: ``ctx.get_config`` where Hermes has it (newer than 0.19.0), else
+    ``load_config()["plugins"]["entries"][<id>]["settings"]``, every level guarded."""
+    get_config = getattr(ctx, "get_config", None)
+    if callable(get_config):
+        settings: dict[str, Any] = {}
+        try:
+            for key in _config_keys():
+                value = get_config(key, _MISSING)
+                if value is not _MISSING and value is not None:
+                    settings[key] = value
+            return settings
+        except Exception as error:  # an unexpected get_config signature: use the file instead
+            log.debug("ctx.get_config unusable (%s); reading config.yaml", type(error).__name__)
+    try:
+        from hermes_cli.config import load_config
+
+        node: Any = load_config()
+    except Exception as error:
+        log.warning(
+            "could not read the Hermes config (%s); svc uses defaults", type(error).__name__
+        )
+        return {}
+    for level in ("plugins", "entries", _plugin_id(ctx), "settings"):
+        if not isinstance(node, Mapping):
+            return {}
+        node = node.get(level)
+    return dict(node) if isinstance(node, Mapping) else {}
+
+
+# -- tools -------------------------------------------------------------------------------------
+
+
+def _error_json(code: str, message: str, hint: str) -> str:
+    return json.dumps({"error": {"code": code, "message": message, "hint": hint}})
+
+
+def result_json(result: object) -> str:
+    """The string Hermes shows the model for a tool result."""
+    if isinstance(result, ToolResult):
+        data: Any = result.structuredContent
+        if result.isError and not (isinstance(data, Mapping) and "error" in data):
+            data = {"error": data}
+    elif isinstance(result, Mapping):
+        data = dict(result)
+    else:
+        return _error_json(
+            "internal",
+            "The svc tool returned no result.",
+            "Retry; if it keeps failing, check the gateway log.",
+        )
+    try:
+        return json.dumps(data, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return _error_json(
+            "internal",
+            "The svc tool returned a result that is not JSON.",
+            "Retry; if it keeps failing, check the gateway log.",
+        )
+
+
+def _describe_failure(what: str, error: BaseException) -> None:
+    # The message is redacted and there is no traceback: exception texts and frames may hold keys.
+    log.warning("svc %s failed: %s: %s", what, type(error).__name__, redact(str(error)))
+
+
+def make_tool_handler(spec: ToolSpec) -> Callable[..., Awaitable[str]]:
+    """An async Hermes tool handler ``(args, **kwargs) -> str`` that never raises."""
+
+    async def handler(args: Any = None, **_kwargs: Any) -> str:
+        if args is not None and not isinstance(args, Mapping):
+            return _error_json(
+                "invalid_params",
+                f"{spec.name} expects a JSON object of parameters.",
+                "Call the tool again with an object matching its schema.",
+            )
+        try:
+            result = await spec.handler(dict(args or {}))
+        except RuntimeClosed:
+            return _error_json(
+                "unavailable",
+                "The svc plugin has been shut down.",
+                "Restart the gateway to use the svc tools again.",
+            )
+        except Exception as error:
+            _describe_failure(f"tool {spec.name}", error)
+            return _error_json(
+                "internal",
+                f"The svc plugin hit an internal error running {spec.name} "
+                f"({type(error).__name__}).",
+                "Retry; if it keeps failing, check the gateway log.",
+            )
+        return result_json(result)
+
+    handler.__name__ = handler.__qualname__ = f"svc_tool_{spec.name}"
+    return handler
+
+
+def tool_schema(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def _menu_hint(hint: str) -> str:
+    """An args hint Telegram keeps in its menu: ``<env:KEY>`` becomes ``[env:KEY]``."""
+    hint = hint.strip()
+    if hint.startswith("<"):
+        hint = "[" + hint[1:].rstrip(">").strip() + "]"
+    return hint
+
+
+def command_names(name: str) -> tuple[str, str | None]:
+    """``(primary, alias)``: the hyphenated name the gateway looks up, and the underscore
+    spelling the CLI needs (``None`` when the name has neither ``_`` nor ``-``)."""
+    clean = name.strip().lstrip("/").lower().replace(" ", "-")
+    primary = clean.replace("_", "-")
+    alias = clean.replace("-", "_")
+    return primary, (alias if alias != primary else None)
+
+
+def make_command_handler(spec: CommandSpec) -> Callable[..., Awaitable[str]]:
+    """An async Hermes command handler ``(raw_args) -> str`` that never raises.
+
+    The gateway awaits it on its own loop; the CLI runs it with ``asyncio.run`` (or on a helper
+    thread with a 30 s limit when a loop is already running, as in the TUI)."""
+
+    async def handler(raw_args: Any = "", *_args: Any, **_kwargs: Any) -> str:
+        args = raw_args.strip() if isinstance(raw_args, str) else ""
+        try:
+            reply = await spec.handler(CommandContext(args=args))
+        except RuntimeClosed:
+            return "The svc plugin has been shut down; restart the gateway."
+        except Exception as error:
+            _describe_failure(f"command /{spec.name}", error)
+            return (
+                f"/{spec.name} failed with an internal error ({type(error).__name__}). "
+                "Check the gateway log."
+            )
+        return str(reply) if reply else ""
+
+    handler.__name__ = handler.__qualname__ = f"svc_command_{spec.name}"
+    return handler
+
+
+# -- the balance hook --------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+async def _collect(handlers: list[HookHandler], ctx: PromptContext) -> list[str]:
+    results = await asyncio.gather(*(handler(ctx) for handler in handlers), return_exceptions=True)
+    texts: list[str] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            _describe_failure("before_prompt_build hook", result)
+        elif isinstance(result, str) and result.strip():
+            texts.append(result.strip())
+    return texts
+
+
+def make_pre_llm_call(
+    handlers: list[HookHandler],
+    runtime: PluginRuntime,
+    budget_secs: float = HOOK_BUDGET_SECS,
+) -> Callable[..., dict[str, str] | None]:
+    """A synchronous ``pre_llm_call`` callback: never raises, never waits beyond the budget."""
+
+    def pre_llm_call(**kwargs: Any) -> dict[str, str] | None:
+        try:
+            ctx = PromptContext(
+                sender_id=_text(kwargs.get("sender_id")),
+                channel=_text(kwargs.get("platform")),
+                session_id=_text(kwargs.get("session_id")),
+                user_message=_text(kwargs.get("user_message")),
+            )
+            texts = runtime.run_sync(_collect(handlers, ctx), timeout=budget_secs)
+        except TimeoutError:
+            log.info(
+                "svc balance context took longer than %.1f s; prompt sent without it", budget_secs
+            )
+            return None
+        except Exception as error:
+            _describe_failure("pre_llm_call hook", error)
+            return None
+        text = "\n".join(texts)
+        return {"context": text} if text else None
+
+    pre_llm_call.__name__ = pre_llm_call.__qualname__ = "svc_pre_llm_call"
+    return pre_llm_call
+
+
+# -- registration ------------------------------------------------------------------------------
+
+
+def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
+    for spec in api.tools:
+        ctx.register_tool(
+            name=spec.name,
+            toolset=TOOLSET,
+            schema=tool_schema(spec),
+            handler=make_tool_handler(spec),
+            is_async=True,
+            description=spec.description,
+            emoji=TOOL_EMOJI,
+        )
+    for command in api.commands:
+        primary, alias = command_names(command.name)
+        hint = _menu_hint(command.args_hint) if command.accepts_args else ""
+        handler = make_command_handler(command)
+        ctx.register_command(primary, handler, description=command.description, args_hint=hint)
+        if alias is not None:
+            # Starts with "<" on purpose: Hermes leaves such commands out of the Telegram menu,
+            # where the primary already appears as /<alias>.
+            ctx.register_command(
+                alias,
+                handler,
+                description=f"{command.description} (same as /{primary})",
+                args_hint=f"<{hint.strip('[]') or 'alias'}>",
+            )
+    prompt_handlers = api.hooks.get(BEFORE_PROMPT_BUILD, [])
+    if prompt_handlers:
+        ctx.register_hook("pre_llm_call", make_pre_llm_call(prompt_handlers, handle.runtime))
+
+
+def _close_at_exit() -> None:
+    global _handle
+    with _lock:
+        handle, _handle = _handle, None
+    if handle is not None:
+        try:
+            handle.close()
+        except Exception as error:
+            _describe_failure("shutdown", error)
+
+
+def current_handle() -> PluginHandleLike | None:
+    """The handle of the plugin registered in this process, if any."""
+    return _handle
+
+
+def register(ctx: Any) -> None:
+    """Hermes's entry point: load the svc plugin into this Hermes process.
+
+    An exception here (for example an invalid config) is recorded by Hermes as the plugin's
+    ``error`` and the host keeps running without it; messages name fields, never values.
+    """
+    global _handle, _atexit_registered
+    from .. import register as register_plugin
+
+    api = HermesGatewayAPI(read_settings(ctx), get_logger(f"hermes_plugins.{_plugin_id(ctx)}"))
+    handle: PluginHandleLike = register_plugin(api)
+    try:
+        _install(ctx, api, handle)
+    except BaseException:
+        handle.close()
+        raise
+    with _lock:
+        previous, _handle = _handle, handle
+        if not _atexit_registered:
+            atexit.register(_close_at_exit)
+            _atexit_registered = True
+    if previous is not None and previous is not handle:
+        # A forced rediscovery registered the plugin again; Hermes now calls the new handlers.
+        previous.close()
+    log.info(
+        "svc plugin loaded into Hermes: %d tools, %d commands, %d prompt hooks",
+        len(api.tools),
+        len(api.commands),
+        len(api.hooks.get(BEFORE_PROMPT_BUILD, [])),
+    )

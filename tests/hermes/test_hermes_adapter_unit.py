@@ -1,0 +1,252 @@
+"""The Hermes adapter against a fake ``ctx`` and a stand-in ``plugin.register``: no Hermes needed,
+so these run in every environment. The real-host behaviour is in the other test modules."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import plugin
+from plugin.host import (
+    BEFORE_PROMPT_BUILD,
+    CommandContext,
+    CommandSpec,
+    GatewayAPI,
+    PromptContext,
+    ToolResult,
+    ToolSpec,
+)
+from plugin.hosts import hermes
+from plugin.runtime import PluginRuntime
+
+
+class FakeCtx:
+    """The slice of Hermes 0.19.0's PluginContext the adapter uses."""
+
+    def __init__(self, fail_on_tool: bool = False) -> None:
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.commands: dict[str, dict[str, Any]] = {}
+        self.hooks: dict[str, list[Any]] = {}
+        self.fail_on_tool = fail_on_tool
+        self.manifest = types.SimpleNamespace(name="svc", key="svc")
+
+    def register_tool(self, **kwargs: Any) -> None:
+        if self.fail_on_tool:
+            raise RuntimeError("registry full")
+        self.tools[kwargs["name"]] = kwargs
+
+    def register_command(
+        self, name: str, handler: Any, description: str = "", args_hint: str = ""
+    ) -> None:
+        self.commands[name] = {"handler": handler, "description": description, "hint": args_hint}
+
+    def register_hook(self, name: str, callback: Any) -> None:
+        self.hooks.setdefault(name, []).append(callback)
+
+
+class UpstreamCtx(FakeCtx):
+    """Newer Hermes: ``ctx.get_config(key, default)`` reads plugins.entries.<id>.settings.<key>."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def get_config(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+
+class Handle:
+    def __init__(self, runtime: PluginRuntime) -> None:
+        self.runtime = runtime
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.runtime.close()
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A stand-in ``plugin.register`` using the real contract and runtime."""
+    state: dict[str, Any] = {"handles": [], "hook_delay": 0.0}
+
+    def register(api: GatewayAPI) -> Handle:
+        runtime = PluginRuntime()
+        handle = Handle(runtime)
+        state["handles"].append(handle)
+        state["config"] = dict(api.plugin_config)
+
+        async def balance(params: dict[str, Any]) -> ToolResult:
+            async def work() -> ToolResult:
+                return ToolResult.ok({"planId": params.get("planId"), "balance": "100"})
+
+            return await runtime.run(work())
+
+        async def boom(params: dict[str, Any]) -> ToolResult:
+            raise RuntimeError("leaks local:eyJhbGciOiJub25lIn0.eyJzdWIiOiIweDEifQ.c2ln")
+
+        async def odd(params: dict[str, Any]) -> ToolResult:
+            return ToolResult(structuredContent={"x402Version": 2, "accepts": []}, isError=True)
+
+        async def login(ctx: CommandContext) -> str:
+            return f"args={ctx.args!r} sender={ctx.sender_id}"
+
+        async def context(ctx: PromptContext) -> str | None:
+            async def work() -> str:
+                await asyncio.sleep(state["hook_delay"])
+                return f"Balance: 100 credits ({ctx.channel})"
+
+            return await runtime.run(work())
+
+        schema = {"type": "object", "properties": {"planId": {"type": "string"}}}
+        api.register_tool(ToolSpec("svc_checkBalance", "Balance", schema, balance))
+        api.register_tool(ToolSpec("svc_boom", "Fails", schema, boom))
+        api.register_tool(ToolSpec("svc_odd", "Odd error", schema, odd))
+        api.register_command(CommandSpec("svc_login", "Log in", True, login, "<env:KEY>"))
+        api.register_command(CommandSpec("svc_logout", "Log out", False, login))
+        api.on(BEFORE_PROMPT_BUILD, context)
+        api.on("after_prompt", context)  # unknown events are ignored with a warning
+        return handle
+
+    monkeypatch.setattr(plugin, "register", register, raising=False)
+    yield state
+    hermes._close_at_exit()
+    for handle in state["handles"]:
+        if not handle.closed:
+            handle.close()
+
+
+def test_register_translates_tools_commands_and_hook(standin: dict[str, Any]) -> None:
+    ctx = UpstreamCtx({"environment": "local", "baseUrl": "http://127.0.0.1:1/api/v1"})
+    hermes.register(ctx)
+    assert standin["config"] == {"environment": "local", "baseUrl": "http://127.0.0.1:1/api/v1"}
+
+    tool = ctx.tools["svc_checkBalance"]
+    assert tool["toolset"] == "svc" and tool["is_async"] is True
+    assert tool["schema"] == {
+        "name": "svc_checkBalance",
+        "description": "Balance",
+        "parameters": {"type": "object", "properties": {"planId": {"type": "string"}}},
+    }
+    out = asyncio.run(tool["handler"]({"planId": "p1"}, task_id="t", session_id="s"))
+    assert json.loads(out) == {"planId": "p1", "balance": "100"}
+    assert json.loads(asyncio.run(tool["handler"](None))) == {"planId": None, "balance": "100"}
+    boom = json.loads(asyncio.run(ctx.tools["svc_boom"]["handler"]({})))
+    assert boom["error"]["code"] == "internal" and "eyJ" not in json.dumps(boom)
+    odd = json.loads(asyncio.run(ctx.tools["svc_odd"]["handler"]({})))
+    assert odd == {"error": {"x402Version": 2, "accepts": []}}
+    bad = json.loads(asyncio.run(tool["handler"]("not a dict")))
+    assert bad["error"]["code"] == "invalid_params"
+
+    assert sorted(ctx.commands) == ["svc-login", "svc-logout", "svc_login", "svc_logout"]
+    assert ctx.commands["svc-login"]["hint"] == "[env:KEY]"
+    assert ctx.commands["svc_login"]["hint"] == "<env:KEY>"
+    assert ctx.commands["svc-logout"]["hint"] == ""
+    assert ctx.commands["svc_logout"]["hint"].startswith("<")
+    for name in ("svc-login", "svc_login"):
+        reply = asyncio.run(ctx.commands[name]["handler"]("  local:KEY "))
+        assert reply == "args='local:KEY' sender=None"
+
+    (hook,) = ctx.hooks["pre_llm_call"]
+    result = hook(session_id="s", user_message="hi", platform="telegram", sender_id="42", x=1)
+    assert result == {"context": "Balance: 100 credits (telegram)"}
+
+
+def test_hook_gives_up_after_its_budget(standin: dict[str, Any]) -> None:
+    ctx = UpstreamCtx({})
+    hermes.register(ctx)
+    (hook,) = ctx.hooks["pre_llm_call"]
+    handle = hermes.current_handle()
+    assert handle is not None
+    fast = hermes.make_pre_llm_call(
+        [lambda c: asyncio.sleep(5, result="late")],
+        handle.runtime,
+        budget_secs=0.2,
+    )
+    started = time.monotonic()
+    assert fast(platform="cli") is None
+    assert time.monotonic() - started < 1.0
+    assert hook(platform="cli") == {"context": "Balance: 100 credits (cli)"}
+
+
+def test_a_closed_plugin_answers_instead_of_raising(standin: dict[str, Any]) -> None:
+    ctx = FakeCtx()
+    hermes.register(ctx)
+    hermes._close_at_exit()
+    assert hermes.current_handle() is None
+    # the stand-in's tool bridges through runtime.run(), which now raises RuntimeClosed
+    out = json.loads(asyncio.run(ctx.tools["svc_checkBalance"]["handler"]({})))
+    assert out["error"]["code"] == "unavailable"
+    assert ctx.hooks["pre_llm_call"][0](platform="cli") is None
+
+
+def test_registration_is_all_or_nothing(standin: dict[str, Any]) -> None:
+    with pytest.raises(RuntimeError, match="registry full"):
+        hermes.register(FakeCtx(fail_on_tool=True))
+    assert standin["handles"][-1].closed
+    assert hermes.current_handle() is None
+
+
+def test_reregistering_closes_the_previous_plugin(standin: dict[str, Any]) -> None:
+    hermes.register(FakeCtx())
+    hermes.register(FakeCtx())
+    first, second = standin["handles"][-2:]
+    assert first.closed and not second.closed
+    assert hermes.current_handle() is second
+
+
+def test_settings_fall_back_to_the_hermes_config_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    config: dict[str, Any] = {
+        "plugins": {"entries": {"svc": {"settings": {"planId": "p1", "environment": "local"}}}}
+    }
+    fake_config = types.ModuleType("hermes_cli.config")
+    fake_config.load_config = lambda: config  # type: ignore[attr-defined]
+    fake_pkg = types.ModuleType("hermes_cli")
+    fake_pkg.config = fake_config  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hermes_cli", fake_pkg)
+    monkeypatch.setitem(sys.modules, "hermes_cli.config", fake_config)
+    ctx = FakeCtx()
+    assert hermes.read_settings(ctx) == {"planId": "p1", "environment": "local"}
+    for broken in ({}, {"plugins": None}, {"plugins": {"entries": {"svc": {"settings": 3}}}}):
+        config.clear()
+        config.update(broken)
+        assert hermes.read_settings(ctx) == {}
+
+
+def test_settings_via_get_config_only_report_keys_that_are_set() -> None:
+    ctx = UpstreamCtx({"svcApiKey": None, "planId": "p1", "unknownKey": 1})
+    assert hermes.read_settings(ctx) == {"planId": "p1"}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("svc_login", ("svc-login", "svc_login")),
+        ("/svc-logout", ("svc-logout", "svc_logout")),
+        ("status", ("status", None)),
+    ],
+)
+def test_command_names(name: str, expected: tuple[str, str | None]) -> None:
+    assert hermes.command_names(name) == expected
+
+
+def test_result_json_shapes() -> None:
+    assert json.loads(hermes.result_json(ToolResult.ok({"a": 1}))) == {"a": 1}
+    err = ToolResult.error("rate_limited", "Slow down", "Retry in 30 s")
+    assert json.loads(hermes.result_json(err)) == err.structuredContent
+    assert json.loads(hermes.result_json({"b": 2})) == {"b": 2}
+    assert json.loads(hermes.result_json(None))["error"]["code"] == "internal"
+
+
+def test_the_api_object_satisfies_the_host_contract() -> None:
+    api = hermes.HermesGatewayAPI({"planId": "p"}, logging.getLogger("t"))
+    assert isinstance(api, GatewayAPI)
+    assert api.plugin_config == {"planId": "p"}

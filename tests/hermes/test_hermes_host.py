@@ -1,0 +1,244 @@
+"""The real svc plugin inside real Hermes Agent 0.19.0, against the local sandbox service.
+
+Each configuration runs in its own process (Hermes discovers plugins once per process) with a
+temporary ``HERMES_HOME``; see ``hermes_child.py`` for what runs there and how Hermes calls it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("hermes_cli")
+
+from .hermes_child import FINAL_TEXT, SVC_TOOLS
+from .hermes_support import ChildRun, Sandbox, plan_balance, run_child, section
+
+pytestmark = pytest.mark.hermes
+
+COMMAND_NAMES = ["svc-login", "svc-logout", "svc_login", "svc_logout"]
+
+
+def find_key(data: Any, key: str) -> Any:
+    """The first value stored under ``key`` anywhere in nested JSON data (``None`` if absent)."""
+    if isinstance(data, dict):
+        if key in data:
+            return data[key]
+        values: list[Any] = list(data.values())
+    elif isinstance(data, list):
+        values = data
+    else:
+        return None
+    for value in values:
+        found = find_key(value, key)
+        if found is not None:
+            return found
+    return None
+
+
+def settings(sandbox: Sandbox, plan_id: str, *, with_key: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"environment": "local", "baseUrl": sandbox.base_url, "planId": plan_id}
+    if with_key:
+        out["svcApiKey"] = sandbox.subscriber.api_key
+    return out
+
+
+def secret_part(key: str) -> str:
+    return key.split(":", 1)[1]
+
+
+# -- configuration 1: logged in by config, with a plan -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host(
+    hermes_sandbox: Sandbox, hermes_plan_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> ChildRun:
+    home: Path = tmp_path_factory.mktemp("hermes-host")
+    return run_child(
+        "host",
+        home,
+        settings(hermes_sandbox, hermes_plan_id, with_key=True),
+        {"planId": hermes_plan_id},
+    )
+
+
+@pytest.fixture(scope="module")
+def expected_balance(hermes_sandbox: Sandbox, hermes_plan_id: str) -> int:
+    return plan_balance(hermes_sandbox, hermes_plan_id)
+
+
+def test_discovery_lists_svc_with_tools_commands_and_hook(host: ChildRun) -> None:
+    found = section(host, "discovery")
+    plugin = found["plugin"]
+    assert plugin is not None, "svc was not discovered through the hermes_agent.plugins entry point"
+    assert plugin["enabled"] is True and plugin["error"] is None
+    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 4
+    assert found["tools"] == sorted(SVC_TOOLS)
+    assert sorted(found["commands"]) == COMMAND_NAMES
+    assert found["has_pre_llm_call"] is True
+    names = {d["function"]["name"] for d in found["definitions"]}
+    assert names == set(SVC_TOOLS)
+    for definition in found["definitions"]:
+        function = definition["function"]
+        assert function["description"] and function["parameters"]["type"] == "object"
+
+
+def test_tool_dispatch_returns_the_plugin_json(
+    host: ChildRun, hermes_plan_id: str, expected_balance: int
+) -> None:
+    tools = section(host, "tools")
+    full = section(host, "handle_function_call")["result"]
+    for raw in (tools["plain"], tools["in_loop"], full):
+        data = json.loads(raw)
+        assert "error" not in data, data
+        assert int(find_key(data, "balance")) == expected_balance
+        assert hermes_plan_id in raw
+
+
+def test_pre_llm_call_returns_the_balance_context(host: ChildRun, expected_balance: int) -> None:
+    hook = section(host, "hook")
+    assert len(hook["results"]) == 1
+    (result,) = hook["results"]
+    assert set(result) == {"context"} and result["context"].strip()
+    assert str(expected_balance) in result["context"]
+    assert hook["again"] == hook["results"]  # the second prompt is served from the cache
+    assert hook["again_secs"] < 0.5
+
+
+@pytest.mark.parametrize("turn", ["agent_turn", "agent_turn_executor"])
+def test_full_agent_turn_calls_the_tool_and_sees_the_context(
+    host: ChildRun, turn: str, expected_balance: int
+) -> None:
+    run = section(host, turn)
+    context = section(host, "hook")["results"][0]["context"]
+    direct = json.loads(section(host, "tools")["plain"])
+    assert run["final_response"] == FINAL_TEXT
+    requests = run["requests"]
+    assert len(requests) >= 2
+    assert set(SVC_TOOLS) <= set(requests[0]["tools"])
+    assert requests[0]["messages"][-1]["role"] == "user"
+    tool_messages = [m for m in requests[-1]["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 1
+    result = json.loads(tool_messages[0]["content"])
+    assert "error" not in result
+    assert int(find_key(result, "balance")) == expected_balance
+    assert find_key(result, "balance") == find_key(direct, "balance")
+    for body in requests:
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        assert users and context in users[-1]["content"]
+        for system in (m for m in body["messages"] if m["role"] == "system"):
+            assert context not in system["content"]
+
+
+def test_host_run_leaks_no_key(host: ChildRun, hermes_sandbox: Sandbox) -> None:
+    text = json.dumps(host.report) + host.stdout + host.stderr
+    for log_file in (host.home / "hermes" / "logs").glob("*"):
+        if log_file.is_file():
+            text += log_file.read_text(errors="replace")
+    for key in (hermes_sandbox.subscriber.api_key, hermes_sandbox.builder.api_key):
+        assert secret_part(key) not in text
+
+
+# -- configuration 2: nobody logged in; /svc_login and /svc_logout -----------------------------
+
+
+@pytest.fixture(scope="module")
+def commands(
+    hermes_sandbox: Sandbox, hermes_plan_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> ChildRun:
+    home: Path = tmp_path_factory.mktemp("hermes-commands")
+    return run_child(
+        "commands",
+        home,
+        settings(hermes_sandbox, hermes_plan_id, with_key=False),
+        {"planId": hermes_plan_id, "subscriberKey": hermes_sandbox.subscriber.api_key},
+    )
+
+
+def test_commands_registered_and_menu_has_no_duplicates(commands: ChildRun) -> None:
+    found = section(commands, "discovery")
+    assert found["plugin"]["error"] is None
+    assert sorted(found["commands"]) == COMMAND_NAMES
+    assert not found["commands"]["svc-login"]["args_hint"].startswith("<")
+    menus = section(commands, "menu")
+    assert menus["telegram_bot_commands"] == ["svc_login", "svc_logout"]
+    assert sorted(menus["telegram_menu_commands"]) == ["svc_login", "svc_logout"]
+
+
+@pytest.mark.parametrize(
+    ("login", "logout"),
+    [
+        ("gateway_login", "gateway_logout"),  # GatewayRunner._handle_message
+        ("cli_login", "cli_logout"),  # get_plugin_command_handler + resolve_plugin_command_result
+        ("cli_app_login", "cli_app_logout"),  # HermesCLI.process_command
+    ],
+)
+def test_login_and_logout_through_each_dispatch_path(
+    commands: ChildRun, hermes_sandbox: Sandbox, expected_balance: int, login: str, logout: str
+) -> None:
+    flow = section(commands, "flow")
+    assert "error" in json.loads(flow["before"]), "the plugin should start logged out"
+
+    def reply(name: str) -> str:
+        value = flow[name]
+        text = "\n".join(value) if isinstance(value, list) else value
+        assert isinstance(text, str) and text.strip(), f"{name} gave no reply"
+        assert secret_part(hermes_sandbox.subscriber.api_key) not in text
+        return text
+
+    reply(login)
+    after_login = json.loads(flow[f"after_{login}"])
+    assert "error" not in after_login, after_login
+    assert int(find_key(after_login, "balance")) == expected_balance
+    reply(logout)
+    assert "error" in json.loads(flow[f"after_{logout}"])
+
+
+def test_browser_login_through_the_gateway(commands: ChildRun) -> None:
+    flow = section(commands, "flow")
+    assert "/auth/cli?callback_url=" in flow["browser_reply"]
+    assert flow["browser_page_status"] == 200
+    assert flow["browser_status"].startswith("Logged in to local as 0x")
+    after = json.loads(flow["after_browser_login"])
+    assert after.get("error", {}).get("code") != "not_logged_in", after
+    assert flow["browser_logout"].startswith("Logged out")
+    assert json.loads(flow["after_browser_logout"])["error"]["code"] == "not_logged_in"
+
+
+def test_commands_leave_no_key_behind(commands: ChildRun, hermes_sandbox: Sandbox) -> None:
+    secret = secret_part(hermes_sandbox.subscriber.api_key)
+    text = commands.stdout + commands.stderr
+    for path in commands.home.rglob("*"):
+        if path.is_file() and path.name != "params.json" and path.stat().st_size < 5_000_000:
+            text += path.read_text(errors="replace")
+    assert secret not in text
+
+
+# -- configuration 3: an invalid config ----------------------------------------------------------
+
+#: A well-formed token that names no account: the plugin must refuse it without echoing it.
+BAD_KEY = "local:eyJhbGciOiJub25lIn0.eyJub3QiOiJhbi1hY2NvdW50In0.c2lnbmF0dXJl"
+
+
+def test_invalid_config_is_reported_by_hermes_without_the_value(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    home: Path = tmp_path_factory.mktemp("hermes-broken")
+    bad = {"svcApiKey": BAD_KEY, "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"}
+    run = run_child("broken", home, bad)
+    found = section(run, "discovery")
+    plugin = found["plugin"]
+    assert plugin is not None and plugin["enabled"] is False
+    assert plugin["error"] and "svcApiKey" in plugin["error"]
+    assert found["tools"] == [] and found["commands"] == {} and not found["has_pre_llm_call"]
+    # Hermes itself carries on without the plugin.
+    assert "Unknown tool" in json.loads(section(run, "tool")["result"])["error"]
+    text = json.dumps(run.report) + run.stdout + run.stderr
+    for log_file in (home / "hermes" / "logs").glob("*"):
+        if log_file.is_file():
+            text += log_file.read_text(errors="replace")
+    assert secret_part(BAD_KEY) not in text
