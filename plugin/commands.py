@@ -27,7 +27,7 @@ LOGIN_USAGE = (
 def _where(where: str, core: PluginCore) -> str:
     if where == "keyring":
         return "in the system keyring"
-    return f"in a private file readable only by you ({core.store.backend_name})"
+    return f"in a private file readable only by you ({core.store.path})"
 
 
 class Commands:

@@ -6,6 +6,7 @@ the two agree). Errors name the field and never echo a value, so a key can't lea
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -73,11 +74,15 @@ def parse_api_key(raw: str | SecretStr) -> ApiKey:
     if not is_address(address):
         raise ConfigError("Invalid API key: it names no account address (claim 'sub')")
     exp = claims.get("exp")
+    if exp is not None and not (
+        isinstance(exp, int | float) and not isinstance(exp, bool) and math.isfinite(exp)
+    ):
+        raise ConfigError("Invalid API key: its expiry (claim 'exp') is not a time")
     return ApiKey(
         secret=SecretStr(text),
         environment=env if env in ENVIRONMENTS else None,
         address=str(address),
-        expires_at=int(exp) if isinstance(exp, int | float) else None,
+        expires_at=int(exp) if exp is not None else None,
     )
 
 

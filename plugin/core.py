@@ -23,7 +23,7 @@ from .runtime import PluginRuntime
 
 log = get_logger("plugin.core")
 
-KeySource = Literal["config", "keyring", "file", "session"]
+KeySource = Literal["config", "keyring", "file", "stored"]
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,7 @@ class PluginCore:
         except ConfigError:
             log.warning("the stored svc credential is not a valid key; run /svc_login again")
             return
-        source: KeySource = "keyring" if self.store.backend_name == "keyring" else "file"
-        self.session = Session(parsed, parsed.environment or env, source)
+        self.session = Session(parsed, parsed.environment or env, "stored")
 
     @property
     def environment(self) -> str:

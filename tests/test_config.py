@@ -118,3 +118,11 @@ def test_versions_agree() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     manifest = json.loads((ROOT / "manifest.json").read_text())
     assert pyproject["project"]["version"] == plugin.__version__ == manifest["version"]
+
+
+def test_key_with_non_finite_expiry_is_a_clear_error() -> None:
+    import base64
+
+    payload = base64.urlsafe_b64encode(b'{"sub": "0x' + b"1" * 40 + b'", "exp": Infinity}')
+    with pytest.raises(ConfigError, match="expiry"):
+        parse_api_key("local:eyJhbGciOiJIUzI1NiJ9." + payload.decode().rstrip("=") + ".sig")

@@ -1,0 +1,169 @@
+"""Routes of the Protocol groups: plans, agents, orders, minting, balances (WIRE.md §2).
+
+Handlers only read input, call one store function and shape the answer; every rule lives
+in the store modules so it is the same whichever route reaches it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+
+from . import agents as ag
+from . import ledger
+from . import validation as v
+from .context import API_PREFIX, caller, ok, store_of
+from .errors import bad_request
+from .plan_input import plan_document
+from .plans import insert_plan, list_plans, plan_view, require_plan
+from .tokens import tx_hash
+
+routes = web.RouteTableDef()
+P = API_PREFIX + "/protocol"
+
+
+def _plan_id(request: web.Request) -> str:
+    return v.identifier(request.match_info["planId"], "planId")
+
+
+# -- plans -----------------------------------------------------------------------------------
+
+
+@routes.post(P + "/plans")
+async def register_plan(request: web.Request) -> web.Response:
+    account = caller(request)
+    body = await v.read_json(request)
+    plan_id = insert_plan(store_of(request), account.address, plan_document(body))
+    return ok({"planId": plan_id}, status=201)
+
+
+@routes.get(P + "/plans")
+async def my_plans(request: web.Request) -> web.Response:
+    account = caller(request)
+    paging = v.paging(request.query)
+    total, plans = list_plans(store_of(request), account.address, paging)
+    return ok(paging.envelope(total, "plans", [plan_view(p) for p in plans]))
+
+
+@routes.get(P + "/plans/{planId}")
+async def get_plan(request: web.Request) -> web.Response:
+    return ok(plan_view(require_plan(store_of(request), _plan_id(request))))
+
+
+@routes.post(P + "/plans/{planId}/order")
+async def order_plan(request: web.Request) -> web.Response:
+    account = caller(request)
+    store = store_of(request)
+    plan = require_plan(store, _plan_id(request))
+    tx = ledger.order_plan(store, plan, account.address)
+    return ok({"success": True, "txHash": tx})
+
+
+async def _mint(request: web.Request, *, expirable: bool) -> web.Response:
+    account = caller(request)
+    body = await v.read_json(request)
+    store = store_of(request)
+    amount = v.bigint(body, "amount", low=1)
+    receiver = v.address(body.get("receiver"), "receiver")
+    duration = None
+    if expirable and body.get("duration") is not None:
+        duration = v.bigint(body, "duration", low=1, high=2**63 - 1)
+    plan = require_plan(store, _plan_id(request))
+    if expirable and duration is None and not plan.is_time:
+        raise bad_request(
+            "duration (seconds) is required to mint expirable credits on a credits plan"
+        )
+    tx = ledger.mint(store, plan, account.address, receiver, amount, duration)
+    return ok({"success": True, "txHash": tx})
+
+
+@routes.post(P + "/plans/{planId}/mint")
+async def mint(request: web.Request) -> web.Response:
+    return await _mint(request, expirable=False)
+
+
+@routes.post(P + "/plans/{planId}/mint-expirable")
+async def mint_expirable(request: web.Request) -> web.Response:
+    return await _mint(request, expirable=True)
+
+
+@routes.get(P + "/plans/{planId}/balance/{holderAddress}")
+async def balance(request: web.Request) -> web.Response:
+    store = store_of(request)
+    holder = v.address(request.match_info["holderAddress"], "holderAddress")
+    plan = require_plan(store, _plan_id(request))
+    return ok(ledger.balance_view(store, plan, holder))
+
+
+@routes.get(P + "/plans/{planId}/agents")
+async def agents_of_plan(request: web.Request) -> web.Response:
+    store = store_of(request)
+    paging = v.paging(request.query, page_size_alias=True)
+    plan = require_plan(store, _plan_id(request))
+    total, items = ag.agents_of_plan(store, plan.id, paging)
+    return ok(paging.envelope(total, "agents", [ag.agent_view(store, a) for a in items]))
+
+
+# -- agents ----------------------------------------------------------------------------------
+
+
+@routes.post(P + "/agents")
+async def register_agent(request: web.Request) -> web.Response:
+    account = caller(request)
+    body = await v.read_json(request)
+    store = store_of(request)
+    meta, api = ag.agent_document(body)
+    plan_ids = ag.owned_plans(store, account.address, body.get("plans", []), "plans")
+    agent_id = ag.insert_agent(store, account.address, meta, api, plan_ids)
+    return ok({"data": {"agentId": agent_id}, "txHash": tx_hash()}, status=201)
+
+
+@routes.post(P + "/agents/plans")
+async def register_agent_and_plan(request: web.Request) -> web.Response:
+    account = caller(request)
+    body = await v.read_json(request)
+    store = store_of(request)
+    plan_body = v.obj(body, "plan", "")
+    agent_body = v.obj(body, "agent", "")
+    doc = plan_document(plan_body, where="plan.", standalone=False)
+    meta, api = ag.agent_document(agent_body, "agent.")
+    with store.tx():
+        plan_id = insert_plan(store, account.address, doc)
+        agent_id = ag.insert_agent(store, account.address, meta, api, [plan_id])
+    return ok({"data": {"agentId": agent_id, "planId": plan_id}, "txHash": tx_hash()}, status=201)
+
+
+@routes.get(P + "/agents")
+async def my_agents(request: web.Request) -> web.Response:
+    account = caller(request)
+    store = store_of(request)
+    paging = v.paging(request.query)
+    total, items = ag.list_agents(store, account.address, paging)
+    return ok(paging.envelope(total, "agents", [ag.agent_view(store, a) for a in items]))
+
+
+@routes.get(P + "/agents/{agentId}")
+async def get_agent(request: web.Request) -> web.Response:
+    store = store_of(request)
+    agent = ag.require_agent(store, request.match_info["agentId"])
+    return ok(ag.agent_view(store, agent))
+
+
+@routes.get(P + "/agents/{agentId}/plans")
+async def plans_of_agent(request: web.Request) -> web.Response:
+    store = store_of(request)
+    paging = v.paging(request.query, page_size_alias=True)
+    agent = ag.require_agent(store, request.match_info["agentId"])
+    total, items = ag.plans_of_agent(store, agent.id, paging)
+    return ok(paging.envelope(total, "plans", [plan_view(p) for p in items]))
+
+
+@routes.delete(P + "/agents/{agentId}/plan/{planId}")
+async def remove_plan(request: web.Request) -> web.Response:
+    account = caller(request)
+    plan_id = request.match_info["planId"]
+    if not re.fullmatch(r"[0-9]{1,20}", plan_id):
+        raise bad_request("planId must be an integer (plan ids are decimal numbers)")
+    ag.remove_plan(store_of(request), account.address, request.match_info["agentId"], plan_id)
+    return ok({"success": True})

@@ -1,0 +1,231 @@
+"""Helpers that speak the sandbox's REST API the way a client does (WIRE.md bodies)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from plugin.sandbox import SandboxServer
+
+USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+HOLD_TTL = 60.0
+CRYPTO = "svc:erc4337"
+CARD = "svc:card-delegation"
+
+
+class FakeClock:
+    """A clock tests move by hand, for every expiry the sandbox knows."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass(frozen=True)
+class Actor:
+    key: str
+    address: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+def plan_body(
+    owner: Actor,
+    *,
+    name: str = "Starter",
+    credits: int = 100,
+    low: int = 1,
+    high: int = 1,
+    duration: int = 0,
+    fiat: bool = False,
+    price: int = 1_000_000,
+    trial: bool = False,
+    max_orders: int | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadataAttributes": {"name": name, "description": "test plan", "tags": ["t"]},
+        "priceConfig": {
+            "tokenAddress": "0x" + "0" * 40 if fiat else USDC,
+            "amounts": [str(price)] if price else [],
+            "receivers": [owner.address] if price else [],
+            "isCrypto": not fiat,
+            **({"currency": "USD"} if fiat else {}),
+        },
+        "creditsConfig": {
+            "isRedemptionAmountFixed": low == high and duration == 0,
+            "redemptionType": 4,
+            "onchainMirror": False,
+            "durationSecs": str(duration),
+            "amount": str(credits),
+            "minAmount": str(low),
+            "maxAmount": str(high),
+        },
+    }
+    if trial:
+        body["isTrialPlan"] = True
+    if max_orders is not None:
+        body["maxOrders"] = str(max_orders)
+    return body
+
+
+def envelope(
+    plan_id: str,
+    scheme: str = CRYPTO,
+    *,
+    agent_id: str | None = None,
+    url: str = "",
+    verb: str | None = None,
+) -> dict[str, Any]:
+    extra: dict[str, Any] = {"version": "1"}
+    if agent_id:
+        extra["agentId"] = agent_id
+    if verb:
+        extra["httpVerb"] = verb
+    network = "eip155:84532" if scheme == CRYPTO else "stripe"
+    return {
+        "x402Version": 2,
+        "resource": {"url": url},
+        "accepts": [{"scheme": scheme, "network": network, "planId": plan_id, "extra": extra}],
+        "extensions": {},
+    }
+
+
+class Api:
+    """A thin client over one httpx connection pool to the sandbox."""
+
+    def __init__(self, server: SandboxServer, http: httpx.AsyncClient) -> None:
+        self.server = server
+        self.http = http
+
+    async def account(self, label: str = "", version: str | None = None) -> Actor:
+        body: dict[str, Any] = {"label": label}
+        if version:
+            body["apiVersion"] = version
+        answer = await self.http.post("/sandbox/accounts", json=body)
+        assert answer.status_code == 201, answer.text
+        data = answer.json()
+        return Actor(data["apiKey"], data["address"])
+
+    async def plan(self, owner: Actor, **options: Any) -> str:
+        answer = await self.http.post(
+            "/protocol/plans", json=plan_body(owner, **options), headers=owner.headers
+        )
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["planId"])
+
+    async def agent(self, owner: Actor, plans: list[str], **api: Any) -> str:
+        body = {"metadataAttributes": {"name": "Agent"}, "agentApiAttributes": api, "plans": plans}
+        answer = await self.http.post("/protocol/agents", json=body, headers=owner.headers)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["data"]["agentId"])
+
+    async def order(self, buyer: Actor, plan_id: str) -> httpx.Response:
+        return await self.http.post(f"/protocol/plans/{plan_id}/order", headers=buyer.headers)
+
+    async def delegation(
+        self, buyer: Actor, provider: str = "erc4337", *, duration: int = 86400
+    ) -> str:
+        body: dict[str, Any] = {
+            "provider": provider,
+            "spendingLimitCents": "10000",
+            "durationSecs": str(duration),
+            "currency": "usdc" if provider == "erc4337" else "usd",
+        }
+        if provider != "erc4337":
+            methods = await self.http.get(
+                "/payment-methods", params={"provider": provider}, headers=buyer.headers
+            )
+            body["providerPaymentMethodId"] = methods.json()[0]["id"]
+        answer = await self.http.post("/delegation/create", json=body, headers=buyer.headers)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["delegationId"])
+
+    async def token_answer(
+        self,
+        buyer: Actor,
+        plan_id: str,
+        delegation_id: str | None,
+        *,
+        scheme: str = CRYPTO,
+        agent_id: str | None = None,
+    ) -> httpx.Response:
+        body: dict[str, Any] = {
+            "accepted": {
+                "scheme": scheme,
+                "network": "eip155:84532" if scheme == CRYPTO else "stripe",
+                "planId": plan_id,
+                "extra": {"agentId": agent_id} if agent_id else {},
+            },
+            "delegationConfig": {"delegationId": delegation_id} if delegation_id else {},
+        }
+        return await self.http.post("/x402/permissions", json=body, headers=buyer.headers)
+
+    async def token(self, buyer: Actor, plan_id: str, **options: Any) -> str:
+        scheme = options.get("scheme", CRYPTO)
+        delegation_id = await self.delegation(buyer, "erc4337" if scheme == CRYPTO else "stripe")
+        answer = await self.token_answer(buyer, plan_id, delegation_id, **options)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["accessToken"])
+
+    async def verify(
+        self,
+        caller: Actor,
+        token: str,
+        plan_id: str,
+        amount: str = "1",
+        paid: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body = {
+            "paymentRequired": paid or envelope(plan_id),
+            "x402AccessToken": token,
+            "maxAmount": amount,
+        }
+        answer = await self.http.post("/x402/verify", json=body, headers=caller.headers)
+        assert answer.status_code == 200, answer.text
+        data: dict[str, Any] = answer.json()
+        return data
+
+    async def settle_answer(
+        self,
+        caller: Actor,
+        token: str,
+        plan_id: str,
+        request_id: str | None,
+        amount: str = "1",
+        paid: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        body: dict[str, Any] = {
+            "paymentRequired": paid or envelope(plan_id),
+            "x402AccessToken": token,
+            "maxAmount": amount,
+        }
+        if request_id is not None:
+            body["agentRequestId"] = request_id
+        return await self.http.post("/x402/settle", json=body, headers=caller.headers)
+
+    async def balance(self, plan_id: str, holder: Actor) -> dict[str, Any]:
+        answer = await self.http.get(f"/protocol/plans/{plan_id}/balance/{holder.address}")
+        assert answer.status_code == 200, answer.text
+        data: dict[str, Any] = answer.json()
+        return data
+
+    async def credits(self, plan_id: str, holder: Actor) -> int:
+        return int((await self.balance(plan_id, holder))["balance"])
+
+    async def ledger(self, plan_id: str, holder: Actor) -> dict[str, int]:
+        answer = await self.http.get(f"/sandbox/ledger/{plan_id}/{holder.address}")
+        assert answer.status_code == 200, answer.text
+        return {
+            k: int(v)
+            for k, v in answer.json().items()
+            if k in ("granted", "burned", "held", "balance", "expired")
+        }
