@@ -102,7 +102,7 @@ class ServiceClient:
                 "Content-Type": "application/json",
                 "Service-Version": api_version,
             },
-            limits=httpx.Limits(max_connections=50, max_keepalive_connections=20),
+            limits=httpx.Limits(max_connections=50, max_keepalive_connections=50),
             follow_redirects=False,
         )
 

@@ -64,6 +64,11 @@ def parse_api_key(raw: str | SecretStr) -> ApiKey:
         )
     prefix, token = text.split(":", 1)
     env = prefix.strip().lower()
+    if ":" in token:
+        raise ConfigError(
+            "Invalid API key: it has more than one environment prefix; send it as "
+            "<environment>:<token> exactly as the dashboard shows it"
+        )
     claims = jwt_claims(token)
     if claims is None:
         raise ConfigError(

@@ -63,6 +63,13 @@ def get_logger(name: str) -> logging.Logger:
 
 
 def install(*names: str) -> None:
-    """Install the filter on other loggers that might see a URL or header (e.g. httpx)."""
+    """Install the filter on other loggers that might see a URL or header (e.g. httpx).
+
+    A logger's filters do not apply to its children's records, so existing children
+    (``httpcore.http11``...) get the filter too.
+    """
     for name in names:
         get_logger(name)
+        for child in list(logging.Logger.manager.loggerDict):
+            if child.startswith(name + "."):
+                get_logger(child)

@@ -126,3 +126,8 @@ def test_key_with_non_finite_expiry_is_a_clear_error() -> None:
     payload = base64.urlsafe_b64encode(b'{"sub": "0x' + b"1" * 40 + b'", "exp": Infinity}')
     with pytest.raises(ConfigError, match="expiry"):
         parse_api_key("local:eyJhbGciOiJIUzI1NiJ9." + payload.decode().rstrip("=") + ".sig")
+
+
+def test_doubled_prefix_is_refused() -> None:
+    with pytest.raises(ConfigError, match="more than one environment prefix"):
+        parse_api_key("local:" + fake_key())

@@ -1,0 +1,223 @@
+"""The paid agent endpoint: this gateway sells its agent's answers, one x402 payment each.
+
+``POST <agentEndpointPath>`` with ``{"prompt": ...}`` and ``payment-signature`` → verify →
+handler → settle → 200 with the receipt in ``payment-response`` (SPEC.md "Paid agent
+request" and the middleware state table; the state machine is :mod:`plugin.paid.flow`).
+The agent card is served at ``<agentEndpointPath>/.well-known/agent.json`` and at the root.
+
+Mounted on the host's ``http_app`` when it has one, else served by the plugin itself on
+``paidEndpointHost:paidEndpointPort``, on the plugin loop, stopped by a runtime closer.
+
+Plan id precedence: the ``plan_id`` argument > ``core.plan_id`` (which svc_registerAgent
+updates) > config ``planId`` > the first ``plans[]`` entry, read on every request. With none,
+the endpoint starts (a builder registers its plan *after* the endpoint URL exists) but answers
+503 until a plan is set; ``require_plan=True`` makes it refuse to start instead.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from .config import ConfigError, PluginConfig
+from .core import PluginCore
+from .host import GatewayAPI, host_http_app
+from .paid.flow import PaidFlow, PaidStats
+from .paid.handlers import AgentHandler, CreditsFn, default_handler, load_handler
+from .paid.http import PaidRoutes
+from .redact import get_logger
+
+__all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
+
+log = get_logger("plugin.paid")
+
+SHUTDOWN_TIMEOUT_SECS = 5.0
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+class PaidEndpoint:
+    """A running paid endpoint: where it is, what it has earned, and how to stop it.
+
+    ``url`` is the endpoint as clients see it (``paidEndpointPublicUrl`` when set: register
+    this one); ``bound_url`` is where the plugin's own server listens (``None`` when mounted).
+    """
+
+    def __init__(
+        self,
+        flow: PaidFlow,
+        *,
+        url: str,
+        card_url: str,
+        runner: web.AppRunner | None = None,
+        bound_url: str | None = None,
+    ) -> None:
+        self.flow = flow
+        self.url = url
+        self.card_url = card_url
+        self.bound_url = bound_url
+        self._runner = runner
+
+    @property
+    def mounted(self) -> bool:
+        """True when the routes live on the host's app rather than the plugin's own server."""
+        return self._runner is None
+
+    @property
+    def stats(self) -> PaidStats:
+        return self.flow.stats
+
+    @property
+    def plan_id(self) -> str | None:
+        return self.flow.plan_id()
+
+    async def close(self) -> None:
+        """Stop the plugin's own server (in-flight requests get a few seconds to finish)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    def __repr__(self) -> str:
+        return f"PaidEndpoint(url={self.url!r}, mounted={self.mounted})"
+
+
+def _public_endpoint_url(config: PluginConfig) -> str | None:
+    """``paidEndpointPublicUrl`` is the endpoint itself, or an origin the path is appended to."""
+    public = config.paid_endpoint_public_url
+    if public is None:
+        return None
+    if urlsplit(public).path in ("", "/"):
+        return public.rstrip("/") + config.agent_endpoint_path
+    return public
+
+
+def _resolve_handler(
+    api: GatewayAPI, config: PluginConfig, given: AgentHandler | None
+) -> AgentHandler:
+    """The argument, else the host's ``api.agent_handler``, else config ``agentHandler``,
+    else the deterministic default."""
+    if given is not None:
+        return given
+    hosted = getattr(api, "agent_handler", None)
+    if hosted is not None:
+        if not callable(hosted):
+            raise ConfigError("the host's agent_handler is not callable")
+        handler: AgentHandler = hosted
+        return handler
+    if config.agent_handler:
+        return load_handler(config.agent_handler)
+    return default_handler
+
+
+def _resolve_credits(api: GatewayAPI, given: CreditsFn | None) -> CreditsFn | None:
+    if given is not None:
+        return given
+    hosted = getattr(api, "credits_for_request", None)
+    if hosted is not None and not callable(hosted):
+        raise ConfigError("the host's credits_for_request is not callable")
+    fn: CreditsFn | None = hosted
+    return fn
+
+
+async def attach_paid_endpoint(
+    api: GatewayAPI,
+    core: PluginCore,
+    *,
+    handler: AgentHandler | None = None,
+    credits: CreditsFn | None = None,
+    plan_id: str | None = None,
+    agent_id: str | None = None,
+    require_plan: bool = False,
+) -> PaidEndpoint:
+    """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call."""
+    config = core.config
+    flow = PaidFlow(
+        core,
+        handler=_resolve_handler(api, config, handler),
+        credits=_resolve_credits(api, credits),
+        plan_id=plan_id,
+        agent_id=agent_id,
+    )
+    if flow.plan_id() is None:
+        if require_plan:
+            raise ConfigError(
+                "enablePaidEndpoint needs a plan to sell: set planId (or plans) in the plugin "
+                "config, or register one with svc_registerAgent"
+            )
+        # normal for a builder, who registers the plan once the endpoint URL exists
+        log.info(
+            "paid endpoint started without a plan: it answers 503 until planId is configured "
+            "or svc_registerAgent registers a plan"
+        )
+    path = config.agent_endpoint_path
+    public = _public_endpoint_url(config)
+    host_app = host_http_app(api)
+    if host_app is not None:
+        return _mount(api, host_app, flow, path, public)
+    return await _serve(core, flow, path, public)
+
+
+def _mount(
+    api: GatewayAPI, app: web.Application, flow: PaidFlow, path: str, public: str | None
+) -> PaidEndpoint:
+    """Add the routes to the host's app. Without a public URL or ``api.http_base_url`` the
+    envelope's URL is taken from each request (and ``PaidEndpoint.url`` is only the path)."""
+    base = getattr(api, "http_base_url", None)
+    fixed = public or (str(base).rstrip("/") + path if isinstance(base, str) and base else None)
+
+    def endpoint_url(request: web.Request) -> str:
+        return fixed or str(request.url.origin()) + path
+
+    routes = PaidRoutes(
+        flow, path=path, endpoint_url=endpoint_url, max_body_bytes=flow.core.config.max_body_bytes
+    )
+    if app.frozen:
+        raise ConfigError(
+            "the host's http_app is already running, so the paid endpoint cannot be added to "
+            "it; register the plugin before the host starts its web app"
+        )
+    routes.install(app)
+    url = fixed or path
+    log.info("paid endpoint mounted on the host's web app at %s", url)
+    return PaidEndpoint(flow, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
+
+
+async def _serve(core: PluginCore, flow: PaidFlow, path: str, public: str | None) -> PaidEndpoint:
+    """Serve the endpoint from the plugin loop on ``paidEndpointHost:paidEndpointPort``."""
+    config = core.config
+    app = web.Application(client_max_size=config.max_body_bytes)
+    holder: dict[str, str] = {}
+    routes = PaidRoutes(
+        flow,
+        path=path,
+        endpoint_url=lambda _request: holder["url"],
+        max_body_bytes=config.max_body_bytes,
+    )
+    routes.install(app)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_SECS)
+    await runner.setup()
+    host, port = config.paid_endpoint_host, config.paid_endpoint_port
+    try:
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            f"the paid endpoint cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "choose another paidEndpointPort (0 = any free port)"
+        ) from None
+    bound_port = int(runner.addresses[0][1])
+    shown = "127.0.0.1" if host in _WILDCARDS else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    bound = f"http://{shown}:{bound_port}{path}"
+    holder["url"] = public or bound
+    endpoint = PaidEndpoint(
+        flow,
+        url=holder["url"],
+        card_url=holder["url"].rstrip("/") + "/.well-known/agent.json",
+        runner=runner,
+        bound_url=bound,
+    )
+    core.runtime.add_closer(endpoint.close)
+    log.info("paid endpoint listening at %s (public URL %s)", bound, endpoint.url)
+    return endpoint

@@ -1,0 +1,59 @@
+"""``svc-gateway demo``: in-process and as the command a newcomer types."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from plugin.demo import run_demo
+
+from .support import LogCollector, leaked_secrets
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_run_demo_moves_exactly_the_priced_credits(
+    capsys: pytest.CaptureFixture[str], all_logs: LogCollector
+) -> None:
+    assert await run_demo() == 0
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing left running
+    assert not [t for t in threading.enumerate() if t.name == "svc-plugin-loop"]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("OK: 4 credits moved from subscriber to builder")
+    assert "balance 10 -> 6" in lines[-1]
+    steps = [line for line in lines if line[:3].strip().rstrip(".").isdigit()]
+    tools = {line.split()[2] for line in steps}
+    assert {"svc_registerAgent", "/svc_login", "svc_checkBalance", "svc_orderPlan"} <= tools
+    assert sum("svc_queryAgent" in line for line in steps) == 2
+    assert "eyJ" not in "\n".join(lines)  # no key or token printed
+    assert not leaked_secrets(all_logs.text)
+
+
+async def test_quiet_demo_prints_only_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await run_demo(quiet=True) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("OK: 4 credits moved")
+
+
+def test_demo_command_exits_0_cleanly(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    env["PYTHONWARNINGS"] = "always"  # any warning would show up on stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "plugin.cli", "demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("OK: 4 credits moved from subscriber to builder"), done.stdout
+    assert not (tmp_path / ".config" / "svc-gateway").exists()  # no credential left behind
