@@ -1,26 +1,19 @@
-"""The async service client: one pooled ``httpx.AsyncClient``, typed answers, typed errors.
+"""The async service client: every operation the tools, the hook and the paid endpoint use.
 
-Every request carries ``Service-Version``; authenticated ones carry the Bearer key. Calls that
-are safe to repeat (reads, verify, settle with an ``agentRequestId``) retry with capped,
-jittered exponential backoff on 429/502/503/504 and connection errors, honouring Retry-After.
-Orders, registrations and token creation are never retried: a retry could buy twice.
+Transport, retries and error mapping live in :mod:`plugin.transport`; this module is the
+service's operations (WIRE.md §2–§8) and the create-first delegation flow for tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
+import functools
 import secrets
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-import httpx
-from pydantic import SecretStr, ValidationError
+from typing import Any
 
 from . import errors
-from .config import DEFAULT_API_VERSION, DEFAULT_NETWORK, ApiKey, parse_api_key
+from .config import DEFAULT_NETWORK
 from .encoding import decode_access_token, is_address
 from .models import (
     SCHEME_CARD,
@@ -45,15 +38,10 @@ from .models import (
     SettleResult,
     VerifyResult,
     VersionInfo,
-    WireModel,
     delegation_from_answer,
 )
-from .redact import get_logger
+from .transport import ApiTransport, data_of, parse_model, require_str, seg
 
-log = get_logger("plugin.client")
-M = TypeVar("M", bound=WireModel)
-
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
 CARD_PROVIDERS = ("stripe", "braintree", "visa")
 DELEGATION_RENEW_MARGIN_SECS = 60.0
 
@@ -66,154 +54,17 @@ def default_network(scheme: str, environment: str | None, plan: Plan | None = No
     return DEFAULT_NETWORK.get(environment or "", "eip155:84532")
 
 
-class ServiceClient:
+class ServiceClient(ApiTransport):
     """Async client for the Agent Payments Service REST API (WIRE.md §2–§8)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | SecretStr | None = None,
-        *,
-        environment: str | None = None,
-        api_version: str = DEFAULT_API_VERSION,
-        timeout: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-        max_retries: int = 3,
-        backoff_base: float = 0.25,
-        backoff_cap: float = 8.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        self._key: ApiKey | None = parse_api_key(api_key) if api_key else None
-        self.environment = environment or (self._key.environment if self._key else None)
-        self.base_url = base_url.rstrip("/")
-        self.api_version = api_version
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self._sleep = sleep
-        self._delegations: dict[str, Delegation] = {}
-        self._delegation_lock = asyncio.Lock()
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url + "/",
-            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
-            transport=transport,
-            headers={
-                "Accept": "application/json",
-                "Content-Type": "application/json",
-                "Service-Version": api_version,
-            },
-            limits=httpx.Limits(max_connections=50, max_keepalive_connections=50),
-            follow_redirects=False,
-        )
+    @functools.cached_property
+    def _delegations(self) -> dict[str, Delegation]:
+        """Delegations created by this client, reused until they expire (WIRE.md §6)."""
+        return {}
 
-    def __repr__(self) -> str:
-        who = self._key.address if self._key else "anonymous"
-        return f"ServiceClient(base_url={self.base_url!r}, account={who!r})"
-
-    @property
-    def address(self) -> str | None:
-        return self._key.address if self._key else None
-
-    @property
-    def authenticated(self) -> bool:
-        return self._key is not None
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    # -- transport ---------------------------------------------------------------------------
-
-    def _auth_headers(self) -> dict[str, str]:
-        if self._key is None:
-            raise errors.NotLoggedIn()
-        if self._key.expired:
-            raise errors.AuthenticationError(
-                "The API key has expired", code="key_expired", status=None
-            )
-        return {"Authorization": f"Bearer {self._key.secret.get_secret_value()}"}
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        auth: bool = True,
-        body: dict[str, Any] | None = None,
-        params: dict[str, Any] | None = None,
-        retry: bool = False,
-    ) -> Any:
-        headers = self._auth_headers() if auth else {}
-        attempts = self.max_retries + 1 if retry else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                response = await self._http.request(
-                    method, path.lstrip("/"), json=body, params=params, headers=headers
-                )
-            except httpx.TimeoutException:
-                failure: errors.ServiceError = errors.RequestTimeout(
-                    f"{method} {path} timed out", code="timeout"
-                )
-            except httpx.TransportError as exc:
-                failure = errors.TransportError(
-                    f"{method} {path} failed: {type(exc).__name__}", code="network_error"
-                )
-            else:
-                log.debug(
-                    "%s %s -> %s (Service-Version %s from %s)",
-                    method,
-                    path,
-                    response.status_code,
-                    response.headers.get("Service-Version"),
-                    response.headers.get("Service-Version-Resolved-From"),
-                )
-                if response.is_success:
-                    return _json_or_raise(response, method, path)
-                failure = self._error(response)
-                if response.status_code not in RETRY_STATUSES:
-                    raise failure
-            if attempt >= attempts:
-                raise failure
-            delay = self._delay(attempt, failure)
-            if delay is None:
-                raise failure
-            log.info("retrying %s %s in %.2fs (%s)", method, path, delay, failure.code)
-            await self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _delay(self, attempt: int, failure: errors.ServiceError) -> float | None:
-        if isinstance(failure, errors.RateLimited) and failure.retry_after is not None:
-            # the service told us when; waiting longer than the cap is the caller's decision
-            return None if failure.retry_after > self.backoff_cap * 4 else failure.retry_after
-        ceiling = min(self.backoff_cap, self.backoff_base * (2 ** (attempt - 1)))
-        return random.uniform(ceiling / 2, ceiling)
-
-    def _error(self, response: httpx.Response) -> errors.ServiceError:
-        status = response.status_code
-        code, message, hint = _envelope(response)
-        kwargs: dict[str, Any] = {"status": status, "code": code, "hint": hint}
-        if code == "BCK.VERSION.0001":
-            return errors.VersionRejected(
-                f"The service rejected Service-Version {self.api_version}: {message}",
-                version_sent=self.api_version,
-                **kwargs,
-            )
-        if status == 401:
-            return errors.AuthenticationError(message, **kwargs)
-        if status == 402:
-            return errors.PaymentRequired(message, **kwargs)
-        if status == 403:
-            return errors.PermissionDenied(message, **kwargs)
-        if status == 404:
-            return errors.NotFound(message, **kwargs)
-        if status == 409:
-            return errors.Conflict(message, **kwargs)
-        if status == 429:
-            return errors.RateLimited(
-                message, retry_after=_retry_after(response.headers.get("Retry-After")), **kwargs
-            )
-        if status >= 500:
-            return errors.ServiceUnavailable(message, **kwargs)
-        return errors.InvalidRequest(message, **kwargs)
+    @functools.cached_property
+    def _delegation_lock(self) -> asyncio.Lock:
+        return asyncio.Lock()
 
     # -- plans -------------------------------------------------------------------------------
 
@@ -228,24 +79,24 @@ class ServiceClient:
         if sort_by:
             params["sortBy"] = sort_by
         data = await self._request("GET", "protocol/plans", params=params, retry=True)
-        return _parse(PlanPage, data)
+        return parse_model(PlanPage, data)
 
     async def get_plan(self, plan_id: str) -> Plan:
-        data = await self._request("GET", f"protocol/plans/{_seg(plan_id)}", auth=False, retry=True)
-        return _parse(Plan, data)
+        data = await self._request("GET", f"protocol/plans/{seg(plan_id)}", auth=False, retry=True)
+        return parse_model(Plan, data)
 
     async def get_plan_balance(self, plan_id: str, holder: str | None = None) -> PlanBalance:
         """Balance of ``holder``, or of the key's own account when none is given."""
         address = holder if is_address(holder) else self.address
         if address is None:
             raise errors.NotLoggedIn()
-        path = f"protocol/plans/{_seg(plan_id)}/balance/{address}"
+        path = f"protocol/plans/{seg(plan_id)}/balance/{address}"
         data = await self._request("GET", path, auth=False, retry=True)
-        return _parse(PlanBalance, data)
+        return parse_model(PlanBalance, data)
 
     async def order_plan(self, plan_id: str) -> OrderResult:
-        data = await self._request("POST", f"protocol/plans/{_seg(plan_id)}/order")
-        result = _parse(OrderResult, data)
+        data = await self._request("POST", f"protocol/plans/{seg(plan_id)}/order")
+        result = parse_model(OrderResult, data)
         if not result.success:
             raise errors.InvalidRequest(
                 result.message or "The order was not accepted", code="order_failed"
@@ -286,7 +137,7 @@ class ServiceClient:
         if max_orders is not None:
             body["maxOrders"] = str(max_orders)
         data = await self._request("POST", "protocol/plans", body=body)
-        return _require_str(data, "planId")
+        return require_str(data, "planId")
 
     async def register_credits_plan(
         self, metadata: PlanMetadata, price: PriceConfig, credits: CreditsConfig, **kw: Any
@@ -316,7 +167,7 @@ class ServiceClient:
 
     async def mint_credits(self, plan_id: str, amount: int, receiver: str) -> dict[str, Any]:
         body = {"amount": str(amount), "receiver": receiver}
-        data = await self._request("POST", f"protocol/plans/{_seg(plan_id)}/mint", body=body)
+        data = await self._request("POST", f"protocol/plans/{seg(plan_id)}/mint", body=body)
         return data if isinstance(data, dict) else {}
 
     # -- agents ------------------------------------------------------------------------------
@@ -330,7 +181,7 @@ class ServiceClient:
             "plans": list(plan_ids),
         }
         data = await self._request("POST", "protocol/agents", body=body)
-        return _require_str(_data(data), "agentId")
+        return require_str(data_of(data), "agentId")
 
     async def register_agent_and_plan(
         self,
@@ -354,34 +205,34 @@ class ServiceClient:
             },
         }
         data = await self._request("POST", "protocol/agents/plans", body=body)
-        ids = _parse(RegisteredIds, _data(data))
+        ids = parse_model(RegisteredIds, data_of(data))
         if not ids.agent_id or not ids.plan_id:
             raise errors.ProtocolError("The registration answer lacks agentId or planId")
         return ids
 
     async def get_agent(self, agent_id: str) -> Agent:
-        path = f"protocol/agents/{_seg(agent_id)}"
-        return _parse(Agent, await self._request("GET", path, auth=False, retry=True))
+        path = f"protocol/agents/{seg(agent_id)}"
+        return parse_model(Agent, await self._request("GET", path, auth=False, retry=True))
 
     async def list_agents(self, page: int = 1, page_size: int = 10) -> AgentPage:
         params = {"page": page, "offset": page_size}
         data = await self._request("GET", "protocol/agents", params=params, retry=True)
-        return _parse(AgentPage, data)
+        return parse_model(AgentPage, data)
 
     async def get_plan_agents(self, plan_id: str, page: int = 1, page_size: int = 10) -> AgentPage:
         params = {"page": page, "offset": page_size}
-        path = f"protocol/plans/{_seg(plan_id)}/agents"
+        path = f"protocol/plans/{seg(plan_id)}/agents"
         data = await self._request("GET", path, auth=False, params=params, retry=True)
-        return _parse(AgentPage, data)
+        return parse_model(AgentPage, data)
 
     async def get_agent_plans(self, agent_id: str, page: int = 1, page_size: int = 10) -> PlanPage:
         params = {"page": page, "offset": page_size}
-        path = f"protocol/agents/{_seg(agent_id)}/plans"
+        path = f"protocol/agents/{seg(agent_id)}/plans"
         data = await self._request("GET", path, auth=False, params=params, retry=True)
-        return _parse(PlanPage, data)
+        return parse_model(PlanPage, data)
 
     async def remove_plan_from_agent(self, agent_id: str, plan_id: str) -> bool:
-        path = f"protocol/agents/{_seg(agent_id)}/plan/{_seg(plan_id)}"
+        path = f"protocol/agents/{seg(agent_id)}/plan/{seg(plan_id)}"
         data = await self._request("DELETE", path, retry=True)
         return bool(isinstance(data, dict) and data.get("success"))
 
@@ -416,7 +267,7 @@ class ServiceClient:
         params = {"provider": provider} if provider else None
         data = await self._request("GET", "payment-methods", params=params, retry=True)
         items = data if isinstance(data, list) else (data or {}).get("paymentMethods", [])
-        return [_parse(PaymentMethod, item) for item in items if isinstance(item, dict)]
+        return [parse_model(PaymentMethod, item) for item in items if isinstance(item, dict)]
 
     async def create_access_token(
         self,
@@ -440,7 +291,7 @@ class ServiceClient:
             "delegationConfig": {"delegationId": delegation_id},
         }
         data = await self._request("POST", "x402/permissions", body=body)
-        return _require_str(data, "accessToken")
+        return require_str(data, "accessToken")
 
     async def get_access_token(
         self,
@@ -535,7 +386,7 @@ class ServiceClient:
             "maxAmount": str(max_amount),
         }
         data = await self._request("POST", "x402/verify", body=body, retry=True)
-        return _parse(VerifyResult, data)
+        return parse_model(VerifyResult, data)
 
     async def settle(
         self,
@@ -553,88 +404,12 @@ class ServiceClient:
         if agent_request_id:
             body["agentRequestId"] = agent_request_id
         data = await self._request("POST", "x402/settle", body=body, retry=bool(agent_request_id))
-        return _parse(SettleResult, data)
+        return parse_model(SettleResult, data)
 
     async def get_versions(self) -> VersionInfo:
         data = await self._request("GET", "meta/versions", retry=True)
-        return _parse(VersionInfo, data)
-
-
-# -- helpers ------------------------------------------------------------------------------------
+        return parse_model(VersionInfo, data)
 
 
 def _delegation_key(provider: str, card_id: str | None) -> str:
     return f"{provider}:{card_id or ''}"
-
-
-def _seg(value: str) -> str:
-    """One URL path segment: ids never smuggle a ``/`` or ``..`` into the path."""
-    from urllib.parse import quote
-
-    return quote(str(value), safe=":")
-
-
-def _envelope(response: httpx.Response) -> tuple[str | None, str, str | None]:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        code = body.get("code") or body.get("errorCode")
-        message = str(body.get("message") or body.get("error") or response.reason_phrase)
-        hint = body.get("hint")
-        details = body.get("details")
-        if details and isinstance(details, str | int | float):
-            message = f"{message} ({details})"
-        return (str(code) if code else None), message, (str(hint) if hint else None)
-    text = response.text[:200].strip() or response.reason_phrase
-    return None, f"HTTP {response.status_code}: {text}", None
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        if parsed is None:
-            return None
-        return max(0.0, parsed.timestamp() - time.time())
-
-
-def _json_or_raise(response: httpx.Response, method: str, path: str) -> Any:
-    if not response.content:
-        return {}
-    try:
-        return response.json()
-    except ValueError:
-        raise errors.ProtocolError(
-            f"{method} {path} answered {response.status_code} with a non-JSON body",
-            status=response.status_code,
-            code="bad_response",
-        ) from None
-
-
-def _parse(model: type[M], data: Any) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:3])
-        raise errors.ProtocolError(
-            f"The service's answer did not match {model.__name__} ({fields})",
-            code="bad_response",
-        ) from None
-
-
-def _data(body: Any) -> dict[str, Any]:
-    if isinstance(body, dict) and isinstance(body.get("data"), dict):
-        return dict(body["data"])
-    return body if isinstance(body, dict) else {}
-
-
-def _require_str(body: Any, key: str) -> str:
-    value = body.get(key) if isinstance(body, dict) else None
-    if not isinstance(value, str) or not value:
-        raise errors.ProtocolError(f"The service's answer has no {key}", code="bad_response")
-    return value

@@ -81,6 +81,7 @@ def test_expired_key_is_reported() -> None:
         "sandbox:a.b.c",
         "sandbox:" + "eyJhbGciOiJIUzI1NiJ9.e30.x",
     ],
+    ids=["no-prefix", "not-a-jwt", "not-json", "no-sub"],
 )
 def test_malformed_key_error_never_contains_the_key(bad: str) -> None:
     with pytest.raises(ConfigError) as info:
