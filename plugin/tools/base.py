@@ -19,6 +19,7 @@ from ..errors import ServiceError
 from ..host import ToolResult, ToolSpec
 from ..pricing import PriceError
 from ..redact import get_logger
+from ..runtime import RuntimeClosed
 
 log = get_logger("plugin.tools")
 
@@ -115,7 +116,14 @@ def to_spec(core: PluginCore, spec: Tool[Any]) -> ToolSpec:
     """A host-facing ToolSpec whose handler can be awaited from any loop or thread."""
 
     async def handler(raw: dict[str, Any]) -> ToolResult:
-        return await core.runtime.run(execute(core, spec, raw))
+        try:
+            return await core.runtime.run(execute(core, spec, raw))
+        except RuntimeClosed:
+            return ToolResult.error(
+                "plugin_closed",
+                "The svc plugin has been shut down",
+                "Restart the gateway to use the payments tools again.",
+            )
 
     return ToolSpec(spec.name, spec.description, spec.schema(), handler)
 

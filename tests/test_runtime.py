@@ -1,0 +1,86 @@
+"""The plugin-owned loop: callable from any thread or loop, and it shuts down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import threading
+import warnings
+
+import pytest
+
+from plugin.redact import get_logger, redact
+from plugin.runtime import PluginRuntime, RuntimeClosed
+from tests.conftest import HostFactory
+from tests.helpers import fake_key
+
+
+async def where() -> str:
+    return threading.current_thread().name
+
+
+def test_runs_on_its_own_thread_from_threads_and_loops() -> None:
+    runtime = PluginRuntime()
+    try:
+        assert runtime.run_sync(where(), timeout=5) == "svc-plugin-loop"
+        assert asyncio.run(runtime.run(where())) == "svc-plugin-loop"
+        results: list[str] = []
+        workers = [
+            threading.Thread(target=lambda: results.append(asyncio.run(runtime.run(where()))))
+            for _ in range(8)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert results == ["svc-plugin-loop"] * 8
+    finally:
+        runtime.close()
+
+
+def test_close_cancels_leftovers_and_joins_the_thread() -> None:
+    runtime = PluginRuntime()
+    closed: list[bool] = []
+
+    async def closer() -> None:
+        closed.append(True)
+
+    runtime.add_closer(closer)
+    runtime.submit(asyncio.sleep(3600))  # a task nobody awaits
+    runtime.close()
+    assert closed == [True]
+    assert not any(t.name == "svc-plugin-loop" for t in threading.enumerate())
+    with pytest.raises(RuntimeClosed):
+        runtime.submit(where())
+    runtime.close()  # idempotent
+
+
+async def test_a_used_plugin_closes_without_warnings(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    gateway, handle = await make_host(subscriber["apiKey"], planId=plan_id)
+    assert await gateway.context_text()
+    assert not (await gateway.call_tool("svc_getAccessToken", {})).isError
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await asyncio.to_thread(handle.close)
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning | RuntimeWarning)] == []
+    assert handle.runtime.closed
+    after = await gateway.call_tool("svc_checkBalance", {})
+    assert after.isError and after.structuredContent["error"]["code"] == "plugin_closed"
+
+
+def test_redacting_filter_masks_keys_and_tokens(caplog: pytest.LogCaptureFixture) -> None:
+    key = fake_key()
+    token = "eyJ4NDAyVmVyc2lvbiI6Mn0.eyJwYXlsb2FkIjp7fX0.c2ln"
+    log = get_logger("plugin.test")
+    with caplog.at_level(logging.INFO, logger="plugin.test"):
+        log.info("key %s token %s", key, token)
+        log.info("GET /callback/x?svc_api_key=%s", key)
+        log.info("Authorization: Bearer %s", key)
+    assert key not in caplog.text and token not in caplog.text
+    assert key.split(":", 1)[1][:20] not in caplog.text
+    assert caplog.text.count("[REDACTED]") >= 4
+    assert redact("nothing secret here 0x" + "a" * 40) == "nothing secret here 0x" + "a" * 40
