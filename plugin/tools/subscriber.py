@@ -140,6 +140,21 @@ def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
     }
 
 
+async def _plan_to_order(core: PluginCore, plan_id: str | None, *, by_card: bool) -> Plan:
+    """The plan to quote or buy, refused when the other order tool is the right one."""
+    plan = await core.client().get_plan(require_plan(core, plan_id))
+    if plan.price_total > 0 and plan.is_crypto == by_card:
+        kind, other = (
+            ("in crypto", "svc_orderPlan") if by_card else ("by card", "svc_orderFiatPlan")
+        )
+        raise ToolFailure(
+            "crypto_plan" if by_card else "fiat_plan",
+            f"Plan {plan.name} is paid {kind}",
+            f"Use {other} for this plan.",
+        )
+    return plan
+
+
 @tool(
     "svc_orderPlan",
     "Buy a crypto payment plan. Without confirm it only returns a quote; it spends money "
@@ -147,17 +162,11 @@ def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
     OrderParams,
 )
 async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
-    plan_id = require_plan(core, p.plan_id)
-    client = core.client()
-    plan = await client.get_plan(plan_id)
-    if not plan.is_crypto and plan.price_total > 0:
-        raise ToolFailure(
-            "fiat_plan",
-            f"Plan {plan.name} is paid by card",
-            "Use svc_orderFiatPlan for this plan.",
-        )
+    plan = await _plan_to_order(core, p.plan_id, by_card=False)
     if not p.confirm:
         return quote(core, plan, "svc_orderPlan")
+    plan_id = plan.id
+    client = core.client()
     result = await client.order_plan(plan_id)
     core.spent(plan_id)
     balance = await client.get_plan_balance(plan_id)
@@ -177,18 +186,11 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     OrderParams,
 )
 async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
-    plan_id = require_plan(core, p.plan_id)
-    client = core.client()
-    plan = await client.get_plan(plan_id)
-    if plan.is_crypto and plan.price_total > 0:
-        raise ToolFailure(
-            "crypto_plan",
-            f"Plan {plan.name} is paid in crypto",
-            "Use svc_orderPlan for this plan.",
-        )
+    plan = await _plan_to_order(core, p.plan_id, by_card=True)
     if not p.confirm:
         return quote(core, plan, "svc_orderFiatPlan")
-    checkout = await client.order_fiat_plan(plan_id)
+    plan_id = plan.id
+    checkout = await core.client().order_fiat_plan(plan_id)
     core.spent(plan_id)
     return {
         "checkoutUrl": checkout.checkout_url,
