@@ -128,6 +128,44 @@ class GatewayAPI(Protocol):
     def on(self, event: str, handler: HookHandler) -> None: ...
 
 
+class CollectingGateway:
+    """A :class:`GatewayAPI` that records what the plugin registers, for hosts to dispatch.
+
+    Both shipped hosts build on it; a host author can too. Tool and command names are unique.
+    """
+
+    def __init__(self, plugin_config: Mapping[str, Any], logger: logging.Logger) -> None:
+        self._config: dict[str, Any] = dict(plugin_config)
+        self._logger = logger
+        self.tools: dict[str, ToolSpec] = {}
+        self.commands: dict[str, CommandSpec] = {}
+        self.hooks: dict[str, list[HookHandler]] = {}
+
+    @property
+    def plugin_config(self) -> Mapping[str, Any]:
+        return self._config
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._logger
+
+    def register_tool(self, spec: ToolSpec) -> None:
+        if spec.name in self.tools:
+            raise ValueError(f"tool {spec.name} is already registered")
+        self.tools[spec.name] = spec
+
+    def register_command(self, spec: CommandSpec) -> None:
+        if spec.name in self.commands:
+            raise ValueError(f"command /{spec.name} is already registered")
+        self.commands[spec.name] = spec
+
+    def on(self, event: str, handler: HookHandler) -> None:
+        if event != BEFORE_PROMPT_BUILD:
+            self._logger.warning("ignoring unknown plugin event %r", event)
+            return
+        self.hooks.setdefault(event, []).append(handler)
+
+
 def host_http_app(api: GatewayAPI) -> web.Application | None:
     """The host's aiohttp application, when it has one."""
     app = getattr(api, "http_app", None)

@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from ..host import (
     BEFORE_PROMPT_BUILD,
+    CollectingGateway,
     CommandContext,
     CommandSpec,
     HookHandler,
@@ -76,39 +76,12 @@ _atexit_registered = False
 # -- the GatewayAPI handed to the plugin core --------------------------------------------------
 
 
-class HermesGatewayAPI:
+class HermesGatewayAPI(CollectingGateway):
     """:class:`plugin.host.GatewayAPI` for Hermes: collects what the plugin declares.
 
     Registrations are buffered and handed to Hermes only after ``plugin.register`` returned, so a
     plugin that fails half-way leaves nothing behind in Hermes's registries.
     """
-
-    def __init__(self, plugin_config: Mapping[str, Any], logger: logging.Logger) -> None:
-        self._config = dict(plugin_config)
-        self._logger = logger
-        self.tools: list[ToolSpec] = []
-        self.commands: list[CommandSpec] = []
-        self.hooks: dict[str, list[HookHandler]] = {}
-
-    @property
-    def plugin_config(self) -> Mapping[str, Any]:
-        return self._config
-
-    @property
-    def logger(self) -> logging.Logger:
-        return self._logger
-
-    def register_tool(self, spec: ToolSpec) -> None:
-        self.tools.append(spec)
-
-    def register_command(self, spec: CommandSpec) -> None:
-        self.commands.append(spec)
-
-    def on(self, event: str, handler: HookHandler) -> None:
-        if event != BEFORE_PROMPT_BUILD:
-            self._logger.warning("Hermes adapter: ignoring unknown plugin event %r", event)
-            return
-        self.hooks.setdefault(event, []).append(handler)
 
 
 # -- settings ----------------------------------------------------------------------------------
@@ -334,7 +307,7 @@ def make_pre_llm_call(
 
 
 def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
-    for spec in api.tools:
+    for spec in api.tools.values():
         ctx.register_tool(
             name=spec.name,
             toolset=TOOLSET,
@@ -344,7 +317,7 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
             description=spec.description,
             emoji=TOOL_EMOJI,
         )
-    for command in api.commands:
+    for command in api.commands.values():
         primary, alias = command_names(command.name)
         hint = _menu_hint(command.args_hint) if command.accepts_args else ""
         handler = make_command_handler(command)

@@ -18,12 +18,10 @@ from aiohttp import web
 
 from ..host import (
     BEFORE_PROMPT_BUILD,
+    CollectingGateway,
     CommandContext,
-    CommandSpec,
-    HookHandler,
     PromptContext,
     ToolResult,
-    ToolSpec,
 )
 
 HELP = """Commands:
@@ -36,7 +34,7 @@ HELP = """Commands:
 Tool calls:  <toolName> {json params}   e.g. svc_checkBalance {"planId": "123"}"""
 
 
-class ReferenceGateway:
+class ReferenceGateway(CollectingGateway):
     """A minimal host: collects what the plugin registers and dispatches to it."""
 
     def __init__(
@@ -47,34 +45,9 @@ class ReferenceGateway:
         http_app: web.Application | None = None,
         sender_id: str = "local-user",
     ) -> None:
-        self._config: dict[str, Any] = dict(plugin_config or {})
-        self._logger = logger or logging.getLogger("svc_gateway.reference")
+        super().__init__(plugin_config or {}, logger or logging.getLogger("svc_gateway.reference"))
         self.http_app = http_app
         self.sender_id = sender_id
-        self.tools: dict[str, ToolSpec] = {}
-        self.commands: dict[str, CommandSpec] = {}
-        self.hooks: dict[str, list[HookHandler]] = {}
-
-    # -- GatewayAPI --------------------------------------------------------------------------
-
-    @property
-    def plugin_config(self) -> Mapping[str, Any]:
-        return self._config
-
-    @property
-    def logger(self) -> logging.Logger:
-        return self._logger
-
-    def register_tool(self, spec: ToolSpec) -> None:
-        if spec.name in self.tools:
-            raise ValueError(f"tool {spec.name} is already registered")
-        self.tools[spec.name] = spec
-
-    def register_command(self, spec: CommandSpec) -> None:
-        self.commands[spec.name] = spec
-
-    def on(self, event: str, handler: HookHandler) -> None:
-        self.hooks.setdefault(event, []).append(handler)
 
     # -- dispatch ----------------------------------------------------------------------------
 
