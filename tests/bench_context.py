@@ -13,13 +13,13 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import plugin
-from plugin.client import ServiceClient
-from plugin.hosts.reference import ReferenceGateway
-from plugin.login import CredentialStore
-from plugin.models import PlanMetadata
-from plugin.pricing import crypto_price, fixed_credits
-from plugin.sandbox import start_sandbox
+import svc_gateway
+from svc_gateway.client import ServiceClient
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+from svc_gateway.models import PlanMetadata
+from svc_gateway.pricing import crypto_price, fixed_credits
+from svc_gateway.sandbox import start_sandbox
 
 ROUNDS = 300
 
@@ -49,7 +49,7 @@ async def main() -> None:
         {"environment": "local", "baseUrl": server.base_url, "planId": plan_id}
     )
     store = CredentialStore(Path(tempfile.mkdtemp()), use_keyring=False)
-    handle = plugin.register(gateway, store=store)
+    handle = svc_gateway.register(gateway, store=store)
     await gateway.run_command("svc_login", subscriber["apiKey"])
     direct = ServiceClient(server.base_url, subscriber["apiKey"])
 

@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
-import plugin
-from plugin.client import ServiceClient
-from plugin.hosts.reference import ReferenceGateway
-from plugin.login import CredentialStore
-from plugin.models import PlanMetadata
-from plugin.pricing import crypto_price, fiat_price, fixed_credits
-from plugin.sandbox import SandboxServer, start_sandbox
+import svc_gateway
+from svc_gateway.client import ServiceClient
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+from svc_gateway.models import PlanMetadata
+from svc_gateway.pricing import crypto_price, fiat_price, fixed_credits
+from svc_gateway.sandbox import SandboxServer, start_sandbox
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 
@@ -88,14 +88,14 @@ async def plan_id(builder_client: ServiceClient, builder: dict[str, str]) -> str
     return await make_plan(builder_client, builder["address"])
 
 
-Host = tuple[ReferenceGateway, plugin.PluginHandle]
+Host = tuple[ReferenceGateway, svc_gateway.PluginHandle]
 HostFactory = Callable[..., Awaitable[Host]]
 
 
 @pytest.fixture
 async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[HostFactory]:
     """Build reference gateways with the plugin registered, against the sandbox."""
-    handles: list[plugin.PluginHandle] = []
+    handles: list[svc_gateway.PluginHandle] = []
     counter = 0
 
     async def factory(
@@ -111,7 +111,7 @@ async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[Hos
         settings: dict[str, Any] = {"environment": "local", "baseUrl": sandbox.base_url, **config}
         gateway = ReferenceGateway(settings)
         store = CredentialStore(tmp_path / f"store-{counter}", use_keyring=False)
-        handle = plugin.register(
+        handle = svc_gateway.register(
             gateway, transport=transport, store=store, clock=clock, open_browser=open_browser
         )
         handles.append(handle)

@@ -7,10 +7,10 @@ import asyncio
 import httpx
 import pytest
 
-from plugin import errors
-from plugin.client import ServiceClient
-from plugin.encoding import decode_access_token, token_authorization
-from plugin.models import (
+from svc_gateway import errors
+from svc_gateway.client import ServiceClient
+from svc_gateway.encoding import decode_access_token, token_authorization
+from svc_gateway.models import (
     Accept,
     AgentApi,
     AgentMetadata,
@@ -19,7 +19,7 @@ from plugin.models import (
     PriceConfig,
     Resource,
 )
-from plugin.pricing import (
+from svc_gateway.pricing import (
     PriceError,
     dynamic_credits,
     erc20_price,
@@ -29,7 +29,7 @@ from plugin.pricing import (
     free_price,
     native_price,
 )
-from plugin.sandbox import SandboxServer
+from svc_gateway.sandbox import SandboxServer
 from tests.conftest import USDC, make_plan
 
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from plugin import errors
-from plugin.client import ServiceClient
-from plugin.models import PaymentRequirement, PlanMetadata
-from plugin.pricing import crypto_price, fixed_credits
+from svc_gateway import errors
+from svc_gateway.client import ServiceClient
+from svc_gateway.models import PaymentRequirement, PlanMetadata
+from svc_gateway.pricing import crypto_price, fixed_credits
 from tests.helpers import fake_key
 
 BASE = "http://127.0.0.1:9/api/v1"

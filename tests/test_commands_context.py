@@ -9,8 +9,8 @@ import threading
 import httpx
 import pytest
 
-from plugin.client import ServiceClient
-from plugin.sandbox import SandboxServer
+from svc_gateway.client import ServiceClient
+from svc_gateway.sandbox import SandboxServer
 from tests.conftest import CountingTransport, HostFactory, make_plan
 from tests.helpers import fake_key
 
@@ -66,25 +66,25 @@ async def test_logout_forgets_key_and_state(
 async def test_stored_key_survives_a_restart_and_config_key_wins(
     make_host: HostFactory, sandbox: SandboxServer, subscriber: dict[str, str], tmp_path
 ) -> None:
-    import plugin
-    from plugin.hosts.reference import ReferenceGateway
-    from plugin.login import CredentialStore
+    import svc_gateway
+    from svc_gateway.hosts.reference import ReferenceGateway
+    from svc_gateway.login import CredentialStore
 
     store_dir = tmp_path / "shared-store"
     settings = {"environment": "local", "baseUrl": sandbox.base_url}
     first = ReferenceGateway(settings)
-    h1 = plugin.register(first, store=CredentialStore(store_dir, use_keyring=False))
+    h1 = svc_gateway.register(first, store=CredentialStore(store_dir, use_keyring=False))
     await first.run_command("svc_login", subscriber["apiKey"])
     await asyncio.to_thread(h1.close)
 
     second = ReferenceGateway(settings)
-    h2 = plugin.register(second, store=CredentialStore(store_dir, use_keyring=False))
+    h2 = svc_gateway.register(second, store=CredentialStore(store_dir, use_keyring=False))
     assert h2.core.session.address == subscriber["address"]
     await asyncio.to_thread(h2.close)
 
     other = await sandbox.create_account("other")
     third = ReferenceGateway({**settings, "svcApiKey": other["apiKey"]})
-    h3 = plugin.register(third, store=CredentialStore(store_dir, use_keyring=False))
+    h3 = svc_gateway.register(third, store=CredentialStore(store_dir, use_keyring=False))
     assert h3.core.session.address == other["address"] and h3.core.session.source == "config"
     await asyncio.to_thread(h3.close)
 

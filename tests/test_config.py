@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import plugin
-from plugin.config import ConfigError, load_config, parse_api_key
-from plugin.manifest import build_manifest
+import svc_gateway
+from svc_gateway.config import ConfigError, load_config, parse_api_key
+from svc_gateway.manifest import build_manifest
 from tests.helpers import fake_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def test_config_repr_hides_the_key() -> None:
 
 def test_manifest_config_schema_is_the_config_model() -> None:
     manifest = json.loads((ROOT / "manifest.json").read_text())
-    assert manifest == build_manifest(), "run: python -m plugin.manifest"
+    assert manifest == build_manifest(), "run: python -m svc_gateway.manifest"
     aliases = {f.alias or name for name, f in type(load_config({})).model_fields.items()}
     assert set(manifest["configSchema"]["properties"]) == aliases
     assert len(manifest["tools"]) == 9
@@ -118,7 +118,7 @@ def test_manifest_config_schema_is_the_config_model() -> None:
 def test_versions_agree() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     manifest = json.loads((ROOT / "manifest.json").read_text())
-    assert pyproject["project"]["version"] == plugin.__version__ == manifest["version"]
+    assert pyproject["project"]["version"] == svc_gateway.__version__ == manifest["version"]
 
 
 def test_key_with_non_finite_expiry_is_a_clear_error() -> None:

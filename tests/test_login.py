@@ -21,9 +21,9 @@ from keyring.backend import KeyringBackend
 from keyring.errors import PasswordDeleteError
 from pydantic import SecretStr
 
-from plugin.config import ConfigError
-from plugin.encoding import b64url_nopad
-from plugin.login import (
+from svc_gateway.config import ConfigError
+from svc_gateway.encoding import b64url_nopad
+from svc_gateway.login import (
     KEYRING_SERVICE,
     BrowserLogin,
     CredentialStore,
@@ -33,7 +33,7 @@ from plugin.login import (
     manual_instructions,
     secure_backend,
 )
-from plugin.sandbox import SandboxServer
+from svc_gateway.sandbox import SandboxServer
 
 ADDRESS = "0x" + "ab12" * 10
 FRONTEND = "https://app.example.test"

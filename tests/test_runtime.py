@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from plugin.redact import get_logger, redact
-from plugin.runtime import PluginRuntime, RuntimeClosed
+from svc_gateway.redact import get_logger, redact
+from svc_gateway.runtime import PluginRuntime, RuntimeClosed
 from tests.conftest import HostFactory
 from tests.helpers import fake_key
 
@@ -75,8 +75,8 @@ async def test_a_used_plugin_closes_without_warnings(
 def test_redacting_filter_masks_keys_and_tokens(caplog: pytest.LogCaptureFixture) -> None:
     key = fake_key()
     token = "eyJ4NDAyVmVyc2lvbiI6Mn0.eyJwYXlsb2FkIjp7fX0.c2ln"
-    log = get_logger("plugin.test")
-    with caplog.at_level(logging.INFO, logger="plugin.test"):
+    log = get_logger("svc_gateway.test")
+    with caplog.at_level(logging.INFO, logger="svc_gateway.test"):
         log.info("key %s token %s", key, token)
         log.info("GET /callback/x?svc_api_key=%s", key)
         log.info("Authorization: Bearer %s", key)

@@ -12,7 +12,7 @@ from .hermes_support import Sandbox, create_ordered_plan, sandbox_process
 
 def _sandbox_available() -> bool:
     try:
-        import plugin.sandbox as sandbox_pkg
+        import svc_gateway.sandbox as sandbox_pkg
     except ImportError:
         return False
     return hasattr(sandbox_pkg, "main_sandbox")
@@ -23,7 +23,7 @@ def hermes_sandbox() -> Iterator[Sandbox]:
     if importlib.util.find_spec("hermes_cli") is None:
         pytest.skip("Hermes Agent is not installed (pip install -e '.[hermes]')")
     if not _sandbox_available():
-        pytest.skip("plugin.sandbox.main_sandbox is not available")
+        pytest.skip("svc_gateway.sandbox.main_sandbox is not available")
     with sandbox_process() as sandbox:
         yield sandbox
 

@@ -9,7 +9,7 @@ Scenarios:
   host      discovery, tools, the pre_llm_call hook, two full agent turns (real plugin)
   commands  discovery, /svc_login and /svc_logout through the gateway and the CLI (real plugin)
   broken    an invalid config: Hermes records the plugin's error and keeps working
-  standin   the adapter's own guarantees with a stand-in for ``plugin.register``: error JSON,
+  standin   the adapter's own guarantees with a stand-in for ``svc_gateway.register``: error JSON,
             no secrets, the hook budget, command names and the Telegram menu
 
 Each section is recorded as ``{"ok": bool, ...}`` (with the traceback when it failed), so one
@@ -383,9 +383,9 @@ FAKE_SECRET = "local:eyJhbGciOiJub25lIn0.eyJzdWIiOiIweDAwMDAwMDAwMDAwMDAwMDAwMDA
 
 
 def install_standin() -> dict[str, Any]:
-    """Replace ``plugin.register`` with a small plugin built on the real contract and runtime."""
-    import plugin
-    from plugin.host import (
+    """Replace ``svc_gateway.register`` with a small plugin on the real contract and runtime."""
+    import svc_gateway
+    from svc_gateway.host import (
         BEFORE_PROMPT_BUILD,
         CommandContext,
         CommandSpec,
@@ -394,7 +394,7 @@ def install_standin() -> dict[str, Any]:
         ToolResult,
         ToolSpec,
     )
-    from plugin.runtime import PluginRuntime
+    from svc_gateway.runtime import PluginRuntime
 
     state: dict[str, Any] = {"hook_mode": "fast", "threads": [], "commands": [], "config": None}
 
@@ -455,7 +455,7 @@ def install_standin() -> dict[str, Any]:
         api.logger.info("stand-in registered with key %s", FAKE_SECRET)
         return Handle(runtime)
 
-    setattr(plugin, "register", standin_register)  # noqa: B010 - replace the real entry point
+    setattr(svc_gateway, "register", standin_register)  # noqa: B010 - replace the real entry point
     return state
 
 

@@ -133,7 +133,7 @@ def sandbox_process(timeout: float = 30.0) -> Iterator[Sandbox]:
         [
             sys.executable,
             "-c",
-            "from plugin.sandbox import main_sandbox; main_sandbox(['--port', '0'])",
+            "from svc_gateway.sandbox import main_sandbox; main_sandbox(['--port', '0'])",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

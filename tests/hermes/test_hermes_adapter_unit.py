@@ -1,5 +1,5 @@
-"""The Hermes adapter against a fake ``ctx`` and a stand-in ``plugin.register``: no Hermes needed,
-so these run in every environment. The real-host behaviour is in the other test modules."""
+"""The Hermes adapter against a fake ``ctx`` and a stand-in ``svc_gateway.register``: no Hermes
+needed, so these run in every environment. The real-host behaviour is in the other test modules."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-import plugin
-from plugin.host import (
+import svc_gateway
+from svc_gateway.host import (
     BEFORE_PROMPT_BUILD,
     CommandContext,
     CommandSpec,
@@ -24,8 +24,8 @@ from plugin.host import (
     ToolResult,
     ToolSpec,
 )
-from plugin.hosts import hermes
-from plugin.runtime import PluginRuntime
+from svc_gateway.hosts import hermes
+from svc_gateway.runtime import PluginRuntime
 
 
 class FakeCtx:
@@ -75,7 +75,7 @@ class Handle:
 
 @pytest.fixture
 def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """A stand-in ``plugin.register`` using the real contract and runtime."""
+    """A stand-in ``svc_gateway.register`` using the real contract and runtime."""
     state: dict[str, Any] = {"handles": [], "hook_delay": 0.0}
 
     def register(api: GatewayAPI) -> Handle:
@@ -116,7 +116,7 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         api.on("after_prompt", context)  # unknown events are ignored with a warning
         return handle
 
-    monkeypatch.setattr(plugin, "register", register, raising=False)
+    monkeypatch.setattr(svc_gateway, "register", register, raising=False)
     yield state
     hermes._close_at_exit()
     for handle in state["handles"]:

@@ -1,5 +1,5 @@
 """The Hermes adapter's own guarantees inside real Hermes Agent 0.19.0, with a stand-in for
-``plugin.register`` (built on the real host contract and runtime), so these hold whatever the
+``svc_gateway.register`` (built on the real host contract and runtime), so these hold whatever the
 plugin core does: command names on both dispatch paths, the Telegram menu, error JSON that never
 carries a secret, and a balance hook that never outlasts its budget."""
 

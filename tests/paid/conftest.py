@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from plugin import PluginHandle, register
-from plugin.hosts.reference import ReferenceGateway
-from plugin.login import CredentialStore
-from plugin.sandbox import SandboxServer
+from svc_gateway import PluginHandle, register
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+from svc_gateway.sandbox import SandboxServer
 
 from .support import (
     FaultyTransport,

@@ -14,14 +14,14 @@ from typing import Any
 import httpx
 import pytest
 
-from plugin import PluginHandle
-from plugin.client import ServiceClient
-from plugin.embedded import DEMO_TOKEN
-from plugin.encoding import decode_b64_json
-from plugin.hosts.reference import ReferenceGateway
-from plugin.paid.handlers import default_handler
-from plugin.paid_endpoint import PaidEndpoint
-from plugin.sandbox import SandboxServer, start_sandbox
+from svc_gateway import PluginHandle
+from svc_gateway.client import ServiceClient
+from svc_gateway.embedded import DEMO_TOKEN
+from svc_gateway.encoding import decode_b64_json
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.paid import PaidEndpoint
+from svc_gateway.paid.handlers import default_handler
+from svc_gateway.sandbox import SandboxServer, start_sandbox
 
 Fault = Callable[[httpx.Request, httpx.AsyncBaseTransport], Awaitable[httpx.Response]]
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import httpx
 
-from plugin.client import ServiceClient
-from plugin.encoding import decode_b64_json
+from svc_gateway.client import ServiceClient
+from svc_gateway.encoding import decode_b64_json
 
 from .support import MarketFactory
 

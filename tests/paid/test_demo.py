@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.demo import run_demo
+from svc_gateway.demo import run_demo
 
 from .support import LogCollector, leaked_secrets
 
@@ -45,7 +45,7 @@ def test_demo_command_exits_0_cleanly(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
     env["PYTHONWARNINGS"] = "always"  # any warning would show up on stderr
     done = subprocess.run(
-        [sys.executable, "-m", "plugin.cli", "demo"],
+        [sys.executable, "-m", "svc_gateway.cli", "demo"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -10,12 +10,12 @@ import httpx
 import pytest
 from aiohttp import web
 
-from plugin import register
-from plugin.config import ConfigError
-from plugin.encoding import decode_b64_json
-from plugin.hosts.reference import ReferenceGateway
-from plugin.login import CredentialStore
-from plugin.paid_endpoint import attach_paid_endpoint
+from svc_gateway import register
+from svc_gateway.config import ConfigError
+from svc_gateway.encoding import decode_b64_json
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+from svc_gateway.paid import attach_paid_endpoint
 
 from .support import Market, MarketFactory, connect_error, refuse_500, unauthorized
 

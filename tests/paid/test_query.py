@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from plugin.tools.query import is_loopback_host
+from svc_gateway.tools.query import is_loopback_host
 
 from .support import Market, MarketFactory
 

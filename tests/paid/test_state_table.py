@@ -7,7 +7,7 @@ import logging
 import httpx
 import pytest
 
-from plugin.encoding import decode_b64_json
+from svc_gateway.encoding import decode_b64_json
 
 from .support import (
     Market,
@@ -132,7 +132,7 @@ async def test_settle_failure_after_2xx_returns_200_unchanged_and_logs(
     assert market.transport is not None
     market.transport.always["x402/settle"] = fault  # type: ignore[assignment]
     token = await market.token()
-    with caplog.at_level(logging.ERROR, logger="plugin.paid"):
+    with caplog.at_level(logging.ERROR, logger="svc_gateway.paid"):
         response = await ask(http, market, "four words right here", token)
     assert response.status_code == 200
     assert response.json()["wordCount"] == 4

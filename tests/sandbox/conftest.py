@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from plugin.sandbox import SandboxServer, start_sandbox
+from svc_gateway.sandbox import SandboxServer, start_sandbox
 
 from .support import HOLD_TTL, Actor, Api, FakeClock
 

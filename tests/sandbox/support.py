@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from plugin.sandbox import SandboxServer
+from svc_gateway.sandbox import SandboxServer
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 HOLD_TTL = 60.0

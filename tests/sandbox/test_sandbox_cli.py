@@ -11,14 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from plugin.sandbox import main_sandbox
+from svc_gateway.sandbox import main_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def launch(*args: str) -> subprocess.Popen[str]:
     code = (
-        "import sys; from plugin.sandbox import main_sandbox; "
+        "import sys; from svc_gateway.sandbox import main_sandbox; "
         f"sys.exit(main_sandbox({list(args)!r}))"
     )
     return subprocess.Popen(

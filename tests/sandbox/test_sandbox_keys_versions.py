@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from plugin.config import parse_api_key
-from plugin.encoding import jwt_claims
-from plugin.sandbox import start_sandbox
-from plugin.sandbox.context import STORE
-from plugin.sandbox.tokens import sign
+from svc_gateway.config import parse_api_key
+from svc_gateway.encoding import jwt_claims
+from svc_gateway.sandbox import start_sandbox
+from svc_gateway.sandbox.context import STORE
+from svc_gateway.sandbox.tokens import sign
 
 from .support import Actor, Api
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from plugin.encoding import decode_access_token, token_authorization
+from svc_gateway.encoding import decode_access_token, token_authorization
 
 from .support import CARD, CRYPTO, Actor, Api, FakeClock
 

@@ -16,7 +16,7 @@ from .host import CommandContext, CommandSpec
 from .login import BrowserLogin, LoginError, manual_instructions
 from .redact import get_logger
 
-log = get_logger("plugin.commands")
+log = get_logger("svc_gateway.commands")
 
 LOGIN_USAGE = (
     "Usage: /svc_login <environment>:<API_KEY> (headless), or /svc_login [sandbox|live] to log "

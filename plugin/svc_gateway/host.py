@@ -1,6 +1,6 @@
 """The host contract: everything a chat gateway needs to load this plugin.
 
-A host hands :func:`plugin.register` an object satisfying :class:`GatewayAPI`. The plugin
+A host hands :func:`svc_gateway.register` an object satisfying :class:`GatewayAPI`. The plugin
 registers nine tools, two commands and one ``before_prompt_build`` hook through it. This module
 is the whole public surface a host author has to read.
 """
@@ -109,7 +109,7 @@ BEFORE_PROMPT_BUILD = "before_prompt_build"
 
 @runtime_checkable
 class GatewayAPI(Protocol):
-    """What a host hands to ``plugin.register(api)``.
+    """What a host hands to ``svc_gateway.register(api)``.
 
     ``http_app`` is optional: a host that already serves an ``aiohttp.web.Application`` exposes
     it and the paid endpoint is mounted there; otherwise the plugin serves its own.

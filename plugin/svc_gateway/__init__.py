@@ -1,6 +1,6 @@
 """svc chat-gateway plugin: the Agent Payments Service for chat gateways.
 
-``register(api)`` is the entry point every host calls (see :mod:`plugin.host`).
+``register(api)`` is the entry point every host calls (see :mod:`svc_gateway.host`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def register(
 
     config = load_config(api.plugin_config)
     install("httpx", "httpcore", "aiohttp.access", "aiohttp.server")
-    log = get_logger("plugin")
+    log = get_logger("svc_gateway")
     runtime = PluginRuntime()
     try:
         core = PluginCore(config, runtime, store=store, transport=transport)
@@ -84,7 +84,7 @@ def register(
         api.on(BEFORE_PROMPT_BUILD, before_prompt_build)
         handle = PluginHandle(runtime=runtime, core=core, commands=commands, context=context)
         if config.enable_paid_endpoint:
-            from .paid_endpoint import attach_paid_endpoint
+            from .paid import attach_paid_endpoint
 
             handle.extras["paid_endpoint"] = runtime.run_sync(attach_paid_endpoint(api, core))
     except BaseException:

@@ -2,7 +2,7 @@
 
 ``POST <agentEndpointPath>`` with ``{"prompt": ...}`` and ``payment-signature`` → verify →
 handler → settle → 200 with the receipt in ``payment-response`` (SPEC.md "Paid agent
-request" and the middleware state table; the state machine is :mod:`plugin.paid.flow`).
+request" and the middleware state table; the state machine is :mod:`svc_gateway.paid.flow`).
 The agent card is served at ``<agentEndpointPath>/.well-known/agent.json`` and at the root.
 
 Mounted on the host's ``http_app`` when it has one, else served by the plugin itself on
@@ -20,17 +20,17 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .config import ConfigError, PluginConfig
-from .core import PluginCore
-from .host import GatewayAPI, host_http_app
-from .paid.flow import PaidFlow, PaidStats
-from .paid.handlers import AgentHandler, CreditsFn, default_handler, load_handler
-from .paid.http import PaidRoutes
-from .redact import get_logger
+from ..config import ConfigError, PluginConfig
+from ..core import PluginCore
+from ..host import GatewayAPI, host_http_app
+from ..redact import get_logger
+from .flow import PaidFlow, PaidStats
+from .handlers import AgentHandler, CreditsFn, default_handler, load_handler
+from .http import PaidRoutes
 
 __all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
 
-log = get_logger("plugin.paid")
+log = get_logger("svc_gateway.paid")
 
 SHUTDOWN_TIMEOUT_SECS = 5.0
 _WILDCARDS = ("", "0.0.0.0", "::")

@@ -19,7 +19,7 @@ from . import PluginHandle, register
 from .embedded import DEMO_TOKEN
 from .hosts.reference import ReferenceGateway
 from .login import CredentialStore
-from .paid_endpoint import PaidEndpoint
+from .paid import PaidEndpoint
 
 CREDITS_GRANTED = 10
 CREDITS_PER_REQUEST = 2

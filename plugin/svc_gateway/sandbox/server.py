@@ -22,7 +22,7 @@ from .accounts import create_account
 from .app import create_app
 from .context import API_PREFIX, STORE
 
-log = logging.getLogger("plugin.sandbox")
+log = logging.getLogger("svc_gateway.sandbox")
 
 
 class PathOnlyAccessLogger(abc.AbstractAccessLogger):

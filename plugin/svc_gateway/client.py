@@ -1,6 +1,6 @@
 """The async service client: every operation the tools, the hook and the paid endpoint use.
 
-Transport, retries and error mapping live in :mod:`plugin.transport`; this module is the
+Transport, retries and error mapping live in :mod:`svc_gateway.transport`; this module is the
 service's operations (WIRE.md §2–§8) and the create-first delegation flow for tokens.
 """
 

@@ -21,7 +21,7 @@ from ..pricing import PriceError
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
 
-log = get_logger("plugin.tools")
+log = get_logger("svc_gateway.tools")
 
 P = TypeVar("P", bound=BaseModel)
 

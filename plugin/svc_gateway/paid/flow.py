@@ -25,7 +25,7 @@ from ..redact import get_logger
 from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 
-log = get_logger("plugin.paid")
+log = get_logger("svc_gateway.paid")
 
 #: a longer ``payment-signature`` is no token we issued; refused without asking the service
 MAX_TOKEN_CHARS = 16384

@@ -24,7 +24,7 @@ from .config import DEFAULT_API_VERSION, ApiKey, parse_api_key
 from .models import WireModel
 from .redact import get_logger
 
-log = get_logger("plugin.client")
+log = get_logger("svc_gateway.client")
 M = TypeVar("M", bound=WireModel)
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

@@ -22,7 +22,7 @@ from .errors import ServiceError
 from .models import PlanBalance
 from .redact import get_logger
 
-log = get_logger("plugin.context")
+log = get_logger("svc_gateway.context")
 
 BALANCE_TTL_SECS = 60.0
 DEFAULT_BUDGET_SECS = 1.5

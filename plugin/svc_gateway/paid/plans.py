@@ -19,7 +19,7 @@ from ..errors import RateLimited, ServiceError, ServiceUnavailable, TransportErr
 from ..models import SCHEME_CRYPTO, Accept, PaymentRequirement, Plan, Resource, Scheme
 from ..redact import get_logger
 
-log = get_logger("plugin.paid")
+log = get_logger("svc_gateway.paid")
 
 PLAN_CACHE_TTL_SECS = 300.0
 PLAN_CACHE_SIZE = 64

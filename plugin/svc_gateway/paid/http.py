@@ -22,7 +22,7 @@ from .flow import PaidFlow, error_answer
 from .handlers import Answer
 from .plans import OUTAGE_ERRORS
 
-log = get_logger("plugin.paid")
+log = get_logger("svc_gateway.paid")
 
 BODY_READ_TIMEOUT_SECS = 10.0
 AGENT_NAME_FALLBACK = "svc paid agent"

@@ -1,6 +1,6 @@
 """Build manifest.json from the code, so the two cannot drift (a test compares them).
 
-Run ``python -m plugin.manifest`` to rewrite manifest.json after changing config or tools.
+Run ``python -m svc_gateway.manifest`` to rewrite manifest.json after changing config or tools.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def build_manifest() -> dict[str, Any]:
             "/svc_logout, the credit balance in context, and a paid agent endpoint."
         ),
         "entryPoints": {
-            "python": "plugin:register",
-            "hermes_agent.plugins": "plugin.hosts.hermes",
+            "python": "svc_gateway:register",
+            "hermes_agent.plugins": "svc_gateway.hosts.hermes",
             "console": "svc-gateway",
         },
         "tools": [{"name": n, "description": TOOLS[n].description} for n in TOOL_NAMES],

@@ -27,7 +27,7 @@ from .db import Store
 from .errors import INTERNAL, ApiError, from_http_exception
 from .versioning import RESOLVED_HEADER, VERSION_HEADER, resolve
 
-log = logging.getLogger("plugin.sandbox")
+log = logging.getLogger("svc_gateway.sandbox")
 MAX_BODY_BYTES = 1024 * 1024
 #: Exempt from version validation (SPEC.md): a bad header there is ignored, not a 400.
 VERSION_EXEMPT = (API_PREFIX + "/meta/versions",)

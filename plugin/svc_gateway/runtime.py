@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 Closer = Callable[[], Awaitable[None]]
 
-log = logging.getLogger("plugin.runtime")
+log = logging.getLogger("svc_gateway.runtime")
 
 
 class RuntimeClosed(RuntimeError):

@@ -21,7 +21,7 @@ from .login import CredentialStore
 from .redact import get_logger
 from .runtime import PluginRuntime
 
-log = get_logger("plugin.core")
+log = get_logger("svc_gateway.core")
 
 KeySource = Literal["config", "keyring", "file", "stored"]
 

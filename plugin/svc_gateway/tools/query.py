@@ -26,7 +26,7 @@ from ..models import SCHEME_CARD, SCHEME_CRYPTO
 from ..redact import get_logger
 from .base import Params, ToolFailure, require_agent, require_plan, tool
 
-log = get_logger("plugin.tools.query")
+log = get_logger("svc_gateway.tools.query")
 
 #: the largest agent answer read; past it the read stops and the tool reports an error
 MAX_ANSWER_BYTES = 1024 * 1024

@@ -1,8 +1,8 @@
 """Hermes Agent 0.19.0 host adapter (entry point ``hermes_agent.plugins: svc``).
 
 Hermes imports this module and calls :func:`register` once per process, inside
-``discover_plugins()``. We build a :class:`plugin.host.GatewayAPI` for the plugin core, let
-``plugin.register`` declare its tools, commands and hook, and translate each into Hermes terms:
+``discover_plugins()``. We build a :class:`svc_gateway.host.GatewayAPI` for the plugin core, let
+``svc_gateway.register`` declare its tools, commands and hook, and translate each into Hermes terms:
 
 * **tools** → ``ctx.register_tool(..., toolset="svc", is_async=True)``. Hermes runs async tool
   handlers on per-thread worker loops; the plugin's handlers bridge to the plugin-owned loop, so
@@ -56,11 +56,11 @@ HOOK_BUDGET_SECS = 2.0
 PLUGIN_ID = "svc"
 TOOL_EMOJI = "💳"
 
-log = get_logger("plugin.hosts.hermes")
+log = get_logger("svc_gateway.hosts.hermes")
 
 
 class PluginHandleLike(Protocol):
-    """What ``plugin.register`` returns, as far as this adapter needs it."""
+    """What ``svc_gateway.register`` returns, as far as this adapter needs it."""
 
     @property
     def runtime(self) -> PluginRuntime: ...
@@ -77,9 +77,9 @@ _atexit_registered = False
 
 
 class HermesGatewayAPI(CollectingGateway):
-    """:class:`plugin.host.GatewayAPI` for Hermes: collects what the plugin declares.
+    """:class:`svc_gateway.host.GatewayAPI` for Hermes: collects what the plugin declares.
 
-    Registrations are buffered and handed to Hermes only after ``plugin.register`` returned, so a
+    Registrations are buffered and handed to Hermes only after ``register`` returned, so a
     plugin that fails half-way leaves nothing behind in Hermes's registries.
     """
 
