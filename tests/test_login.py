@@ -329,7 +329,15 @@ async def test_callback_rejects_wrong_state_and_bad_keys_then_accepts_once(
     callback = callback_of(login)
     base = f"http://127.0.0.1:{login.port}"
 
-    wrong = await http.get(f"{base}/callback/not-the-state", params={"svc_api_key": key})
+    async def browse(url: str, key: str) -> httpx.Response:
+        """What a browser does: follow the callback's redirect to the clean page."""
+        page = await http.get(url, params={"svc_api_key": key}, follow_redirects=True)
+        assert [r.status_code for r in page.history] == [303]
+        assert page.url.path.startswith("/done/") and not page.url.query
+        assert page.headers["cache-control"] == "no-store"
+        return page
+
+    wrong = await browse(f"{base}/callback/not-the-state", key)
     assert wrong.status_code == 403 and key not in wrong.text
     assert (await http.get(f"{base}/callback/", params={"svc_api_key": key})).status_code == 404
     assert (await http.post(callback, params={"svc_api_key": key})).status_code == 405
@@ -340,16 +348,15 @@ async def test_callback_rejects_wrong_state_and_bad_keys_then_accepts_once(
     )
     hostile = f"local:{infinite}.{infinite}.{infinite}"
     for bad in ("", "local:not-a-jwt", "garbage", make_key("local", exp_in=-60), hostile):
-        page = await http.get(callback, params={"svc_api_key": bad})
+        page = await browse(callback, bad)
         assert page.status_code == 400 and "try again" in page.text
         assert bad not in page.text or not bad
 
-    done = await http.get(callback, params={"svc_api_key": key})
+    done = await browse(callback, key)
     assert done.status_code == 200 and "Login complete" in done.text
     assert key not in done.text and key.split(":", 1)[1] not in done.text
-    assert done.headers["cache-control"] == "no-store"
 
-    again = await http.get(callback, params={"svc_api_key": make_key("sandbox")})
+    again = await browse(callback, make_key("sandbox"))
     assert again.status_code == 410 and "sandbox:" not in again.text
 
     api_key = await login.wait()
@@ -372,7 +379,10 @@ async def test_callback_rejects_wrong_state_and_bad_keys_then_accepts_once(
 async def test_server_closes_on_its_own_after_success(http: httpx.AsyncClient) -> None:
     login = await BrowserLogin.start(FRONTEND, open_browser=lambda _url: False)
     login.GRACE_SECS = 0.05
-    assert (await http.get(callback_of(login), params={"svc_api_key": make_key()})).is_success
+    page = await http.get(
+        callback_of(login), params={"svc_api_key": make_key()}, follow_redirects=True
+    )
+    assert page.is_success
     for _ in range(100):
         if await port_closed(login.port):
             break

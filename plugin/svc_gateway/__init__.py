@@ -1,25 +1,31 @@
 """svc chat-gateway plugin: the Agent Payments Service for chat gateways.
 
-``register(api)`` is the entry point every host calls (see :mod:`svc_gateway.host`).
+``register(api)`` is the entry point every host calls (see :mod:`svc_gateway.host`). Importing
+this package is cheap: everything is imported inside ``register`` (and the HTTP server, the
+sandbox and the paid endpoint only when a configuration uses them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import httpx
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
+    import httpx
+
     from .commands import Commands
+    from .config import ConfigError
     from .context import BalanceContext
     from .core import PluginCore
-    from .host import GatewayAPI
+    from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
     from .login import CredentialStore
     from .runtime import PluginRuntime
 
 __version__ = "0.1.0"
+
+#: Where a host's operator fixes the plugin settings, unless the host says (``config_location``).
+DEFAULT_CONFIG_LOCATION = "the svc plugin section of the gateway's configuration"
 
 
 @dataclass
@@ -36,6 +42,41 @@ class PluginHandle:
         self.runtime.close()
 
 
+@dataclass
+class DegradedPlugin:
+    """What ``register(..., on_config_error="degrade")`` returns for an invalid configuration:
+    the tools and commands are registered and answer with ``config_error`` and its fix."""
+
+    config_error: str
+
+    def close(self) -> None:
+        """Nothing runs: no loop, no client, no server."""
+
+
+class PromptHook:
+    """The ``before_prompt_build`` handler. ``peek()`` answers a cache hit synchronously from
+    the caller's thread (hosts with a synchronous hook call it first); awaiting the hook crosses
+    to the plugin loop only when ``peek`` cannot answer."""
+
+    def __init__(self, runtime: PluginRuntime, context: BalanceContext) -> None:
+        self._runtime = runtime
+        self._context = context
+
+    def peek(self) -> str | object | None:
+        """The text, ``None`` for nothing, or :data:`svc_gateway.context.MISS`."""
+        return self._context.peek()
+
+    async def __call__(self, ctx: PromptContext) -> str | None:
+        from .context import MISS
+
+        text = self._context.peek()
+        if text is MISS:
+            return await self._runtime.run(self._context.text())
+        assert text is None or isinstance(text, str)
+        return text
+
+
+@overload
 def register(
     api: GatewayAPI,
     *,
@@ -43,23 +84,56 @@ def register(
     store: CredentialStore | None = None,
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
-) -> PluginHandle:
+    on_config_error: Literal["raise"] = "raise",
+) -> PluginHandle: ...
+
+
+@overload
+def register(
+    api: GatewayAPI,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    store: CredentialStore | None = None,
+    open_browser: Callable[[str], bool] | None = None,
+    clock: Callable[[], float] | None = None,
+    on_config_error: Literal["degrade"],
+) -> PluginHandle | DegradedPlugin: ...
+
+
+def register(
+    api: GatewayAPI,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    store: CredentialStore | None = None,
+    open_browser: Callable[[str], bool] | None = None,
+    clock: Callable[[], float] | None = None,
+    on_config_error: Literal["raise", "degrade"] = "raise",
+) -> PluginHandle | DegradedPlugin:
     """Register the nine tools, two commands and the balance hook with a host.
 
     The keyword arguments are seams for tests and embedding hosts: an httpx transport, a
-    credential store, a browser opener, and a monotonic clock for the balance cache.
+    credential store, a browser opener, and a monotonic clock for the balance cache. With
+    ``on_config_error="degrade"`` an invalid configuration does not raise: the tools and
+    commands are registered anyway and each answers with the configuration error and its fix.
     """
+    from .config import ConfigError, load_config
+
+    try:
+        config = load_config(api.plugin_config)
+    except ConfigError as error:
+        if on_config_error != "degrade":
+            raise
+        return _register_degraded(api, error)
+
     from .commands import Commands
-    from .config import load_config
     from .context import BalanceCache, BalanceContext
     from .core import PluginCore
-    from .host import BEFORE_PROMPT_BUILD, PromptContext
+    from .host import BEFORE_PROMPT_BUILD
     from .redact import get_logger, install
     from .runtime import PluginRuntime
     from .tools import TOOL_NAMES, TOOLS, to_spec
 
-    config = load_config(api.plugin_config)
-    install("httpx", "httpcore", "aiohttp.access", "aiohttp.server")
+    install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
     log = get_logger("svc_gateway")
     runtime = PluginRuntime()
     try:
@@ -69,7 +143,12 @@ def register(
         context = BalanceContext(core, cache)
         core.on_session_change(lambda: cache.invalidate())
         core.on_spend(cache.invalidate)
-        commands = Commands(core, open_browser=open_browser)
+        core.on_balance(cache.seen)
+        commands = Commands(
+            core,
+            open_browser=open_browser,
+            input_history=getattr(api, "input_history", None),
+        )
         runtime.add_closer(commands.cancel_pending)
         runtime.add_closer(core.aclose)
 
@@ -78,10 +157,7 @@ def register(
         for spec in commands.specs():
             api.register_command(spec)
 
-        async def before_prompt_build(ctx: PromptContext) -> str | None:
-            return await runtime.run(context.text())
-
-        api.on(BEFORE_PROMPT_BUILD, before_prompt_build)
+        api.on(BEFORE_PROMPT_BUILD, PromptHook(runtime, context))
         handle = PluginHandle(runtime=runtime, core=core, commands=commands, context=context)
         if config.enable_paid_endpoint:
             from .paid import attach_paid_endpoint
@@ -93,3 +169,40 @@ def register(
     who = core.session.address if core.session else "nobody (run /svc_login)"
     log.info("svc plugin %s registered; logged in as %s", __version__, who)
     return handle
+
+
+def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
+    """Tools and commands that answer with the configuration error and how to fix it."""
+    from .host import CommandSpec, ToolResult, ToolSpec
+    from .redact import get_logger
+    from .tools import TOOL_NAMES, TOOLS
+
+    where = getattr(api, "config_location", None) or DEFAULT_CONFIG_LOCATION
+    message = f"The svc plugin is not configured correctly: {error}"
+    hint = (
+        f"Fix it in {where}, then restart the gateway. The svc tools stay unavailable until then."
+    )
+
+    async def tool_handler(_params: dict[str, Any]) -> ToolResult:
+        return ToolResult.error("plugin_misconfigured", message, hint)
+
+    async def command_handler(_ctx: CommandContext) -> str:
+        return f"{message}. {hint}"
+
+    for name in TOOL_NAMES:
+        spec = TOOLS[name]
+        api.register_tool(ToolSpec(name, spec.description, spec.schema(), tool_handler))
+    api.register_command(
+        CommandSpec(
+            "svc_login",
+            "Log in to the payments service (the plugin config is invalid: run /svc_login status)",
+            True,
+            command_handler,
+            args_hint="[status]",
+        )
+    )
+    api.register_command(
+        CommandSpec("svc_logout", "Log out of the payments service", False, command_handler)
+    )
+    get_logger("svc_gateway").error("%s. %s", message, hint)
+    return DegradedPlugin(config_error=str(error))

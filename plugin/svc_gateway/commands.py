@@ -1,13 +1,17 @@
 """The two slash commands: ``/svc_login`` and ``/svc_logout``.
 
-``/svc_login <env>:<KEY>`` works on headless servers; ``/svc_login [env]`` runs the browser
-flow and answers at once with the URL to open, finishing in the background. Replies name the
-account address, never the key.
+``/svc_login <env>:<KEY>`` works on headless servers; ``/svc_login env:<VARIABLE>`` reads the
+key from an environment variable the operator set (so it is never typed into a chat or a
+terminal history); ``/svc_login [env]`` runs the browser flow and answers at once with the URL
+to open, finishing in the background. A key is checked with one authenticated read before it is
+stored. Replies name the account address, never the key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 from collections.abc import Callable
 
 from .config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
@@ -19,8 +23,15 @@ from .redact import get_logger
 log = get_logger("svc_gateway.commands")
 
 LOGIN_USAGE = (
-    "Usage: /svc_login <environment>:<API_KEY> (headless), or /svc_login [sandbox|live] to log "
-    "in with the browser, or /svc_login status."
+    "Usage: /svc_login [sandbox|live] to log in with the browser, /svc_login env:SVC_API_KEY to "
+    "read the key from an environment variable set before the gateway started, "
+    "/svc_login <environment>:<API_KEY> (headless), or /svc_login status."
+)
+#: ``env:NAME`` reads the key from the environment variable NAME.
+_ENV_VAR = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
+SAFER_LOGIN = (
+    "Next time, log in without typing the key: /svc_login for the browser flow, or set "
+    "SVC_API_KEY=<env>:<key> in the gateway's environment and send /svc_login env:SVC_API_KEY."
 )
 
 
@@ -34,10 +45,16 @@ class Commands:
     """Command handlers bound to one plugin core."""
 
     def __init__(
-        self, core: PluginCore, *, open_browser: Callable[[str], bool] | None = None
+        self,
+        core: PluginCore,
+        *,
+        open_browser: Callable[[str], bool] | None = None,
+        input_history: str | None = None,
     ) -> None:
         self.core = core
         self.open_browser = open_browser
+        #: A file where the host keeps typed lines (the Hermes CLI's history), if it has one.
+        self.input_history = input_history
         self.pending: BrowserLogin | None = None
         self._pending_task: asyncio.Task[None] | None = None
         self.last_browser_result: str | None = None
@@ -48,25 +65,47 @@ class Commands:
         args = ctx.args.strip()
         if args.lower() == "status":
             return self.status()
+        if match := _ENV_VAR.fullmatch(args):
+            return await self._login_from_env(match.group(1))
         if ":" in args:
-            return await self._login_with_key(args)
+            return await self._login_with_key(args, typed=True)
         if args and args.lower() not in ENVIRONMENTS:
             return f"'{args[:20]}' is not an environment or an API key. {LOGIN_USAGE}"
         return await self._browser_login(args.lower() or self.core.environment)
 
-    async def _login_with_key(self, raw: str) -> str:
+    async def _login_from_env(self, name: str) -> str:
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            return (
+                f"Login failed: the environment variable {name} is not set in the gateway's "
+                f"environment. Set {name}=<env>:<API_KEY> before starting the gateway, then "
+                f"send /svc_login env:{name} again."
+            )
+        return await self._login_with_key(raw, typed=False, origin=f"the variable {name}")
+
+    async def _login_with_key(self, raw: str, *, typed: bool, origin: str = "the key") -> str:
         try:
             session, where = await self.core.login(raw)
         except ConfigError as exc:
-            return f"Login failed: {exc}. {LOGIN_USAGE}"
+            text = str(exc).rstrip(".")
+            if typed:
+                return f"Login failed: {text}. Nothing was stored. {LOGIN_USAGE}"
+            return f"Login failed ({origin}): {text}. Nothing was stored."
         except OSError:
             log.exception("could not store the svc credential")
             return "Login failed: the key could not be stored (see the gateway log)."
         lines = [
             f"Logged in to the {session.environment} environment as {session.address}.",
             f"The key is stored {_where(where, self.core)}.",
-            "Please delete the chat message that contains your API key.",
         ]
+        if typed:
+            lines.append("Please delete the chat message that contains your API key.")
+            if self.input_history:
+                lines.append(
+                    f"This terminal also keeps what you type in its input history "
+                    f"({self.input_history}): remove the /svc_login line from that file."
+                )
+            lines.append(SAFER_LOGIN)
         if self.core.config.svc_api_key is not None:
             lines.append("Note: svcApiKey in the plugin config takes precedence after a restart.")
         return " ".join(lines)
@@ -78,7 +117,9 @@ class Commands:
             return f"Login failed: {exc}."
         frontend = resolve_frontend_url(self.core.config, environment, base_url)
         await self.cancel_pending()
-        flow = await BrowserLogin.start(frontend, open_browser=self.open_browser)
+        flow = await BrowserLogin.start(
+            frontend, open_browser=self.open_browser, environment=environment
+        )
         self.pending = flow
         self._pending_task = asyncio.ensure_future(self._finish(flow))
         if flow.browser_opened:
@@ -99,7 +140,9 @@ class Commands:
             log.info("svc browser login complete for %s", session.address)
         except LoginError as exc:
             self.last_browser_result = f"Browser login did not complete: {exc}"
-        except (ConfigError, OSError) as exc:
+        except ConfigError as exc:
+            self.last_browser_result = f"Browser login failed: {str(exc).rstrip('.')}."
+        except OSError as exc:
             self.last_browser_result = f"Browser login failed: {type(exc).__name__}"
         finally:
             await flow.close()

@@ -16,8 +16,9 @@ from pydantic import SecretStr
 
 from .client import ServiceClient
 from .config import ApiKey, ConfigError, PluginConfig, parse_api_key, resolve_base_url
-from .errors import NotLoggedIn
+from .errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
 from .login import CredentialStore
+from .models import PlanBalance
 from .redact import get_logger
 from .runtime import PluginRuntime
 
@@ -63,6 +64,7 @@ class PluginCore:
         self._public: ServiceClient | None = None
         self._listeners: list[Callable[[], None]] = []
         self._spend_listeners: list[Callable[[str], None]] = []
+        self._balance_listeners: list[Callable[[str, PlanBalance], None]] = []
         self._lock = asyncio.Lock()
 
     # -- session -----------------------------------------------------------------------------
@@ -108,6 +110,14 @@ class PluginCore:
         for listener in self._spend_listeners:
             listener(plan_id)
 
+    def on_balance(self, listener: Callable[[str, PlanBalance], None]) -> None:
+        """Called with a plan id and the balance whenever a tool read the account's balance."""
+        self._balance_listeners.append(listener)
+
+    def balance_read(self, plan_id: str, balance: PlanBalance) -> None:
+        for listener in self._balance_listeners:
+            listener(plan_id, balance)
+
     async def set_session(self, session: Session | None) -> None:
         async with self._lock:
             old = [c for c in (self._client, self._public) if c is not None]
@@ -123,11 +133,32 @@ class PluginCore:
         key = parse_api_key(raw_key)
         env = key.environment or self.config.environment
         resolve_base_url(self.config, env)  # fail before storing when env has no URL
+        await self._check_key(key, env)
         where = await asyncio.to_thread(self.store.save, env, key.secret.get_secret_value())
         source: KeySource = "keyring" if where == "keyring" else "file"
         session = Session(key, env, source)
         await self.set_session(session)
         return session, where
+
+    async def _check_key(self, key: ApiKey, env: str) -> None:
+        """One authenticated read with ``key``; a key the service refuses is never stored."""
+        client = self._new_client(key, env)
+        try:
+            await client.list_plans(page=1, page_size=1)
+        except AuthenticationError:
+            raise ConfigError(
+                "the service refused this API key (its signature is invalid, or it was revoked "
+                "or is for another environment); copy the key again from the dashboard"
+            ) from None
+        except PermissionDenied:
+            pass  # the key is genuine; it may just not list plans
+        except ServiceError as exc:
+            raise ConfigError(
+                f"the key could not be checked with the service ({exc.code}); try again when "
+                "the service is reachable"
+            ) from None
+        finally:
+            await client.aclose()
 
     async def logout(self) -> bool:
         had = self.session is not None
@@ -137,11 +168,12 @@ class PluginCore:
 
     # -- clients -----------------------------------------------------------------------------
 
-    def _new_client(self, key: ApiKey | None) -> ServiceClient:
+    def _new_client(self, key: ApiKey | None, environment: str | None = None) -> ServiceClient:
+        env = environment or self.environment
         return ServiceClient(
-            self.base_url,
+            resolve_base_url(self.config, env),
             key.secret if key else None,
-            environment=self.environment,
+            environment=env,
             api_version=self.config.api_version,
             timeout=self.config.request_timeout_secs,
             transport=self.transport,

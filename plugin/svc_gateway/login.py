@@ -16,18 +16,19 @@ import os
 import secrets
 import sys
 import threading
-import webbrowser
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, quote, urlsplit
 
 import keyring
-from aiohttp import web
 from keyring.backend import KeyringBackend
 from pydantic import SecretStr
 
 from .config import ENVIRONMENTS, ApiKey, ConfigError, parse_api_key
+
+if TYPE_CHECKING:  # the HTTP server is imported only when a browser login starts
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -209,10 +210,30 @@ _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</titl
 <script>history.replaceState(null, "", "/");</script></body></html>"""
 
 
+_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+#: The pages the callback redirects to: fixed texts, so a page never echoes anything it was sent.
+_OUTCOMES: dict[str, tuple[int, str, str]] = {
+    "complete": (200, "Login complete", "Login complete, you can close this tab."),
+    "invalid": (400, "Login failed", "No valid API key arrived. Please try again."),
+    "expired": (400, "Login failed", "The API key has expired. Please try again."),
+    "wrong-environment": (
+        400,
+        "Login refused",
+        "The key that arrived is for another environment than the one this login asked for. "
+        "Nothing was stored. Run /svc_login again with the environment you want.",
+    ),
+    "used": (410, "Login link used", "This login already finished or expired."),
+    "foreign": (403, "Invalid login link", "This link does not belong to this login."),
+}
+
+
 def _page(status: int, title: str, text: str) -> web.Response:
     """A fixed page, never built from the request, so it cannot echo the key; its script drops
     the key-bearing URL from the tab's history entry."""
-    headers = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+    from aiohttp import web
+
+    headers = dict(_HEADERS)
     body = _PAGE.format(title=title, text=text)
     return web.Response(status=status, text=body, content_type="text/html", headers=headers)
 
@@ -224,6 +245,8 @@ def _open_default(url: str) -> bool:
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     ):
         return False
+    import webbrowser
+
     return webbrowser.open(url)
 
 
@@ -235,16 +258,24 @@ class BrowserLogin:
     """
 
     GRACE_SECS = 2.0
+    #: How long a received key waits for the browser to load the clean page before ``wait``
+    #: returns it anyway (a client that does not follow redirects).
+    REDIRECT_SECS = 2.0
 
-    def __init__(self, frontend_url: str, timeout_secs: float) -> None:
+    def __init__(
+        self, frontend_url: str, timeout_secs: float, environment: str | None = None
+    ) -> None:
         self.frontend_url = frontend_url
         self.timeout_secs = timeout_secs
+        self.environment = environment
         self.browser_opened = False
         self.port = 0
         self._state = secrets.token_urlsafe(32)
         self._done = asyncio.Event()
         self._key: ApiKey | None = None
         self._error: LoginError | None = None
+        self._pending: tuple[ApiKey | None, LoginError | None] | None = None
+        self._settle_timer: asyncio.TimerHandle | None = None
         self._runner: web.AppRunner | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -256,18 +287,23 @@ class BrowserLogin:
         *,
         timeout_secs: float = 300,
         open_browser: Callable[[str], bool] | None = None,
+        environment: str | None = None,
     ) -> BrowserLogin:
         """Serve the callback on a free 127.0.0.1 port, then try to open the login page.
 
         A custom ``open_browser`` runs on the loop and must not block (the default runs in a
         thread). Not opening is no error: check ``browser_opened``, show ``manual_instructions``.
+        With ``environment``, a key for any other environment is refused and not handed over.
         """
+        from aiohttp import web
+
         frontend = frontend_url.strip().rstrip("/")
         if not frontend.startswith(("http://", "https://")) or timeout_secs <= 0:
             raise LoginError("Browser login needs an http(s) frontend URL and a positive timeout")
-        login = cls(frontend, timeout_secs)
+        login = cls(frontend, timeout_secs, environment)
         app = web.Application()
         app.router.add_get("/callback/{state}", login._callback, allow_head=False)
+        app.router.add_get("/done/{outcome}", login._outcome, allow_head=False)
         login._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
@@ -355,22 +391,70 @@ class BrowserLogin:
             self._close_task = loop.create_task(self._runner.cleanup())
 
     async def _callback(self, request: web.Request) -> web.Response:
-        """``GET /callback/<state>?svc_api_key=…``: only the exact state, only once."""
+        """``GET /callback/<state>?svc_api_key=…``: only the exact state, only once.
+
+        Every answer is a redirect to a fixed ``/done/<outcome>`` page, so the key-bearing URL
+        leaves the address bar (and the tab's history) whatever happened. The outcome is handed
+        to :meth:`wait` once the browser has loaded that page (or after ``REDIRECT_SECS``)."""
         given = request.match_info.get("state", "").encode()
         if not hmac.compare_digest(given, self._state.encode()):
-            return _page(403, "Invalid login link", "This link does not belong to this login.")
-        if self._done.is_set():
-            return _page(410, "Login link used", "This login already finished or expired.")
+            return self._redirect("foreign")
+        if self._done.is_set() or self._pending is not None:
+            return self._redirect("used")
         try:
             key = parse_api_key(request.query.get("svc_api_key", ""))
         except Exception:  # ConfigError, or whatever a hostile token provokes (exp: Infinity)
-            return _page(400, "Login failed", "No valid API key arrived. Please try again.")
+            return self._redirect("invalid")
         if key.expired:
-            return _page(400, "Login failed", "The API key has expired. Please try again.")
-        self._finish(key=key)
-        self._schedule_close(self.GRACE_SECS)
+            return self._redirect("expired")
+        if self.environment is not None and key.environment != self.environment:
+            log.warning(
+                "browser login refused a key for environment %s (asked for %s)",
+                key.environment,
+                self.environment,
+            )
+            error = LoginError(
+                f"The browser returned a key for the {key.environment or 'unknown'} "
+                f"environment, but this login asked for {self.environment}; nothing was "
+                f"stored. Run /svc_login {key.environment or '<env>'} to log in there."
+            )
+            self._settle_later(None, error)
+            return self._redirect("wrong-environment")
         log.info("browser login received a key for environment %s", key.environment)
-        return _page(200, "Login complete", "Login complete, you can close this tab.")
+        self._settle_later(key, None)
+        return self._redirect("complete")
+
+    def _settle_later(self, key: ApiKey | None, error: LoginError | None) -> None:
+        self._pending = (key, error)
+        loop = asyncio.get_running_loop()
+        self._settle_timer = loop.call_later(self.REDIRECT_SECS, self._settle)
+
+    def _settle(self) -> None:
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+        if self._pending is None or self._done.is_set():
+            return
+        key, error = self._pending
+        self._finish(key=key, error=error)
+        self._schedule_close(self.GRACE_SECS)
+
+    @staticmethod
+    def _redirect(outcome: str) -> web.Response:
+        from aiohttp import web
+
+        headers = {**_HEADERS, "Location": f"/done/{outcome}"}
+        return web.Response(status=303, headers=headers)
+
+    async def _outcome(self, request: web.Request) -> web.StreamResponse:
+        """The clean page the callback redirects to; serving it completes the login."""
+        status, title, text = _OUTCOMES.get(
+            request.match_info.get("outcome", ""), _OUTCOMES["foreign"]
+        )
+        response = _page(status, title, text)
+        await response.prepare(request)
+        await response.write_eof()
+        self._settle()
+        return response
 
 
 def manual_instructions(login_url: str, frontend_url: str) -> str:

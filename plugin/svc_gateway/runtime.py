@@ -65,10 +65,51 @@ class PluginRuntime:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` on the plugin loop, from whatever loop the caller is on."""
-        if self.on_plugin_loop():
+        """Await ``coro`` on the plugin loop, from whatever loop the caller is on.
+
+        One hop each way (``call_soon_threadsafe``), with no ``concurrent.futures`` layer in
+        between; cancelling the caller cancels the task on the plugin loop."""
+        caller = asyncio.get_running_loop()
+        if caller is self._loop:
             return await coro
-        return await asyncio.wrap_future(self.submit(coro))
+        if self._closed:
+            coro.close()
+            raise RuntimeClosed("the svc plugin has been closed")
+        result: asyncio.Future[T] = caller.create_future()
+        started: list[asyncio.Task[T]] = []
+
+        def settle(task: asyncio.Task[T]) -> None:
+            if result.done():
+                return
+            if task.cancelled():
+                result.cancel()
+            elif (error := task.exception()) is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(task.result())
+
+        def done(task: asyncio.Task[T]) -> None:
+            try:
+                caller.call_soon_threadsafe(settle, task)
+            except RuntimeError:  # the caller's loop is gone; nobody waits for the answer
+                if not task.cancelled():
+                    task.exception()
+
+        def start() -> None:
+            task = self._loop.create_task(coro)
+            started.append(task)
+            task.add_done_callback(done)
+
+        try:
+            self._loop.call_soon_threadsafe(start)
+        except RuntimeError:  # the loop closed between the check and the call
+            coro.close()
+            raise RuntimeClosed("the svc plugin has been closed") from None
+        try:
+            return await result
+        except asyncio.CancelledError:
+            self._loop.call_soon_threadsafe(lambda: [t.cancel() for t in started])
+            raise
 
     def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Block the calling thread until ``coro`` finishes on the plugin loop."""

@@ -1,1 +1,4 @@
-"""Host adapters: each turns a chat gateway's plugin API into :class:`svc_gateway.host.GatewayAPI`."""
+"""Host adapters: each turns a chat gateway's plugin API into the host contract.
+
+See :class:`svc_gateway.host.GatewayAPI`.
+"""

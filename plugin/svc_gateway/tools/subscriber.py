@@ -35,6 +35,8 @@ async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, An
     plan_id = require_plan(core, p.plan_id)
     client = core.client() if p.address is None else core.public_client()
     balance = await client.get_plan_balance(plan_id, p.address)
+    if p.address is None:
+        core.balance_read(plan_id, balance)  # the balance context shows this fresh value
     return {
         "planId": plan_id,
         "planName": balance.plan_name,
