@@ -22,6 +22,7 @@ import asyncio
 import importlib
 import io
 import json
+import os
 import re
 import sys
 import threading
@@ -292,16 +293,29 @@ def scenario_host(params: dict[str, Any], report: dict[str, Any]) -> None:
     run_section(report, "handle_function_call", full_path)
 
     def hook() -> dict[str, Any]:
-        started = time.monotonic()
-        first = invoke_pre_llm_call()
-        first_secs = time.monotonic() - started
-        started = time.monotonic()
-        second = invoke_pre_llm_call()
+        from svc_gateway.hosts.hermes import current_handle
+
+        handle = current_handle()
+        runtime = handle.runtime  # type: ignore[union-attr]
+        crossings: list[str] = []
+        original = runtime.run_sync
+
+        def counting_run_sync(*args: Any, **kwargs: Any) -> Any:
+            crossings.append(threading.current_thread().name)
+            return original(*args, **kwargs)
+
+        runtime.run_sync = counting_run_sync  # type: ignore[method-assign]
+        try:
+            first = invoke_pre_llm_call()
+            after_first = len(crossings)
+            second = invoke_pre_llm_call()
+        finally:
+            del runtime.run_sync
         return {
             "results": first,
             "again": second,
-            "first_secs": first_secs,
-            "again_secs": time.monotonic() - started,
+            "loop_crossings_first": after_first,
+            "loop_crossings_again": len(crossings) - after_first,
         }
 
     run_section(report, "hook", hook)
@@ -338,6 +352,12 @@ def scenario_commands(params: dict[str, Any], report: dict[str, Any]) -> None:
         steps["after_cli_app_login"] = balance()
         steps["cli_app_logout"] = cli_process_command("/svc_logout")
         steps["after_cli_app_logout"] = balance()
+        # The operator's way that never types the key: a variable set before the gateway ran.
+        steps["env_missing"] = gateway_command("/svc_login env:SVC_UNSET_VARIABLE")
+        os.environ["SVC_OPERATOR_KEY"] = key
+        steps["env_login"] = cli_command("/svc_login env:SVC_OPERATOR_KEY")
+        steps["after_env_login"] = balance()
+        steps["env_logout"] = cli_command("/svc_logout")
         # The browser flow: the reply carries the login link at once, the callback server runs
         # on the plugin loop; "the browser" here is urllib following the sandbox's redirect.
         reply = gateway_command("/svc_login local") or ""
@@ -374,6 +394,15 @@ def scenario_broken(params: dict[str, Any], report: dict[str, Any]) -> None:
         return {"result": registry.dispatch("svc_checkBalance", {}, task_id="t")}
 
     run_section(report, "tool", tool)
+    run_section(
+        report,
+        "status",
+        lambda: {
+            "gateway": gateway_command("/svc_login status"),
+            "cli": cli_command("/svc_login status"),
+            "hook": invoke_pre_llm_call(),
+        },
+    )
 
 
 # -- scenario: standin -------------------------------------------------------------------------

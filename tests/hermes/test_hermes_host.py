@@ -106,7 +106,8 @@ def test_pre_llm_call_returns_the_balance_context(host: ChildRun, expected_balan
     assert set(result) == {"context"} and result["context"].strip()
     assert str(expected_balance) in result["context"]
     assert hook["again"] == hook["results"]  # the second prompt is served from the cache
-    assert hook["again_secs"] < 0.5
+    # ... on Hermes's own thread: only the first (a cache miss) went to the plugin loop
+    assert hook["loop_crossings_first"] == 1 and hook["loop_crossings_again"] == 0
 
 
 @pytest.mark.parametrize("turn", ["agent_turn", "agent_turn_executor"])
@@ -198,6 +199,29 @@ def test_login_and_logout_through_each_dispatch_path(
     assert "error" in json.loads(flow[f"after_{logout}"])
 
 
+def test_typed_key_reply_warns_about_the_cli_history_and_offers_safer_ways(
+    commands: ChildRun,
+) -> None:
+    flow = section(commands, "flow")
+    for name in ("gateway_login", "cli_login"):
+        text = flow[name]
+        assert text.startswith("Logged in"), text
+        assert str(commands.home / "hermes" / ".hermes_history") in text
+        assert "/svc_login env:SVC_API_KEY" in text
+
+
+def test_login_from_an_environment_variable(
+    commands: ChildRun, hermes_sandbox: Sandbox, expected_balance: int
+) -> None:
+    flow = section(commands, "flow")
+    assert "SVC_UNSET_VARIABLE is not set" in flow["env_missing"]
+    assert flow["env_login"].startswith("Logged in to the local environment as 0x")
+    assert ".hermes_history" not in flow["env_login"]  # nothing was typed
+    assert secret_part(hermes_sandbox.subscriber.api_key) not in flow["env_login"]
+    assert int(find_key(json.loads(flow["after_env_login"]), "balance")) == expected_balance
+    assert flow["env_logout"].startswith("Logged out")
+
+
 def test_browser_login_through_the_gateway(commands: ChildRun) -> None:
     flow = section(commands, "flow")
     assert "/auth/cli?callback_url=" in flow["browser_reply"]
@@ -224,7 +248,7 @@ def test_commands_leave_no_key_behind(commands: ChildRun, hermes_sandbox: Sandbo
 BAD_KEY = "local:eyJhbGciOiJub25lIn0.eyJub3QiOiJhbi1hY2NvdW50In0.c2lnbmF0dXJl"
 
 
-def test_invalid_config_is_reported_by_hermes_without_the_value(
+def test_invalid_config_registers_degraded_and_says_how_to_fix_it(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     home: Path = tmp_path_factory.mktemp("hermes-broken")
@@ -232,11 +256,20 @@ def test_invalid_config_is_reported_by_hermes_without_the_value(
     run = run_child("broken", home, bad)
     found = section(run, "discovery")
     plugin = found["plugin"]
-    assert plugin is not None and plugin["enabled"] is False
-    assert plugin["error"] and "svcApiKey" in plugin["error"]
-    assert found["tools"] == [] and found["commands"] == {} and not found["has_pre_llm_call"]
-    # Hermes itself carries on without the plugin.
-    assert "Unknown tool" in json.loads(section(run, "tool")["result"])["error"]
+    # The model still gets the svc tools, so it can tell the user what is wrong.
+    assert plugin is not None and plugin["enabled"] is True and plugin["error"] is None
+    assert found["tools"] == sorted(SVC_TOOLS) and sorted(found["commands"]) == COMMAND_NAMES
+    assert not found["has_pre_llm_call"]  # nothing to inject
+    config_file = str(home / "hermes" / "config.yaml")
+    error = json.loads(section(run, "tool")["result"])["error"]
+    assert error["code"] == "plugin_misconfigured"
+    assert "svcApiKey" in error["message"]
+    assert "plugins.entries.svc.settings" in error["hint"] and config_file in error["hint"]
+    status = section(run, "status")
+    for reply in (status["gateway"], status["cli"]):
+        assert "not configured correctly" in reply and "svcApiKey" in reply
+        assert config_file in reply
+    assert status["hook"] == []
     text = json.dumps(run.report) + run.stdout + run.stderr
     for log_file in (home / "hermes" / "logs").glob("*"):
         if log_file.is_file():

@@ -62,9 +62,6 @@ log = get_logger("svc_gateway.hosts.hermes")
 class PluginHandleLike(Protocol):
     """What ``svc_gateway.register`` returns, as far as this adapter needs it."""
 
-    @property
-    def runtime(self) -> PluginRuntime: ...
-
     def close(self) -> None: ...
 
 
@@ -82,6 +79,24 @@ class HermesGatewayAPI(CollectingGateway):
     Registrations are buffered and handed to Hermes only after ``register`` returned, so a
     plugin that fails half-way leaves nothing behind in Hermes's registries.
     """
+
+    def __init__(self, plugin_config: Mapping[str, Any], logger: Any, plugin_id: str = PLUGIN_ID):
+        super().__init__(plugin_config, logger)
+        home = _hermes_home()
+        where = f"{home}/config.yaml" if home else "Hermes's config.yaml"
+        #: Where the operator fixes a bad configuration (named in degraded-mode answers).
+        self.config_location = f"plugins.entries.{plugin_id}.settings in {where}"
+        #: The Hermes CLI keeps every typed line, /svc_login <env>:<key> included, here.
+        self.input_history = f"{home}/.hermes_history" if home else "~/.hermes/.hermes_history"
+
+
+def _hermes_home() -> str | None:
+    try:
+        import importlib
+
+        return str(importlib.import_module("hermes_constants").get_hermes_home())
+    except Exception:  # an older or newer Hermes without it: say it generically
+        return None
 
 
 # -- settings ----------------------------------------------------------------------------------
@@ -279,7 +294,19 @@ def make_pre_llm_call(
 ) -> Callable[..., dict[str, str] | None]:
     """A synchronous ``pre_llm_call`` callback: never raises, never waits beyond the budget."""
 
+    peeks = [peek for h in handlers if callable(peek := getattr(h, "peek", None))]
+    fast = len(peeks) == len(handlers)
+
     def pre_llm_call(**kwargs: Any) -> dict[str, str] | None:
+        if fast:  # a cache hit: answered on this thread, no hop to the plugin loop
+            try:
+                found = [peek() for peek in peeks]
+            except Exception as error:
+                _describe_failure("pre_llm_call hook", error)
+                return None
+            if all(item is None or isinstance(item, str) for item in found):
+                text = "\n".join(t.strip() for t in found if isinstance(t, str) and t.strip())
+                return {"context": text} if text else None
         try:
             ctx = PromptContext(
                 sender_id=_text(kwargs.get("sender_id")),
@@ -332,8 +359,9 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
                 args_hint=f"<{hint.strip('[]') or 'alias'}>",
             )
     prompt_handlers = api.hooks.get(BEFORE_PROMPT_BUILD, [])
-    if prompt_handlers:
-        ctx.register_hook("pre_llm_call", make_pre_llm_call(prompt_handlers, handle.runtime))
+    runtime = getattr(handle, "runtime", None)
+    if prompt_handlers and isinstance(runtime, PluginRuntime):
+        ctx.register_hook("pre_llm_call", make_pre_llm_call(prompt_handlers, runtime))
 
 
 def _close_at_exit() -> None:
@@ -361,8 +389,11 @@ def register(ctx: Any) -> None:
     global _handle, _atexit_registered
     from .. import register as register_plugin
 
-    api = HermesGatewayAPI(read_settings(ctx), get_logger(f"hermes_plugins.{_plugin_id(ctx)}"))
-    handle: PluginHandleLike = register_plugin(api)
+    plugin_id = _plugin_id(ctx)
+    api = HermesGatewayAPI(read_settings(ctx), get_logger(f"hermes_plugins.{plugin_id}"), plugin_id)
+    # A bad config must not leave the model without svc tools and the operator without a clue:
+    # every tool and /svc_login status answer with the error and where to fix it.
+    handle: PluginHandleLike = register_plugin(api, on_config_error="degrade")
     try:
         _install(ctx, api, handle)
     except BaseException:
