@@ -434,7 +434,7 @@ def install_standin() -> dict[str, Any]:
         def close(self) -> None:
             self.runtime.close()
 
-    def standin_register(api: GatewayAPI) -> Handle:
+    def standin_register(api: GatewayAPI, **_options: Any) -> Handle:
         runtime = PluginRuntime()
         state["config"] = dict(api.plugin_config)
 
