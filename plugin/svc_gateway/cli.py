@@ -1,4 +1,4 @@
-"""``svc-gateway``: the console script (``sandbox``, ``chat``, ``demo``)."""
+"""svc-gateway: the console script (sandbox, chat, demo)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,22 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+
+DESCRIPTION = """\
+The svc chat-gateway plugin's command line:
+  sandbox  serve the local sandbox of the payments service
+  chat     the reference chat gateway (an embedded sandbox when no key or service is set)
+  demo     sell and buy an agent answer end to end, offline"""
+
+#: The chat reads an API key from here when the config has none (never typed, never stored).
+KEY_VARIABLE = "SVC_API_KEY"
 
 
 def _read_config(path: str | None) -> dict[str, Any]:
@@ -37,6 +47,36 @@ def _read_config(path: str | None) -> dict[str, Any]:
     return dict(section) if isinstance(section, dict) else data
 
 
+def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The config to run with and whether to start the embedded sandbox.
+
+    The embedded sandbox only stands in when nothing names a service: no ``environment``, no
+    ``svcApiKey`` (in the file or ``$SVC_API_KEY``) and no ``baseUrl``. An explicit environment
+    is validated first (``moon`` is refused) and a remote one needs a key.
+    """
+    from .config import ConfigError, load_config
+
+    if not config.get("svcApiKey") and os.environ.get(KEY_VARIABLE, "").strip():
+        config = {**config, "svcApiKey": os.environ[KEY_VARIABLE].strip()}
+    try:
+        parsed = load_config(config)
+    except ConfigError as exc:
+        raise SystemExit(f"svc-gateway: {exc}") from None
+    if "environment" not in config and not config.get("svcApiKey") and not config.get("baseUrl"):
+        return config, True
+    if parsed.environment != "local" and parsed.svc_api_key is None:
+        from .login import CredentialStore
+
+        if CredentialStore().load(parsed.environment) is None:
+            raise SystemExit(
+                f"svc-gateway: environment '{parsed.environment}' needs an API key and none is "
+                f"configured. Set {KEY_VARIABLE}=<env>:<API_KEY> in the environment, or put "
+                "svcApiKey in the config file; or leave out environment, svcApiKey and baseUrl "
+                "to chat with the embedded sandbox."
+            )
+    return config, False
+
+
 async def _chat(args: argparse.Namespace) -> int:
     from . import register
     from .config import ConfigError
@@ -44,40 +84,61 @@ async def _chat(args: argparse.Namespace) -> int:
     from .hosts.reference import ReferenceGateway, repl
     from .login import CredentialStore
 
-    config = _read_config(args.config)
-    enabled = not config.get("svcApiKey") and not config.get("baseUrl")
-    async with embedded_session(config, enabled) as embedded:
-        gateway = ReferenceGateway(embedded.plugin_config)
-        store = None
-        if enabled:  # the embedded sandbox's throwaway key never touches the real keyring
-            store = CredentialStore(Path(tempfile.mkdtemp(prefix="svc-chat-")), use_keyring=False)
-        try:
-            handle = register(gateway, store=store)
-        except ConfigError as exc:
-            print(f"svc-gateway: {exc}", file=sys.stderr)
-            return 2
-        try:
-            if embedded.subscriber_key:
-                await handle.runtime.run(handle.core.login(embedded.subscriber_key))
-            if embedded.banner:
-                print(embedded.banner)
-            print(f"svc-gateway {__version__} reference chat. Type /help; Ctrl-D to leave.")
-            return await repl(gateway)
-        finally:
-            await asyncio.to_thread(handle.close)
+    config, enabled = _chat_config(_read_config(args.config))
+    with tempfile.TemporaryDirectory(prefix="svc-chat-") as scratch:
+        async with embedded_session(config, enabled) as embedded:
+            gateway = ReferenceGateway(embedded.plugin_config)
+            store = None
+            if enabled:  # the embedded sandbox's throwaway key never touches the real keyring
+                store = CredentialStore(Path(scratch), use_keyring=False)
+            try:
+                handle = register(gateway, store=store)
+            except ConfigError as exc:
+                print(f"svc-gateway: {exc}", file=sys.stderr)
+                return 2
+            try:
+                if embedded.subscriber_key:
+                    await handle.runtime.run(handle.core.login(embedded.subscriber_key))
+                if embedded.banner:
+                    print(embedded.banner)
+                endpoint = handle.extras.get("paid_endpoint")
+                if endpoint is not None:
+                    print(f"Paid endpoint: POST {getattr(endpoint, 'url', endpoint)}")
+                    if card := getattr(endpoint, "card_url", None):
+                        print(f"Agent card:    GET  {card}")
+                print(
+                    f"svc-gateway {__version__} reference chat. Type /help; "
+                    "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."
+                )
+                return await repl(gateway)
+            finally:
+                await asyncio.to_thread(handle.close)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="svc-gateway", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="svc-gateway",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", required=True)
     sandbox = sub.add_parser("sandbox", help="serve the local sandbox service")
-    sandbox.add_argument("--host", default="127.0.0.1")
-    sandbox.add_argument("--port", type=int, default=0)
+    sandbox.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only)",
+    )
+    sandbox.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default 0: any free port)"
+    )
     sandbox.add_argument("--db", default=":memory:", help="SQLite file, or :memory:")
     chat = sub.add_parser("chat", help="the reference chat gateway (embedded sandbox by default)")
-    chat.add_argument("--config", help="JSON file with the plugin config")
+    chat.add_argument(
+        "--config",
+        help=f"JSON file with the plugin config (the key may come from ${KEY_VARIABLE} instead)",
+    )
     demo = sub.add_parser("demo", help="sell and buy an agent answer end to end, offline")
     demo.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)

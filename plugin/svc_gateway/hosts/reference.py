@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..host import (
     BEFORE_PROMPT_BUILD,
@@ -23,6 +23,9 @@ from ..host import (
     PromptContext,
     ToolResult,
 )
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 HELP = """Commands:
   /help                 this text
@@ -132,27 +135,100 @@ def render(result: ToolResult) -> str:
     return json.dumps(result.structuredContent, indent=2, ensure_ascii=False)
 
 
+def _write_prompt(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _start_reader(stdin: TextIO, loop: asyncio.AbstractEventLoop) -> asyncio.Queue[str]:
+    """Read lines on a daemon thread (a blocked ``readline`` must never keep the process
+    alive at exit, as it would in the loop's default executor); ``""`` marks end of input."""
+    lines: asyncio.Queue[str] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            try:
+                line = stdin.readline()
+            except (OSError, ValueError):  # stdin closed under us
+                line = ""
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            except RuntimeError:  # the loop is gone: nobody is listening any more
+                return
+            if not line:
+                return
+
+    threading.Thread(target=read, name="svc-chat-stdin", daemon=True).start()
+    return lines
+
+
 async def repl(
     gateway: ReferenceGateway,
     stdin: TextIO = sys.stdin,
     out: Callable[[str], None] = print,
     *,
     prompt: bool | None = None,
+    write_prompt: Callable[[str], None] = _write_prompt,
 ) -> int:
-    """Read lines until end of input or /quit; print each answer."""
+    """Read lines until end of input or /quit; print each answer.
+
+    Interactive (a terminal): the prompt ``svc> `` stays on the input line, and Ctrl-C cancels
+    the line being handled, or at the prompt leaves (exit code 130).
+    """
     interactive = stdin.isatty() if prompt is None else prompt
     loop = asyncio.get_running_loop()
-    while True:
-        if interactive:
-            out("svc> ")
-        line = await loop.run_in_executor(None, stdin.readline)
-        if not line:
-            return 0
-        if line.strip() in ("/quit", "/exit"):
-            return 0
+    lines = _start_reader(stdin, loop)
+    waiting: asyncio.Future[str] | None = None
+    running: asyncio.Task[str | None] | None = None
+    interrupted = False
+
+    def on_interrupt() -> None:
+        nonlocal interrupted
+        if running is not None and not running.done():
+            running.cancel()  # Ctrl-C during a command: end that line
+        elif waiting is not None and not waiting.done():
+            interrupted = True  # Ctrl-C at the prompt: leave
+            waiting.cancel()
+
+    handles_sigint = False
+    if interactive and threading.current_thread() is threading.main_thread():
         try:
-            answer = await gateway.handle_line(line)
-        except Exception as exc:  # a host must keep running whatever a line does
-            answer = f"error [host]: {type(exc).__name__}: the line could not be handled"
-        if answer:
-            out(answer)
+            loop.add_signal_handler(signal.SIGINT, on_interrupt)
+            handles_sigint = True
+        except (NotImplementedError, RuntimeError):  # Windows, or a loop without signals
+            pass
+    try:
+        while True:
+            if interactive:
+                write_prompt("svc> ")
+            waiting = asyncio.ensure_future(lines.get())
+            try:
+                line = await waiting
+            except asyncio.CancelledError:
+                if not interrupted:
+                    raise
+                out("")
+                return 130
+            if not line:
+                if interactive:
+                    out("")
+                return 0
+            if line.strip() in ("/quit", "/exit"):
+                return 0
+            running = asyncio.ensure_future(gateway.handle_line(line))
+            try:
+                answer = await running
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the chat itself is being stopped, not just this line
+                answer = "(cancelled)"
+            except Exception as exc:  # a host must keep running whatever a line does
+                answer = f"error [host]: {type(exc).__name__}: the line could not be handled"
+            finally:
+                running = None
+            if answer:
+                out(answer)
+    finally:
+        if handles_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
