@@ -207,7 +207,7 @@ class LoginCancelled(LoginError):
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
 <meta name="referrer" content="no-referrer"></head>
 <body style="font-family:sans-serif;max-width:36em;margin:4em auto"><h1>{title}</h1><p>{text}</p>
-<script>history.replaceState(null, "", "/");</script></body></html>"""
+</body></html>"""
 
 
 _HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
@@ -229,8 +229,8 @@ _OUTCOMES: dict[str, tuple[int, str, str]] = {
 
 
 def _page(status: int, title: str, text: str) -> web.Response:
-    """A fixed page, never built from the request, so it cannot echo the key; its script drops
-    the key-bearing URL from the tab's history entry."""
+    """A fixed page, never built from the request, so it cannot echo the key. It is only ever
+    served at a clean ``/done/<outcome>`` URL (the callback redirects there)."""
     from aiohttp import web
 
     headers = dict(_HEADERS)
