@@ -11,9 +11,10 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from aiohttp import web
+if TYPE_CHECKING:  # the HTTP server is imported only by a plugin that serves something
+    from aiohttp import web
 
 
 @dataclass(frozen=True)
@@ -168,5 +169,7 @@ class CollectingGateway:
 
 def host_http_app(api: GatewayAPI) -> web.Application | None:
     """The host's aiohttp application, when it has one."""
+    from aiohttp import web
+
     app = getattr(api, "http_app", None)
     return app if isinstance(app, web.Application) else None

@@ -21,19 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, quote, urlsplit
 
-import keyring
-from keyring.backend import KeyringBackend
 from pydantic import SecretStr
 
 from .config import ENVIRONMENTS, ApiKey, ConfigError, parse_api_key
 
 if TYPE_CHECKING:  # the HTTP server is imported only when a browser login starts
     from aiohttp import web
+    from keyring.backend import KeyringBackend
 
 log = logging.getLogger(__name__)
 
 KEYRING_SERVICE = "svc-gateway-plugin"
 CREDENTIALS_FILE = "credentials.json"
+#: The file's list of environments whose key the keyring holds (names only, never a key).
+_IN_KEYRING = "inKeyring"
 _UNSAFE_MODULES = ("keyring.backends.fail", "keyring.backends.null", "keyrings.alt")
 
 
@@ -77,12 +78,27 @@ class CredentialStore:
     def __init__(self, config_dir: Path | None = None, *, use_keyring: bool = True) -> None:
         self.path = (config_dir or default_config_dir()) / CREDENTIALS_FILE
         self._lock = threading.Lock()
-        self._keyring: KeyringBackend | None = None
-        if use_keyring:
-            try:
-                self._keyring = secure_backend(keyring.get_keyring())
-            except Exception as error:
-                log.debug("no keyring (%s); using the credentials file", type(error).__name__)
+        self._use_keyring = use_keyring
+        self._resolved = False
+        self._keyring_backend: KeyringBackend | None = None
+
+    @property
+    def _keyring(self) -> KeyringBackend | None:
+        """The secure keyring, found on first use: discovering keyring backends costs a few
+        hundred milliseconds, which a gateway whose key sits in the file never pays."""
+        if not self._resolved:
+            with self._lock:
+                if not self._resolved and self._use_keyring:
+                    try:
+                        import keyring
+
+                        self._keyring_backend = secure_backend(keyring.get_keyring())
+                    except Exception as error:
+                        log.debug(
+                            "no keyring (%s); using the credentials file", type(error).__name__
+                        )
+                self._resolved = True
+        return self._keyring_backend
 
     @property
     def backend_name(self) -> Literal["keyring", "file"]:
@@ -98,34 +114,48 @@ class CredentialStore:
         env = _check_env(environment)
         secret = key.get_secret_value() if isinstance(key, SecretStr) else key
         where: Literal["keyring", "file"] = "file"
-        if self._keyring is not None:
+        backend = self._keyring
+        if backend is not None:
             try:
-                self._keyring.set_password(KEYRING_SERVICE, env, secret)
+                backend.set_password(KEYRING_SERVICE, env, secret)
                 where = "keyring"
             except Exception as error:
                 log.warning("keyring refused the key (%s); using the file", type(error).__name__)
         with self._lock:
             data = self._read()
+            in_keyring = [e for e in data.get(_IN_KEYRING, []) if e in ENVIRONMENTS and e != env]
             if where == "keyring":
                 data["keys"].pop(env, None)  # never leave an older copy in the file
+                in_keyring.append(env)
             else:
                 data["keys"][env] = secret
+            data[_IN_KEYRING] = in_keyring
             data["active"] = env
             self._write(data)
         return where
 
     def load(self, environment: str) -> SecretStr | None:
-        """The stored key for ``environment`` (keyring first, then the file), or ``None``."""
+        """The stored key for ``environment``, or ``None``.
+
+        The file says where each key is (the key itself, or that the keyring holds it), so the
+        keyring is only asked for a key that was put there."""
         env = _check_env(environment)
-        if self._keyring is not None:
+        with self._lock:
+            data = self._read()
+        value = data["keys"].get(env)
+        if isinstance(value, str) and value:
+            return SecretStr(value)
+        listed = data.get(_IN_KEYRING)
+        # files written before the list existed: the active environment may be in the keyring
+        maybe_in_keyring = env in listed if isinstance(listed, list) else data.get("active") == env
+        backend = self._keyring if maybe_in_keyring else None
+        if backend is not None:
             try:
-                if value := self._keyring.get_password(KEYRING_SERVICE, env):
-                    return SecretStr(value)
+                if found := backend.get_password(KEYRING_SERVICE, env):
+                    return SecretStr(found)
             except Exception as error:
                 log.debug("keyring read failed (%s)", type(error).__name__)
-        with self._lock:
-            value = self._read()["keys"].get(env)
-        return SecretStr(value) if isinstance(value, str) and value else None
+        return None
 
     @property
     def active(self) -> str | None:
@@ -136,6 +166,8 @@ class CredentialStore:
 
     def load_any(self, preferred_env: str | None = None) -> tuple[str, SecretStr] | None:
         """The first stored key among ``preferred_env``, the active environment, the others."""
+        if not self.path.exists():  # nothing was ever stored (every save writes the file)
+            return None
         first = [env for env in (preferred_env, self.active) if env in ENVIRONMENTS]
         for env in dict.fromkeys([*first, *ENVIRONMENTS]):
             if (key := self.load(env)) is not None:
@@ -145,14 +177,17 @@ class CredentialStore:
     def delete(self, environment: str) -> None:
         """Remove the key from the keyring and the file (``/svc_logout <env>``)."""
         env = _check_env(environment)
-        if self._keyring is not None:
+        backend = self._keyring
+        if backend is not None:
             with contextlib.suppress(Exception):  # PasswordDeleteError when it is not there
-                self._keyring.delete_password(KEYRING_SERVICE, env)
+                backend.delete_password(KEYRING_SERVICE, env)
         with self._lock:
             if not self.path.exists():
                 return
             data = self._read()
             data["keys"].pop(env, None)
+            if isinstance(data.get(_IN_KEYRING), list):
+                data[_IN_KEYRING] = [e for e in data[_IN_KEYRING] if e != env]
             if data.get("active") == env:
                 del data["active"]
             self._write(data)
