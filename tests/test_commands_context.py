@@ -9,9 +9,16 @@ import threading
 import httpx
 import pytest
 
+import svc_gateway
 from svc_gateway.client import ServiceClient
+from svc_gateway.config import ConfigError
+from svc_gateway.context import BalanceEntry, format_line
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.models import PlanMetadata
+from svc_gateway.pricing import crypto_price, expirable_credits
 from svc_gateway.sandbox import SandboxServer
-from tests.conftest import CountingTransport, HostFactory, make_plan
+from svc_gateway.tools import TOOL_NAMES
+from tests.conftest import USDC, CountingTransport, HostFactory, make_plan
 from tests.helpers import fake_key
 
 
@@ -194,10 +201,9 @@ async def test_context_never_blocks_past_its_budget(
 
     gateway, handle = await make_host(subscriber["apiKey"], transport=Slow(), planId=plan_id)
     handle.context.budget = 0.2
-    loop = asyncio.get_running_loop()
-    start = loop.time()
     assert await gateway.context_text() == ""  # nothing known yet, nothing invented
-    assert loop.time() - start < 2
+    # the prompt went on while the balance read was still under way
+    assert handle.context.cache.fetches == 1 and handle.context.cache.stale(plan_id) is None
 
 
 async def test_context_lists_each_configured_plan(
@@ -239,3 +245,182 @@ async def test_scripted_reference_chat_session(
     assert out[5].startswith("error [invalid_json]")
     assert out[6].startswith("error [unknown_input]")
     assert '"balance": "0"' in out[7]
+
+
+# -- issue 7/9: the context hook ----------------------------------------------------------------
+
+
+async def test_a_cache_hit_is_answered_without_the_plugin_loop(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    gateway, handle = await make_host(subscriber["apiKey"], planId=plan_id)
+    text = await gateway.context_text()
+    assert "0 credits, not subscribed" in text
+    # Block the plugin loop: a hook that crossed to it could not answer now.
+    release = threading.Event()
+
+    async def hold_the_loop() -> None:
+        release.wait(30)
+
+    blocked = handle.runtime.submit(hold_the_loop())
+    try:
+        again = await asyncio.wait_for(gateway.context_text(), 10)
+        from_a_thread = await asyncio.to_thread(handle.context.peek)
+    finally:
+        release.set()
+    await asyncio.wrap_future(blocked)
+    assert again == text and from_a_thread == text.strip()
+
+
+async def test_a_fresh_balance_read_refreshes_the_context(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str, sandbox: SandboxServer
+) -> None:
+    clock = Clock()
+    gateway, _ = await make_host(subscriber["apiKey"], planId=plan_id, clock=clock)
+    assert "0 credits, not subscribed" in await gateway.context_text()
+    # credits bought elsewhere (another client): the cached line is stale, within its TTL
+    other = ServiceClient(sandbox.base_url, subscriber["apiKey"])
+    try:
+        assert (await other.order_plan(plan_id)).success
+    finally:
+        await other.aclose()
+    assert "0 credits, not subscribed" in await gateway.context_text()
+    result = await gateway.call_tool("svc_checkBalance", {})
+    assert result.structuredContent["balance"] == "100"
+    assert "100 credits, subscribed" in await gateway.context_text()  # no TTL wait
+
+
+async def test_a_time_plan_shows_its_access_window_not_credits(
+    make_host: HostFactory,
+    subscriber: dict[str, str],
+    builder: dict[str, str],
+    builder_client: ServiceClient,
+) -> None:
+    time_plan = await builder_client.register_time_plan(
+        PlanMetadata(name="Monthly pass"),
+        crypto_price([1_000_000], [builder["address"]], USDC),
+        expirable_credits(30 * 86400),
+    )
+    gateway, _ = await make_host(subscriber["apiKey"], planId=time_plan)
+    before = await gateway.context_text()
+    assert "Monthly pass" in before and "credits" not in before
+    assert "time plan, no active access (not subscribed)" in before
+    assert "each purchase gives 30 days of access" in before
+    assert not (await gateway.call_tool("svc_orderPlan", {"confirm": True})).isError
+    after = await gateway.context_text()
+    assert "time plan, access active, each purchase gives 30 days of access" in after
+    assert "1 credits" not in after
+
+
+@pytest.mark.parametrize(
+    ("secs", "text"),
+    [
+        (86400, "1 day"),
+        (7 * 86400, "7 days"),
+        (5400, "90 minutes"),
+        (3600, "1 hour"),
+        (45, "45 seconds"),
+    ],
+)
+def test_access_windows_read_naturally(secs: int, text: str) -> None:
+    entry = BalanceEntry("p", "Pass", 1, True, is_time=True, duration_secs=secs)
+    assert (
+        format_line(entry)
+        == f"- Pass (plan p): time plan, access active, each purchase gives {text} of access"
+    )
+
+
+# -- issue 10: login checks the key; ways that never type it --------------------------------------
+
+
+async def test_a_key_with_a_corrupted_signature_is_refused_and_not_stored(
+    make_host: HostFactory, subscriber: dict[str, str]
+) -> None:
+    gateway, handle = await make_host()
+    key = subscriber["apiKey"]
+    signature = key.rsplit(".", 1)[1]
+    corrupted = key[: -len(signature)] + ("A" if signature[0] != "A" else "B") + signature[1:]
+    reply = await gateway.run_command("svc_login", corrupted)
+    assert reply.startswith("Login failed") and "refused this API key" in reply
+    assert "Nothing was stored" in reply and corrupted.split(":", 1)[1] not in reply
+    assert handle.core.session is None and handle.core.store.load("local") is None
+    assert (await gateway.run_command("svc_login", key)).startswith("Logged in")
+
+
+async def test_a_typed_key_reply_offers_ways_that_never_type_it(
+    make_host: HostFactory, subscriber: dict[str, str]
+) -> None:
+    gateway, _ = await make_host()
+    reply = await gateway.run_command("svc_login", subscriber["apiKey"])
+    assert "delete the chat message" in reply
+    assert "/svc_login env:SVC_API_KEY" in reply and "browser" in reply
+
+
+async def test_login_from_an_environment_variable(
+    make_host: HostFactory, subscriber: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway, handle = await make_host()
+    missing = await gateway.run_command("svc_login", "env:SVC_TEST_OPERATOR_KEY")
+    assert "SVC_TEST_OPERATOR_KEY is not set" in missing and handle.core.session is None
+    monkeypatch.setenv("SVC_TEST_OPERATOR_KEY", "local:not-a-key")
+    bad = await gateway.run_command("svc_login", "env:SVC_TEST_OPERATOR_KEY")
+    assert bad.startswith("Login failed (the variable SVC_TEST_OPERATOR_KEY)")
+    assert "not-a-key" not in bad and handle.core.session is None
+    monkeypatch.setenv("SVC_TEST_OPERATOR_KEY", subscriber["apiKey"])
+    reply = await gateway.run_command("svc_login", "env:SVC_TEST_OPERATOR_KEY")
+    assert reply.startswith(f"Logged in to the local environment as {subscriber['address']}")
+    assert "delete the chat message" not in reply  # nothing was typed
+    assert handle.core.session is not None
+
+
+async def test_browser_login_refuses_a_key_for_another_environment(
+    make_host: HostFactory, sandbox: SandboxServer
+) -> None:
+    """Asked for sandbox; the (local) sandbox frontend hands back a local: key."""
+    pages: list[int] = []
+
+    def open_browser(url: str) -> bool:
+        def browse() -> None:
+            pages.append(httpx.get(url, follow_redirects=True, timeout=10).status_code)
+
+        threading.Thread(target=browse).start()
+        return True
+
+    gateway, handle = await make_host(open_browser=open_browser, frontendUrl=sandbox.origin)
+    await gateway.run_command("svc_login", "sandbox")
+    status = ""
+    for _ in range(200):
+        status = await gateway.run_command("svc_login", "status")
+        if "did not complete" in status:
+            break
+        await asyncio.sleep(0.05)
+    assert "for the local environment, but this login asked for sandbox" in status
+    assert "nothing was stored" in status
+    assert handle.core.session is None and handle.core.store.load_any() is None
+    for _ in range(100):
+        if pages:
+            break
+        await asyncio.sleep(0.05)
+    assert pages == [400]  # the browser shows the refusal
+
+
+# -- issue 7: a broken config registers in a degraded state ---------------------------------------
+
+
+async def test_an_invalid_config_can_register_degraded_with_the_fix() -> None:
+    bad = {"environment": "moon"}
+    with pytest.raises(ConfigError):
+        svc_gateway.register(ReferenceGateway(bad))
+    gateway = ReferenceGateway(bad)
+    gateway.config_location = "plugins.svc in gateway.yaml"  # type: ignore[attr-defined]
+    handle = svc_gateway.register(gateway, on_config_error="degrade")
+    assert isinstance(handle, svc_gateway.DegradedPlugin) and "environment" in handle.config_error
+    assert sorted(gateway.tools) == sorted(TOOL_NAMES)
+    result = await gateway.call_tool("svc_checkBalance", {})
+    error = result.structuredContent["error"]
+    assert result.isError and error["code"] == "plugin_misconfigured"
+    assert "environment" in error["message"] and "plugins.svc in gateway.yaml" in error["hint"]
+    status = await gateway.run_command("svc_login", "status")
+    assert "not configured correctly" in status and "plugins.svc in gateway.yaml" in status
+    assert await gateway.context_text() == ""
+    handle.close()
