@@ -84,3 +84,77 @@ def test_redacting_filter_masks_keys_and_tokens(caplog: pytest.LogCaptureFixture
     assert key.split(":", 1)[1][:20] not in caplog.text
     assert caplog.text.count("[REDACTED]") >= 4
     assert redact("nothing secret here 0x" + "a" * 40) == "nothing secret here 0x" + "a" * 40
+
+
+def test_run_passes_errors_and_cancellation_across() -> None:
+    runtime = PluginRuntime()
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    async def fails() -> None:
+        raise ValueError("from the plugin loop")
+
+    async def waits() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def caller() -> None:
+        with pytest.raises(ValueError, match="from the plugin loop"):
+            await runtime.run(fails())
+        task = asyncio.ensure_future(runtime.run(waits()))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(caller())
+        assert cancelled.wait(10)  # the caller's cancel reached the plugin loop's task
+    finally:
+        runtime.close()
+    with pytest.raises(RuntimeClosed):
+        asyncio.run(runtime.run(where()))
+
+
+def _render(caplog: pytest.LogCaptureFixture) -> str:
+    formatter = logging.Formatter("%(message)s")
+    return "\n".join(formatter.format(record) for record in caplog.records)
+
+
+def test_tracebacks_and_stacks_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    key = fake_key()
+    token = "eyJ4NDAyVmVyc2lvbiI6Mn0.eyJwYXlsb2FkIjp7fX0.c2ln"
+    log = get_logger("svc_gateway.test.tb")
+    with caplog.at_level(logging.INFO, logger="svc_gateway.test.tb"):
+        try:
+            raise ValueError(f"bad token {token} for key {key}")
+        except ValueError:
+            log.exception("request failed")
+        log.info("where we are", stack_info=True, extra={"note": key})
+        try:
+            raise RuntimeError("payment-signature: " + token[:30] + "...")
+        except RuntimeError as error:
+            log.warning("oversize token", exc_info=error)
+    text = _render(caplog)
+    assert "Traceback" in text and "ValueError: bad token [REDACTED]" in text
+    assert "RuntimeError: payment-signature: [REDACTED]" in text
+    assert "Stack (most recent call last)" in text
+    assert key not in text and token not in text and token[:30] not in text
+    assert key.split(":", 1)[1][:20] not in text
+
+
+def test_plain_words_after_token_are_not_masked(caplog: pytest.LogCaptureFixture) -> None:
+    log = get_logger("svc_gateway.test.words")
+    with caplog.at_level(logging.INFO, logger="svc_gateway.test.words"):
+        log.info("invalid access token: signature check failed")
+        log.info("api_key: missing; token: expired.")
+    text = _render(caplog)
+    assert "invalid access token: signature check failed" in text
+    assert "api_key: missing; token: expired." in text
+    assert "[REDACTED]" not in text
+    assert redact("token=abc123") == "token=[REDACTED]"
+    assert redact("token: " + "x" * 16) == "token: [REDACTED]"
