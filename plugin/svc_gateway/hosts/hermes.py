@@ -14,11 +14,15 @@ Hermes imports this module and calls :func:`register` once per process, inside
   The alias gets an args hint starting with ``<``, which keeps it out of the Telegram menu
   (``telegram_bot_commands``), so the menu shows ``/svc_login`` once.
 * **before_prompt_build** → a synchronous ``pre_llm_call`` hook (Hermes never awaits hook
-  coroutines) that waits for the plugin loop at most :data:`HOOK_BUDGET_SECS` and returns
-  ``{"context": text}``; Hermes appends that to the current user message, not the system prompt.
+  coroutines) returning ``{"context": text}``; Hermes appends that to the current user message,
+  not the system prompt. A cache hit is answered on Hermes's own thread (the handler's ``peek``);
+  only a miss waits for the plugin loop, at most :data:`HOOK_BUDGET_SECS`.
+* **an invalid config** → the plugin registers degraded: every tool and ``/svc_login status``
+  answer with the error and where to fix it (``plugins.entries.svc.settings`` in config.yaml),
+  instead of the model silently having no svc tools.
 
 0.19.0 gives command handlers only the argument string: no sender, chat or platform, so
-:class:`~plugin.host.CommandContext` carries ``args`` only. Hermes dispatches a plugin command
+:class:`~svc_gateway.host.CommandContext` carries ``args`` only. Hermes dispatches a plugin command
 only after its own gateway authorisation check has passed, hence ``is_authorized_sender`` keeps
 its default ``True``.
 """
@@ -383,8 +387,9 @@ def current_handle() -> PluginHandleLike | None:
 def register(ctx: Any) -> None:
     """Hermes's entry point: load the svc plugin into this Hermes process.
 
-    An exception here (for example an invalid config) is recorded by Hermes as the plugin's
-    ``error`` and the host keeps running without it; messages name fields, never values.
+    An invalid config registers the plugin degraded (see the module docstring); any other
+    exception here is recorded by Hermes as the plugin's ``error`` and the host keeps running
+    without it. Messages name fields, never values.
     """
     global _handle, _atexit_registered
     from .. import register as register_plugin
