@@ -272,6 +272,26 @@ async def test_a_cache_hit_is_answered_without_the_plugin_loop(
     assert again == text and from_a_thread == text.strip()
 
 
+async def test_a_miss_never_holds_the_prompt_past_its_budget_even_on_a_busy_loop(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    gateway, handle = await make_host(subscriber["apiKey"], planId=plan_id)
+    handle.context.budget = 0.2
+    release = threading.Event()
+
+    async def hold_the_loop() -> None:
+        release.wait(30)
+
+    blocked = handle.runtime.submit(hold_the_loop())
+    try:
+        text = await asyncio.wait_for(gateway.context_text(), 10)
+    finally:
+        release.set()
+    await asyncio.wrap_future(blocked)
+    assert text == ""  # the prompt went on without the context
+    assert "0 credits" in await gateway.context_text()  # and the next one has it
+
+
 async def test_a_fresh_balance_read_refreshes_the_context(
     make_host: HostFactory, subscriber: dict[str, str], plan_id: str, sandbox: SandboxServer
 ) -> None:

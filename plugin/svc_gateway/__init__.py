@@ -7,6 +7,7 @@ sandbox and the paid endpoint only when a configuration uses them).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+#: How much longer than the context's budget a prompt waits for a busy plugin loop.
+LOOP_GRACE_SECS = 0.5
 #: Where a host's operator fixes the plugin settings, unless the host says (``config_location``).
 DEFAULT_CONFIG_LOCATION = "the svc plugin section of the gateway's configuration"
 
@@ -71,7 +74,12 @@ class PromptHook:
 
         text = self._context.peek()
         if text is MISS:
-            return await self._runtime.run(self._context.text())
+            # The context's own budget bounds the fetch; this bounds a plugin loop that is busy.
+            limit = self._context.budget + LOOP_GRACE_SECS
+            try:
+                return await asyncio.wait_for(self._runtime.run(self._context.text()), limit)
+            except TimeoutError:
+                return None
         assert text is None or isinstance(text, str)
         return text
 
