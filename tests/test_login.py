@@ -24,10 +24,12 @@ from pydantic import SecretStr
 from svc_gateway.config import ConfigError
 from svc_gateway.encoding import b64url_nopad
 from svc_gateway.login import (
+    CREDENTIALS_FILE,
     KEYRING_SERVICE,
     BrowserLogin,
     CredentialStore,
     LoginCancelled,
+    LoginError,
     LoginTimeout,
     default_config_dir,
     manual_instructions,
@@ -273,6 +275,40 @@ def test_secure_keyring_holds_the_key_and_delete_clears_everywhere(tmp_path: Pat
     assert store.load_any() is None
 
 
+class CountingKeyring(MemoryKeyring):
+    """Counts reads, to see when the store asks the keyring at all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def get_password(self, service: str, username: str) -> str | None:
+        self.reads.append(username)
+        return super().get_password(service, username)
+
+
+def test_the_keyring_is_asked_only_for_keys_it_holds(tmp_path: Path) -> None:
+    spy = CountingKeyring()
+    keyring.set_keyring(spy)
+    store = CredentialStore(tmp_path)
+    assert store.load_any() is None and spy.reads == []  # nothing stored: no keyring at all
+    live_key = make_key("live")
+    assert store.save("live", live_key) == "keyring"
+    CredentialStore(tmp_path, use_keyring=False).save("local", make_key("local"))
+    fresh = CredentialStore(tmp_path)
+    found = fresh.load("live")
+    assert found is not None and found.get_secret_value() == live_key
+    assert fresh.load("sandbox") is None and fresh.load("local") is not None
+    assert spy.reads == ["live"]
+
+    # a file written before the list existed: the active environment may be in the keyring
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / CREDENTIALS_FILE).write_text(json.dumps({"keys": {}, "active": "live"}))
+    old = CredentialStore(legacy).load_any()
+    assert old is not None and old[0] == "live" and old[1].get_secret_value() == live_key
+
+
 # -- BrowserLogin over real loopback HTTP --------------------------------------------------------
 
 
@@ -389,6 +425,50 @@ async def test_server_closes_on_its_own_after_success(http: httpx.AsyncClient) -
         await asyncio.sleep(0.02)
     assert await port_closed(login.port)
     assert (await login.wait()).address == ADDRESS
+
+
+async def test_a_client_that_does_not_follow_the_redirect_still_completes(
+    http: httpx.AsyncClient,
+) -> None:
+    login = await BrowserLogin.start(FRONTEND, open_browser=lambda _url: False)
+    login.REDIRECT_SECS = 0.05
+    answer = await http.get(callback_of(login), params={"svc_api_key": make_key()})
+    assert answer.status_code == 303 and answer.headers["location"] == "/done/complete"
+    assert answer.text == ""  # nothing echoed
+    key = await asyncio.wait_for(login.wait(), 10)
+    assert key.address == ADDRESS
+    assert await port_closed(login.port)
+
+
+async def test_a_key_for_another_environment_is_refused_at_the_callback(
+    http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    login = await BrowserLogin.start(
+        FRONTEND, open_browser=lambda _url: False, environment="sandbox"
+    )
+    live_key = make_key("live")
+    page = await http.get(
+        callback_of(login), params={"svc_api_key": live_key}, follow_redirects=True
+    )
+    assert page.status_code == 400 and "another environment" in page.text
+    assert page.url.path == "/done/wrong-environment" and live_key not in page.text
+    with pytest.raises(LoginError) as error:
+        await asyncio.wait_for(login.wait(), 10)
+    assert "for the live environment, but this login asked for sandbox" in str(error.value)
+    assert "nothing was stored" in str(error.value)
+    assert await port_closed(login.port)
+    ours = "\n".join(
+        r.getMessage() for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))
+    )
+    assert live_key.split(":", 1)[1] not in ours
+
+    same = await BrowserLogin.start(FRONTEND, open_browser=lambda _url: False, environment="local")
+    ok = await http.get(
+        callback_of(same), params={"svc_api_key": make_key("local")}, follow_redirects=True
+    )
+    assert ok.status_code == 200
+    assert (await asyncio.wait_for(same.wait(), 10)).environment == "local"
 
 
 async def test_timeout_raises_and_closes_the_port(http: httpx.AsyncClient) -> None:
