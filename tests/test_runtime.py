@@ -158,3 +158,27 @@ def test_plain_words_after_token_are_not_masked(caplog: pytest.LogCaptureFixture
     assert "[REDACTED]" not in text
     assert redact("token=abc123") == "token=[REDACTED]"
     assert redact("token: " + "x" * 16) == "token: [REDACTED]"
+
+
+def test_a_call_in_flight_when_the_plugin_closes_gets_runtime_closed() -> None:
+    runtime = PluginRuntime()
+    started = threading.Event()
+    outcome: list[BaseException] = []
+
+    async def long_call() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def caller() -> None:
+        try:
+            await runtime.run(long_call())
+        except BaseException as error:  # what the host's tool wrapper would see
+            outcome.append(error)
+
+    worker = threading.Thread(target=lambda: asyncio.run(caller()))
+    worker.start()
+    assert started.wait(10)
+    runtime.close()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeClosed)

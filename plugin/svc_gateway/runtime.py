@@ -33,6 +33,7 @@ class PluginRuntime:
         self._ready = threading.Event()
         self._closers: list[Closer] = []
         self._closed = False
+        self._stopping = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -81,7 +82,9 @@ class PluginRuntime:
         def settle(task: asyncio.Task[T]) -> None:
             if result.done():
                 return
-            if task.cancelled():
+            if task.cancelled() and self._stopping:  # cancelled by close(), not by the caller
+                result.set_exception(RuntimeClosed("the svc plugin has been closed"))
+            elif task.cancelled():
                 result.cancel()
             elif (error := task.exception()) is not None:
                 result.set_exception(error)
@@ -96,6 +99,13 @@ class PluginRuntime:
                     task.exception()
 
         def start() -> None:
+            if self._stopping:  # arrived while close() runs: never started, never stuck
+                coro.close()
+                closed = RuntimeClosed("the svc plugin has been closed")
+                caller.call_soon_threadsafe(
+                    lambda: None if result.done() else result.set_exception(closed)
+                )
+                return
             task = self._loop.create_task(coro)
             started.append(task)
             task.add_done_callback(done)
@@ -149,6 +159,7 @@ class PluginRuntime:
                 return
             if self.on_plugin_loop():
                 raise RuntimeError("close() must not be called from the plugin loop")
+            self._stopping = True
             try:
                 asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout)
             except Exception:
