@@ -19,6 +19,7 @@ import pytest
 
 from svc_gateway.cli import main
 from svc_gateway.hosts.reference import ReferenceGateway, repl
+from svc_gateway.sandbox import SandboxServer
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A bound on every wait for the child (a hang fails the test instead of stalling the run).
@@ -243,3 +244,29 @@ async def test_ctrl_c_during_a_line_cancels_only_that_line() -> None:
         feed.flush()
         assert await asyncio.wait_for(chat, WAIT_SECS) == 0
     assert printed == ["(cancelled)", "echo after"]
+
+
+async def test_the_key_can_come_from_svc_api_key(
+    tmp_path: Path, sandbox: SandboxServer, subscriber: dict[str, str]
+) -> None:
+    """The operator sets SVC_API_KEY; the key is never typed and never in the config file."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"environment": "local", "baseUrl": sandbox.base_url}))
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "svc_gateway.cli",
+        "chat",
+        "--config",
+        str(path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**chat_env(tmp_path), "SVC_API_KEY": subscriber["apiKey"]},
+    )
+    out, err = await asyncio.wait_for(child.communicate(b"/svc_login status\n"), WAIT_SECS)
+    text = out.decode()
+    assert child.returncode == 0, err.decode()
+    assert f"Logged in to local as {subscriber['address']} (key from config)" in text
+    assert "embedded sandbox" not in text
+    assert subscriber["apiKey"].split(":", 1)[1] not in text + err.decode()
