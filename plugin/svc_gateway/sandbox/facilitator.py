@@ -268,7 +268,10 @@ def settle(store: Store, caller: str, body: dict[str, Any]) -> dict[str, Any]:
         problem = _credit_problem(store, approval)
         if problem is not None:
             return _failure(problem, info.payer)
-        answer = _burn(store, approval, call.agent_request_id)
+        try:
+            answer = _burn(store, approval, call.agent_request_id)
+        except ValueError:  # a bucket expired between the check and the burn
+            return _failure("insufficient credits", info.payer)
         if call.agent_request_id is not None:
             store.run(
                 "UPDATE agent_requests SET answer = ? WHERE id = ?",
