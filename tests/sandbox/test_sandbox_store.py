@@ -192,3 +192,17 @@ async def test_mint_expirable_on_a_time_plan_extends_access(
     assert await api.credits(plan_id, buyer) == 1  # 600 s ordered + 300 s minted
     clock.advance(2)
     assert await api.credits(plan_id, buyer) == 0
+
+
+async def test_plain_mint_on_a_time_plan_grants_its_duration(
+    api: Api, owner: Actor, buyer: Actor, clock: ManualClock
+) -> None:
+    plan_id = await api.plan(owner, duration=600)
+    body = {"planId": plan_id, "amount": 1, "creditsReceiver": buyer.address}
+    assert (
+        await api.http.post("/protocol/plans/mint", json=body, headers=owner.headers)
+    ).status_code == 200
+    clock.advance(599)
+    assert await api.credits(plan_id, buyer) == 1
+    clock.advance(2)
+    assert await api.credits(plan_id, buyer) == 0
