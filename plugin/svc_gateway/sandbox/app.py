@@ -23,7 +23,7 @@ from .context import (
     set_resolution,
     store_of,
 )
-from .db import Store
+from .db import REQUEST_TTL_SECS, Store
 from .errors import INTERNAL, ApiError, from_http_exception
 from .versioning import RESOLVED_HEADER, VERSION_HEADER, resolve
 
@@ -74,11 +74,16 @@ def create_app(
     db: str = ":memory:",
     *,
     clock: Callable[[], float] = time.time,
-    hold_ttl_secs: float = 300.0,
+    request_ttl_secs: float = REQUEST_TTL_SECS,
 ) -> web.Application:
-    """The sandbox service over a SQLite file (or a private in-memory database)."""
+    """The sandbox service over a SQLite file (or a private in-memory database).
+
+    ``clock`` is the sandbox's only notion of time (token, delegation, checkout, time-plan
+    and expirable-credit expiry): pass a :class:`~svc_gateway.sandbox.clock.ManualClock`
+    to move it by hand in tests.
+    """
     app = web.Application(middlewares=[service_middleware], client_max_size=MAX_BODY_BYTES)
-    app[STORE] = Store(db, clock=clock, hold_ttl_secs=hold_ttl_secs)
+    app[STORE] = Store(db, clock=clock, request_ttl_secs=request_ttl_secs)
     app.on_response_prepare.append(_version_headers)
     app.on_cleanup.append(_close_store)
     app.add_routes(routes_protocol.routes)
