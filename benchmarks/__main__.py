@@ -87,7 +87,7 @@ def case_sandbox(report: Report, s: Settings) -> None:
         with procs.server("paid", *args) as paid:
             _warm(bare, None, s)
             _warm(paid, m.token, s)
-            rps_bare = _run(report, "bare aiohttp handler", bare, None, HEADLINE_C, s)
+            rps_bare = _run(report, "bare handler (sandbox case)", bare, None, HEADLINE_C, s)
             rps_paid = _run(report, "paid endpoint (sandbox)", paid, m.token, HEADLINE_C, s)
     report.figure(Figure("paid endpoint (sandbox) / bare handler", rps_paid, rps_bare, "c=32"))
 
