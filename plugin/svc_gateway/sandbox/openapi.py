@@ -23,8 +23,9 @@ DOCS_PATH = "/docs"
 _PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
 
 #: auth values: "key" needs ``Authorization: Bearer <key>``; "public" sends none;
-#: "optional" accepts either (the key, when sent, decides the version pin).
-KEY, PUBLIC, OPTIONAL = "key", "public", "optional"
+#: "optional" accepts either (the key, when sent, decides the version pin); "unknown" is
+#: a route nobody has described yet (no ``security`` in the document).
+KEY, PUBLIC, OPTIONAL, UNKNOWN = "key", "public", "optional", "unknown"
 
 ADDRESS = {"type": "string", "pattern": "^0x[a-fA-F0-9]{40}$"}
 BIGINT = {
@@ -147,7 +148,7 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         status=201,
     ),
     ("GET", _A + "/sandbox/ledger/{planId}/{holderAddress}"): RouteDoc(
-        "Audit one holder's credits: granted, burned, held, balance", auth=OPTIONAL
+        "Audit one holder's credits: granted, burned, expired, balance", auth=OPTIONAL
     ),
     ("GET", _A + "/meta/versions"): RouteDoc(
         "Version discovery (any key; exempt from Service-Version checks)", tag="meta"
@@ -183,22 +184,54 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
     ("POST", _P + "/plans/{planId}/order"): RouteDoc(
         "Order (buy) a crypto plan: grants its credits to you", tag="plans"
     ),
-    ("POST", _P + "/plans/{planId}/mint"): RouteDoc(
-        "Owner only: mint credits to a receiver",
+    ("POST", _P + "/plans/mint"): RouteDoc(
+        "Owner only: mint credits of your plan to a receiver",
         tag="plans",
         body={
             "type": "object",
-            "required": ["amount", "receiver"],
-            "properties": {"amount": BIGINT, "receiver": ADDRESS},
+            "required": ["planId", "amount", "creditsReceiver"],
+            "properties": {
+                "planId": {"type": "string"},
+                "amount": BIGINT,
+                "creditsReceiver": ADDRESS,
+            },
         },
     ),
-    ("POST", _P + "/plans/{planId}/mint-expirable"): RouteDoc(
-        "Owner only: mint credits that expire after `duration` seconds",
+    ("POST", _P + "/plans/mintExpirable"): RouteDoc(
+        "Owner only: mint credits that expire after creditsDuration seconds (0: never)",
         tag="plans",
         body={
             "type": "object",
-            "required": ["amount", "receiver"],
-            "properties": {"amount": BIGINT, "receiver": ADDRESS, "duration": BIGINT},
+            "required": ["planId", "creditsAmount", "creditsReceiver"],
+            "properties": {
+                "planId": {"type": "string"},
+                "creditsAmount": BIGINT,
+                "creditsReceiver": ADDRESS,
+                "creditsDuration": BIGINT,
+            },
+        },
+    ),
+    ("POST", _P + "/plans/burn"): RouteDoc(
+        "Burn credits you hold",
+        tag="plans",
+        body={
+            "type": "object",
+            "required": ["planId", "creditsAmount"],
+            "properties": {"planId": {"type": "string"}, "creditsAmount": BIGINT},
+        },
+    ),
+    ("POST", _P + "/plans/redeem"): RouteDoc(
+        "Owner only: redeem a holder's credits for an agent request",
+        tag="plans",
+        body={
+            "type": "object",
+            "required": ["agentRequestId", "planId", "redeemFrom", "amount"],
+            "properties": {
+                "agentRequestId": {"type": "string"},
+                "planId": {"type": "string"},
+                "redeemFrom": ADDRESS,
+                "amount": BIGINT,
+            },
         },
     ),
     ("GET", _P + "/plans/{planId}/balance/{holderAddress}"): RouteDoc(
@@ -246,6 +279,9 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
     ("GET", _P + "/agents/{agentId}"): RouteDoc("Get an agent", auth=OPTIONAL, tag="agents"),
     ("GET", _P + "/agents/{agentId}/plans"): RouteDoc(
         "Plans an agent sells", auth=OPTIONAL, tag="agents", query=("page", "offset")
+    ),
+    ("POST", _P + "/agents/{agentId}/plan/{planId}"): RouteDoc(
+        "Owner only: attach one of your plans to one of your agents (idempotent)", tag="agents"
     ),
     ("DELETE", _P + "/agents/{agentId}/plan/{planId}"): RouteDoc(
         "Owner only: detach a plan from an agent", tag="agents"
@@ -352,6 +388,15 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
             "properties": {**_PAYMENT_CALL["properties"], "agentRequestId": {"type": "string"}},
         },
     ),
+    ("GET", "/"): RouteDoc(
+        "Deployment info: the sandbox's (made-up) contract addresses", auth=PUBLIC, tag="meta"
+    ),
+    ("GET", "/permissions/global-permissions"): RouteDoc(
+        "API key page: a button that creates a sandbox key", PUBLIC, "pages"
+    ),
+    ("POST", "/permissions/global-permissions"): RouteDoc(
+        "Create a sandbox account and show its API key once", PUBLIC, "pages", status=201
+    ),
     ("GET", DOCS_PATH): RouteDoc("This API reference as a web page", auth=PUBLIC, tag="pages"),
     ("GET", "/login"): RouteDoc("Sandbox login page (links to key creation)", PUBLIC, "pages"),
     ("GET", "/auth/cli"): RouteDoc(
@@ -365,27 +410,43 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         "Checkout page of a fiat order: opening it pays the order once", PUBLIC, "pages"
     ),
 }
-GENERIC = RouteDoc("(no description yet)", auth=OPTIONAL, tag="other")
+#: for a route without metadata: its handler's docstring (first sentence) when it has one
+GENERIC = RouteDoc("(no description yet)", auth=UNKNOWN, tag="other")
 
 
-def registered_routes(app: web.Application) -> list[tuple[str, str]]:
-    """``(METHOD, path)`` of every route the app serves (HEAD twins of GET left out)."""
-    seen: dict[tuple[str, str], None] = {}
+def _served(app: web.Application) -> dict[tuple[str, str], Any]:
+    """``(METHOD, path) -> handler`` of every route the app serves (no HEAD twins of GET)."""
+    seen: dict[tuple[str, str], Any] = {}
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource is not None else {}
         path = info.get("formatter") or info.get("path")
         if route.method in ("HEAD", "*") or not path:
             continue
-        seen[(route.method, str(path))] = None
-    return list(seen)
+        seen.setdefault((route.method, str(path)), route.handler)
+    return seen
 
 
-def doc_for(method: str, path: str) -> RouteDoc:
-    return ROUTE_DOCS.get((method, path), GENERIC)
+def registered_routes(app: web.Application) -> list[tuple[str, str]]:
+    return list(_served(app))
 
 
-def _operation(method: str, path: str) -> dict[str, Any]:
-    doc = doc_for(method, path)
+def _docstring_summary(handler: Any) -> str | None:
+    text = " ".join((getattr(handler, "__doc__", None) or "").split())
+    if not text:
+        return None
+    return text.split(". ")[0].rstrip(".").replace("``", "`")[:200]
+
+
+def doc_for(method: str, path: str, handler: Any = None) -> RouteDoc:
+    doc = ROUTE_DOCS.get((method, path))
+    if doc is not None:
+        return doc
+    summary = _docstring_summary(handler)
+    return RouteDoc(summary, auth=UNKNOWN, tag="other") if summary else GENERIC
+
+
+def _operation(method: str, path: str, handler: Any = None) -> dict[str, Any]:
+    doc = doc_for(method, path, handler)
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in _PARAM.findall(path)
@@ -412,7 +473,7 @@ def _operation(method: str, path: str) -> dict[str, Any]:
         operation["security"] = [{"apiKey": []}]
     elif doc.auth == OPTIONAL:
         operation["security"] = [{}, {"apiKey": []}]
-    else:
+    elif doc.auth == PUBLIC:
         operation["security"] = []
     if doc.body is not None:
         content: dict[str, Any] = {"schema": doc.body}
@@ -425,8 +486,8 @@ def _operation(method: str, path: str) -> dict[str, Any]:
 def build_document(app: web.Application) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every route ``app`` serves."""
     paths: dict[str, dict[str, Any]] = {}
-    for method, path in sorted(registered_routes(app), key=lambda r: (r[1], r[0])):
-        paths.setdefault(path, {})[method.lower()] = _operation(method, path)
+    for (method, path), handler in sorted(_served(app).items(), key=lambda i: i[0][::-1]):
+        paths.setdefault(path, {})[method.lower()] = _operation(method, path, handler)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -469,7 +530,12 @@ async def openapi_json(request: web.Request) -> web.Response:
     return web.json_response(document_of(request.app))
 
 
-_AUTH_TEXT = {KEY: "API key", PUBLIC: "public", OPTIONAL: "key optional"}
+_AUTH_TEXT = {
+    KEY: "API key",
+    PUBLIC: "public",
+    OPTIONAL: "key optional",
+    UNKNOWN: "auth not documented",
+}
 
 
 def render_docs(document: dict[str, Any]) -> str:
@@ -478,8 +544,11 @@ def render_docs(document: dict[str, Any]) -> str:
     groups: dict[str, list[str]] = {}
     for path, operations in document["paths"].items():
         for method, op in operations.items():
-            security = op.get("security", [])
-            auth = PUBLIC if not security else (OPTIONAL if {} in security else KEY)
+            security = op.get("security")
+            if security is None:
+                auth = UNKNOWN
+            else:
+                auth = PUBLIC if not security else (OPTIONAL if {} in security else KEY)
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
             sample = body.get("example")
             shown = (
