@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 from . import load, market, micro, procs
@@ -28,6 +29,7 @@ HEADLINE_C = 32
 @dataclasses.dataclass(frozen=True)
 class Settings:
     duration: float
+    load_rounds: int
     rounds: int
     import_runs: int
     seed: int
@@ -36,15 +38,34 @@ class Settings:
     cases: frozenset[str]
 
 
-def _run(report: Report, label: str, url: str, token: str | None, c: int, s: Settings) -> float:
-    result = load.load(url, token, c, s.duration, force_aiohttp=s.force_aiohttp)
-    report.load_row(label, c, result)
+@dataclasses.dataclass(frozen=True)
+class Side:
+    label: str
+    url: str
+    token: str | None
+
+
+def _show(label: str, c: int, result: load.LoadResult) -> None:
     print(
         f"  {label:<34} c={c:<4} {result.rps:>9.1f} req/s  p50 {result.p50_ms:>8.2f} ms  "
         f"errors {result.errors}",
         flush=True,
     )
-    return result.rps
+
+
+def _compare(report: Report, sides: list[Side], c: int, s: Settings) -> list[float]:
+    """Each side ``load_rounds`` times, interleaved (the order flips every round); the best
+    round of each side is kept, which discounts bursts from other tenants of the machine."""
+    best: dict[str, load.LoadResult] = {}
+    for round_ in range(s.load_rounds):
+        for side in sides if round_ % 2 == 0 else sides[::-1]:
+            result = load.load(side.url, side.token, c, s.duration, force_aiohttp=s.force_aiohttp)
+            if side.label not in best or result.rps > best[side.label].rps:
+                best[side.label] = result
+    for side in sides:
+        report.load_row(side.label, c, best[side.label])
+        _show(side.label, c, best[side.label])
+    return [best[side.label].rps for side in sides]
 
 
 def _warm(url: str, token: str | None, s: Settings) -> None:
@@ -56,20 +77,22 @@ def case_stub(report: Report, s: Settings) -> None:
     token = "bench-token"
     with (
         procs.server("stub") as stub,
-        procs.server("bare") as bare,
-        procs.server("paid", "--service", stub + "/api/v1") as paid,
-        procs.server("sdk", env={"NVM_BACKEND_URL": stub}) as sdk,
+        procs.server("bare") as bare_url,
+        procs.server("paid", "--service", stub + "/api/v1") as paid_url,
+        procs.server("sdk", env={"NVM_BACKEND_URL": stub}) as sdk_url,
     ):
-        for url in (bare, paid, sdk):
+        for url in (bare_url, paid_url, sdk_url):
             _warm(url, token, s)
-        rps_bare = _run(report, "bare aiohttp handler", bare, None, HEADLINE_C, s)
+        bare = Side("bare aiohttp handler", bare_url, None)
+        paid = Side("paid endpoint (stub)", paid_url, token)
+        sdk = Side("payments-py middleware (stub)", sdk_url, token)
         ours: dict[int, float] = {}
         theirs: dict[int, float] = {}
+        rps_bare, ours_bare = _compare(report, [bare, paid], HEADLINE_C, s)
         for c in CONCURRENCIES:
-            ours[c] = _run(report, "paid endpoint (stub)", paid, token, c, s)
-            theirs[c] = _run(report, "payments-py middleware (stub)", sdk, token, c, s)
+            ours[c], theirs[c] = _compare(report, [paid, sdk], c, s)
     report.figure(
-        Figure("paid endpoint (stub) / bare handler", ours[HEADLINE_C], rps_bare, "c=32"),
+        Figure("paid endpoint (stub) / bare handler", ours_bare, rps_bare, "c=32"),
         Target(">=", 0.15),
     )
     for c in CONCURRENCIES:
@@ -81,45 +104,50 @@ def case_stub(report: Report, s: Settings) -> None:
 
 def case_sandbox(report: Report, s: Settings) -> None:
     """Our paid endpoint against the local sandbox vs the bare handler."""
-    with market.sandbox() as ready, procs.server("bare") as bare:
+    with market.sandbox() as ready, procs.server("bare") as bare_url:
         m = asyncio.run(market.build_market(ready))
         args = ("--service", m.base_url, "--key", m.builder_key, "--plan", m.plan_id)
-        with procs.server("paid", *args) as paid:
-            _warm(bare, None, s)
-            _warm(paid, m.token, s)
-            rps_bare = _run(report, "bare handler (sandbox case)", bare, None, HEADLINE_C, s)
-            rps_paid = _run(report, "paid endpoint (sandbox)", paid, m.token, HEADLINE_C, s)
+        with procs.server("paid", *args) as paid_url:
+            _warm(bare_url, None, s)
+            _warm(paid_url, m.token, s)
+            bare = Side("bare handler (sandbox case)", bare_url, None)
+            paid = Side("paid endpoint (sandbox)", paid_url, m.token)
+            rps_bare, rps_paid = _compare(report, [bare, paid], HEADLINE_C, s)
     report.figure(Figure("paid endpoint (sandbox) / bare handler", rps_paid, rps_bare, "c=32"))
 
 
 def case_ledger(report: Report, s: Settings) -> None:
-    """The sandbox's verify+settle rate on a fresh database vs after ``seed`` settles."""
-    with tempfile.TemporaryDirectory(prefix="svc-bench-db-") as tmp:
-        db = str(Path(tmp) / "sandbox.db")
-        with market.sandbox(db) as ready:
-            m = asyncio.run(market.build_market(ready))
-            fresh, err1 = market.settle_rate(m, 8, s.settle_secs)
-        market.seed_settles(db, m, s.seed)
-        history = market.count_burns(db)
-        with market.sandbox(db) as ready:
-            m = dataclasses.replace(m, base_url=str(ready["baseUrl"]))
-            aged, err2 = market.settle_rate(m, 8, s.settle_secs)
+    """The sandbox's verify+settle rate on a fresh database vs one with ``seed`` settles."""
+    histories = (0, s.seed)
+    best: dict[int, tuple[float, int]] = {h: (0.0, 0) for h in histories}
+    with tempfile.TemporaryDirectory(prefix="svc-bench-db-") as tmp, ExitStack() as stack:
+        markets = {}
+        for history in histories:  # both sandboxes up at once, measured in turn
+            db = str(Path(tmp) / f"sandbox-{history}.db")
+            seeded = market.seed(db, history)
+            ready = stack.enter_context(market.sandbox(db))
+            markets[history] = asyncio.run(market.seeded_market(ready, seeded))
+            market.settle_rate(markets[history], 8, min(1.0, s.settle_secs))  # warm up
+        for round_ in range(2 * s.load_rounds):
+            for history in histories if round_ % 2 == 0 else histories[::-1]:
+                rate, errors = market.settle_rate(markets[history], 8, s.settle_secs)
+                if rate > best[history][0]:
+                    best[history] = (rate, errors)
+    (fresh, err1), (aged, err2) = best[0], best[s.seed]
     print(
-        f"  sandbox verify+settle: fresh {fresh:.1f}/s, after {history} settles {aged:.1f}/s "
+        f"  sandbox verify+settle: fresh {fresh:.1f}/s, after {s.seed:,} settles {aged:.1f}/s "
         f"(failed pairs {err1 + err2})",
         flush=True,
     )
-    report.rows.append(
-        {"case": "sandbox verify+settle, fresh", "concurrency": 8, "rps": fresh, "errors": err1}
-    )
-    report.rows.append(
-        {
-            "case": f"sandbox verify+settle, {history} settles",
-            "concurrency": 8,
-            "rps": aged,
-            "errors": err2,
-        }
-    )
+    for history, (rate, errors) in best.items():
+        report.rows.append(
+            {
+                "case": f"sandbox verify+settle, {history} settles of history",
+                "concurrency": 8,
+                "rps": rate,
+                "errors": errors,
+            }
+        )
     report.figure(
         Figure(f"sandbox rate after {s.seed:,} settles / fresh", aged, fresh, "c=8"),
         Target("within", 0.10),
@@ -187,10 +215,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     quick = args.quick
     settings = Settings(
         duration=args.duration or (1.0 if quick else 3.0),
+        load_rounds=1 if quick else 2,
         rounds=30 if quick else 300,
         import_runs=1 if quick else 5,
         seed=min(args.seed, 2_000) if quick else args.seed,
-        settle_secs=1.0 if quick else 3.0,
+        settle_secs=1.0 if quick else 1.5,
         force_aiohttp=args.aiohttp_load,
         cases=cases,
     )

@@ -7,7 +7,6 @@ the sandbox runs in its own process (``svc-gateway sandbox``) on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,21 +106,7 @@ async def build_market(ready: dict[str, Any]) -> Market:
                 "currency": "usdc",
             },
         )
-        token = await _call(
-            session,
-            "POST",
-            f"{base}/x402/permissions",
-            subscriber["apiKey"],
-            {
-                "accepted": {
-                    "scheme": "svc:erc4337",
-                    "network": "eip155:84532",
-                    "planId": plan_id,
-                    "extra": {},
-                },
-                "delegationConfig": {"delegationId": delegation["delegationId"]},
-            },
-        )
+        token = await _token(session, base, subscriber["apiKey"], plan_id, delegation)
     return Market(
         base_url=base,
         builder_key=builder["apiKey"],
@@ -129,7 +114,53 @@ async def build_market(ready: dict[str, Any]) -> Market:
         subscriber_key=subscriber["apiKey"],
         subscriber_address=subscriber["address"],
         plan_id=plan_id,
-        token=str(token["accessToken"]),
+        token=token,
+    )
+
+
+async def _token(
+    session: aiohttp.ClientSession, base: str, key: str, plan_id: str, delegation: dict[str, Any]
+) -> str:
+    """A (v2, reusable) x402 access token for ``plan_id`` on an erc4337 delegation."""
+    answer = await _call(
+        session,
+        "POST",
+        f"{base}/x402/permissions",
+        key,
+        {
+            "accepted": {
+                "scheme": "svc:erc4337",
+                "network": "eip155:84532",
+                "planId": plan_id,
+                "extra": {},
+            },
+            "delegationConfig": {"delegationId": delegation["delegationId"]},
+        },
+    )
+    return str(answer["accessToken"])
+
+
+def seed(db: str, settles: int) -> dict[str, Any]:
+    """A database with ``settles`` settled requests of history (the sandbox's own seeder)."""
+    from svc_gateway.sandbox.seed import seed_settles
+
+    return seed_settles(db, settles)
+
+
+async def seeded_market(ready: dict[str, Any], seeded: dict[str, Any]) -> Market:
+    """The seeded owner, buyer and plan on a running sandbox, with a fresh token."""
+    base = str(ready["baseUrl"])
+    owner, buyer = seeded["owner"], seeded["buyer"]
+    async with aiohttp.ClientSession() as session:
+        token = await _token(session, base, buyer["apiKey"], str(seeded["planId"]), seeded)
+    return Market(
+        base_url=base,
+        builder_key=owner["apiKey"],
+        builder_address=owner["address"],
+        subscriber_key=buyer["apiKey"],
+        subscriber_address=buyer["address"],
+        plan_id=str(seeded["planId"]),
+        token=token,
     )
 
 
@@ -200,29 +231,3 @@ def settle_rate(market: Market, concurrency: int, duration: float) -> tuple[floa
     start = time.perf_counter()
     done, errors = asyncio.run(_settle_loop(market, concurrency, duration))
     return done / (time.perf_counter() - start), errors
-
-
-def seed_settles(db: str, market: Market, count: int) -> None:
-    """Add ``count`` settled burns of 1 credit to the subscriber's history, in one transaction.
-
-    Uses the sandbox's own ledger functions (what a settle writes), so the database looks as
-    if ``count`` settles had happened; the sandbox process must be stopped meanwhile.
-    """
-    from svc_gateway.sandbox import ledger
-    from svc_gateway.sandbox.db import Store
-    from svc_gateway.sandbox.plans import require_plan
-
-    store = Store(db, clock=time.time)
-    try:
-        plan = require_plan(store, market.plan_id)
-        with store.tx():
-            for _ in range(count):
-                ledger.burn(store, plan, market.subscriber_address, 1, None)
-    finally:
-        store.close()
-
-
-def count_burns(db: str) -> int:
-    with sqlite3.connect(db) as conn:
-        (n,) = conn.execute("SELECT COUNT(*) FROM burns").fetchone()
-        return int(n)
