@@ -214,8 +214,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         parser.error(f"unknown case(s) {sorted(unknown)}; choose from {sorted(CASES)}")
     quick = args.quick
     settings = Settings(
-        duration=args.duration or (1.0 if quick else 3.0),
-        load_rounds=1 if quick else 2,
+        duration=args.duration or (1.0 if quick else 2.0),
+        load_rounds=1 if quick else 3,
         rounds=30 if quick else 300,
         import_runs=1 if quick else 5,
         seed=min(args.seed, 2_000) if quick else args.seed,
@@ -224,6 +224,14 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         cases=cases,
     )
     return args, settings
+
+
+def _loadavg() -> str:
+    """The machine's 1-minute load average: how busy the other tenants kept it."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:  # pragma: no cover - platforms without it
+        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             "python": sys.version.split()[0],
             "load generator": generator,
             "duration_s": settings.duration,
+            "rounds": settings.load_rounds,
             "quick": args.quick,
+            "load average": _loadavg(),
         }
     )
     print(
@@ -248,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in settings.cases:
             print(f"[{name}] {(case.__doc__ or '').strip().splitlines()[0]}", flush=True)
             case(report, settings)
+    report.meta["load average"] += f" → {_loadavg()}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print()

@@ -95,7 +95,9 @@ class Report:
         meta = self.meta
         lines = [
             f"Run {meta['date']}, {meta['cores']} cores, Python {meta['python']}, load by "
-            f"{meta['load generator']}, {meta['duration_s']:g} s per load run"
+            f"{meta['load generator']}, {meta['duration_s']:g} s per load run, best of "
+            f"{meta.get('rounds', 1)} interleaved rounds, load average "
+            f"{meta.get('load average', '?')} (start → end)"
             + (" (QUICK: smoke figures, not a measurement)" if meta.get("quick") else ""),
             "",
             "| figure | measured | ratio | target | result |",
