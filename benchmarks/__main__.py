@@ -254,10 +254,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{settings.duration:g} s per load run{' (quick)' if args.quick else ''}",
         flush=True,
     )
+    failed: list[str] = []
     for name, case in CASES.items():
         if name in settings.cases:
             print(f"[{name}] {(case.__doc__ or '').strip().splitlines()[0]}", flush=True)
-            case(report, settings)
+            try:
+                case(report, settings)
+            except Exception as exc:  # one broken case must not lose the others' figures
+                failed.append(name)
+                print(f"  case {name!r} FAILED: {type(exc).__name__}: {exc}", flush=True)
     report.meta["load average"] += f" → {_loadavg()}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -266,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
     chart = report.chart(out / "benchmarks.png")
     print(f"\nwrote {out / 'results.json'}" + (f" and {chart}" if chart else ""))
+    if failed:
+        print(f"cases that failed (no figures): {', '.join(failed)}")
+        return 1
     return 0
 
 
