@@ -75,10 +75,67 @@ async def auth_cli(request: web.Request) -> web.StreamResponse:
     return web.Response(status=302, headers={"Location": str(target)})
 
 
+#: where the plugin's manual-login hint sends a user to create a key (WIRE.md §1.5)
+KEYS_PATH = "/permissions/global-permissions"
+
+
+def link_page(title: str, paragraphs: list[str], status: int = 200) -> web.Response:
+    """A page whose paragraphs are trusted HTML built here (links); callers escape data."""
+    body = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title></head><body>"
+        f"<h1>{html.escape(title)}</h1>" + "".join(f"<p>{p}</p>" for p in paragraphs)
+    )
+    return web.Response(
+        text=body + "</body></html>",
+        status=status,
+        content_type="text/html",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
 @routes.get("/login")
 async def login(request: web.Request) -> web.Response:
-    return page(
+    return link_page(
         "Sandbox login",
-        "This local sandbox has no passwords. Keys are issued by POST /api/v1/sandbox/accounts, "
-        "or through the browser login of your chat plugin (/svc_login), which opens /auth/cli.",
+        [
+            "This local sandbox has no passwords.",
+            f"<a href='{KEYS_PATH}'>Create an API key</a> here, then send "
+            "<code>/svc_login local:&lt;API_KEY&gt;</code> in your chat (and delete that "
+            "message), or use the browser login of your chat plugin (<code>/svc_login</code>).",
+            "Calling the REST API yourself? <a href='/docs'>API reference</a> "
+            "(<a href='/api/v1/openapi.json'>OpenAPI document</a>); "
+            "<code>POST /api/v1/sandbox/accounts</code> also issues keys.",
+        ],
+    )
+
+
+@routes.get(KEYS_PATH)
+async def keys_page(request: web.Request) -> web.Response:
+    """The sandbox's stand-in for the dashboard's key page: a button, no password."""
+    return link_page(
+        "Sandbox API keys",
+        [
+            "Each key opens a new sandbox account (with a test card and a crypto wallet).",
+            f"<form method='post' action='{KEYS_PATH}'>"
+            "<button type='submit'>Create an API key</button></form>",
+            "<a href='/login'>Back to login</a> · <a href='/docs'>API reference</a>",
+        ],
+    )
+
+
+@routes.post(KEYS_PATH)
+async def create_key(request: web.Request) -> web.Response:
+    """Show the new key once (``no-store``: the browser keeps no copy of the page)."""
+    created = create_account(store_of(request), "dashboard")
+    return link_page(
+        "Your new sandbox API key",
+        [
+            f"Address: <code>{html.escape(created['address'])}</code>",
+            f"API key (shown once, keep it secret): <code>{html.escape(created['apiKey'])}</code>",
+            "In your chat: <code>/svc_login &lt;API_KEY&gt;</code>, then delete that message. "
+            "With curl: <code>-H 'Authorization: Bearer &lt;API_KEY&gt;'</code>.",
+            "<a href='/docs'>API reference</a>",
+        ],
+        status=201,
     )

@@ -1,0 +1,281 @@
+"""``python -m benchmarks``: the issue-9 benchmark suite, every figure a same-run ratio.
+
+Runs each server in its own process on 127.0.0.1, drives it with ``wrk`` (or an aiohttp
+generator when ``wrk`` is missing), prints a table with the targets (pass/miss), and writes
+``results.json`` and ``benchmarks.png`` to ``--out``. A full run takes about 2–3 minutes on
+2 cores; ``--quick`` is a smoke run of every case with tiny durations (its figures are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import json
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from . import load, market, micro, procs
+from .report import Figure, Report, Target
+
+CONCURRENCIES = (1, 8, 32, 128)
+HEADLINE_C = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    duration: float
+    load_rounds: int
+    rounds: int
+    import_runs: int
+    seed: int
+    settle_secs: float
+    force_aiohttp: bool
+    cases: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    label: str
+    url: str
+    token: str | None
+
+
+def _show(label: str, c: int, result: load.LoadResult) -> None:
+    print(
+        f"  {label:<34} c={c:<4} {result.rps:>9.1f} req/s  p50 {result.p50_ms:>8.2f} ms  "
+        f"errors {result.errors}",
+        flush=True,
+    )
+
+
+def _compare(report: Report, sides: list[Side], c: int, s: Settings) -> list[float]:
+    """Each side ``load_rounds`` times, interleaved (the order flips every round); the best
+    round of each side is kept, which discounts bursts from other tenants of the machine."""
+    best: dict[str, load.LoadResult] = {}
+    for round_ in range(s.load_rounds):
+        for side in sides if round_ % 2 == 0 else sides[::-1]:
+            result = load.load(side.url, side.token, c, s.duration, force_aiohttp=s.force_aiohttp)
+            if side.label not in best or result.rps > best[side.label].rps:
+                best[side.label] = result
+    for side in sides:
+        report.load_row(side.label, c, best[side.label])
+        _show(side.label, c, best[side.label])
+    return [best[side.label].rps for side in sides]
+
+
+def _warm(url: str, token: str | None, s: Settings) -> None:
+    load.load(url, token, 4, 1, force_aiohttp=s.force_aiohttp)
+
+
+def case_stub(report: Report, s: Settings) -> None:
+    """Bare handler vs our paid endpoint vs the SDK middleware, one stub facilitator."""
+    token = "bench-token"
+    with (
+        procs.server("stub") as stub,
+        procs.server("bare") as bare_url,
+        procs.server("paid", "--service", stub + "/api/v1") as paid_url,
+        procs.server("sdk", env={"NVM_BACKEND_URL": stub}) as sdk_url,
+    ):
+        for url in (bare_url, paid_url, sdk_url):
+            _warm(url, token, s)
+        bare = Side("bare aiohttp handler", bare_url, None)
+        paid = Side("paid endpoint (stub)", paid_url, token)
+        sdk = Side("payments-py middleware (stub)", sdk_url, token)
+        ours: dict[int, float] = {}
+        theirs: dict[int, float] = {}
+        rps_bare, ours_bare = _compare(report, [bare, paid], HEADLINE_C, s)
+        for c in CONCURRENCIES:
+            ours[c], theirs[c] = _compare(report, [paid, sdk], c, s)
+    report.figure(
+        Figure("paid endpoint (stub) / bare handler", ours_bare, rps_bare, "c=32"),
+        Target(">=", 0.15),
+    )
+    for c in CONCURRENCIES:
+        report.figure(
+            Figure(f"paid endpoint / SDK middleware, c={c}", ours[c], theirs[c], "stub"),
+            Target(">=", 3.0) if c == HEADLINE_C else None,
+        )
+
+
+def case_sandbox(report: Report, s: Settings) -> None:
+    """Our paid endpoint against the local sandbox vs the bare handler."""
+    with market.sandbox() as ready, procs.server("bare") as bare_url:
+        m = asyncio.run(market.build_market(ready))
+        args = ("--service", m.base_url, "--key", m.builder_key, "--plan", m.plan_id)
+        with procs.server("paid", *args) as paid_url:
+            _warm(bare_url, None, s)
+            _warm(paid_url, m.token, s)
+            bare = Side("bare handler (sandbox case)", bare_url, None)
+            paid = Side("paid endpoint (sandbox)", paid_url, m.token)
+            rps_bare, rps_paid = _compare(report, [bare, paid], HEADLINE_C, s)
+    report.figure(Figure("paid endpoint (sandbox) / bare handler", rps_paid, rps_bare, "c=32"))
+
+
+def case_ledger(report: Report, s: Settings) -> None:
+    """The sandbox's verify+settle rate on a fresh database vs one with ``seed`` settles."""
+    histories = (0, s.seed)
+    best: dict[int, tuple[float, int]] = {h: (0.0, 0) for h in histories}
+    with tempfile.TemporaryDirectory(prefix="svc-bench-db-") as tmp, ExitStack() as stack:
+        markets = {}
+        for history in histories:  # both sandboxes up at once, measured in turn
+            db = str(Path(tmp) / f"sandbox-{history}.db")
+            seeded = market.seed(db, history)
+            ready = stack.enter_context(market.sandbox(db))
+            markets[history] = asyncio.run(market.seeded_market(ready, seeded))
+            market.settle_rate(markets[history], 8, min(1.0, s.settle_secs))  # warm up
+        for round_ in range(2 * s.load_rounds):
+            for history in histories if round_ % 2 == 0 else histories[::-1]:
+                rate, errors = market.settle_rate(markets[history], 8, s.settle_secs)
+                if rate > best[history][0]:
+                    best[history] = (rate, errors)
+    (fresh, err1), (aged, err2) = best[0], best[s.seed]
+    print(
+        f"  sandbox verify+settle: fresh {fresh:.1f}/s, after {s.seed:,} settles {aged:.1f}/s "
+        f"(failed pairs {err1 + err2})",
+        flush=True,
+    )
+    for history, (rate, errors) in best.items():
+        report.rows.append(
+            {
+                "case": f"sandbox verify+settle, {history} settles of history",
+                "concurrency": 8,
+                "rps": rate,
+                "errors": errors,
+            }
+        )
+    report.figure(
+        Figure(f"sandbox rate after {s.seed:,} settles / fresh", aged, fresh, "c=8"),
+        Target("within", 0.10),
+    )
+
+
+def case_micro(report: Report, s: Settings) -> None:
+    """Tool call vs bare client call, context hook hit and miss, import + register."""
+    calls = micro.measure_calls(s.rounds)
+    for name, timing in calls.items():
+        print(f"  {name:<34} median {timing.median_us:9.1f} µs  p95 {timing.p95_us:9.1f} µs")
+        report.rows.append({"case": name, "median_us": timing.median_us, "p95_us": timing.p95_us})
+    bare = calls["bare client balance GET"].median_us
+    hit = calls["context hook hit"].median_us
+    report.figure(
+        Figure("tool call / bare client call", calls["tool call svc_checkBalance"].median_us, bare),
+        Target("<=", 1.25),
+    )
+    report.figure(
+        Figure("context hook miss / bare client call", calls["context hook miss"].median_us, bare)
+    )
+    report.figure(
+        Figure("context hook hit (µs) [hit / bare call]", hit, bare, absolute=hit, unit="µs"),
+        Target("abs<=", 20.0),
+    )
+    imp = micro.measure_import(s.import_runs)
+    base_ms, reg_ms = float(imp["baseline_ms"]), float(imp["register_ms"])  # type: ignore[arg-type]
+    loaded = ", ".join(imp["modules"]) or "none"  # type: ignore[arg-type]
+    print(f"  import aiohttp {base_ms:.0f} ms; import + register {reg_ms:.0f} ms; loaded {loaded}")
+    report.rows.append({"case": "import + register", **imp})
+    report.figure(
+        Figure(
+            "import + register (ms) [/ import aiohttp]",
+            reg_ms,
+            base_ms,
+            absolute=reg_ms,
+            unit="ms",
+        ),
+        Target("abs<=", 150.0),
+    )
+
+
+CASES = {"stub": case_stub, "sandbox": case_sandbox, "ledger": case_ledger, "micro": case_micro}
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny durations")
+    parser.add_argument(
+        "--only",
+        default=",".join(CASES),
+        help=f"comma-separated cases to run (default all: {','.join(CASES)})",
+    )
+    parser.add_argument("--duration", type=float, help="seconds per load run (default 3)")
+    parser.add_argument("--seed", type=int, default=50_000, help="settles of history (ledger)")
+    parser.add_argument(
+        "--aiohttp-load", action="store_true", help="use the aiohttp generator even if wrk exists"
+    )
+    parser.add_argument("--out", default="benchmarks/results", help="where the JSON and PNG go")
+    args = parser.parse_args(argv)
+    cases = frozenset(c.strip() for c in args.only.split(",") if c.strip())
+    unknown = cases - set(CASES)
+    if unknown:
+        parser.error(f"unknown case(s) {sorted(unknown)}; choose from {sorted(CASES)}")
+    quick = args.quick
+    settings = Settings(
+        duration=args.duration or (1.0 if quick else 2.0),
+        load_rounds=1 if quick else 3,
+        rounds=30 if quick else 300,
+        import_runs=1 if quick else 5,
+        seed=min(args.seed, 2_000) if quick else args.seed,
+        settle_secs=1.0 if quick else 1.5,
+        force_aiohttp=args.aiohttp_load,
+        cases=cases,
+    )
+    return args, settings
+
+
+def _loadavg() -> str:
+    """The machine's 1-minute load average: how busy the other tenants kept it."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:  # pragma: no cover - platforms without it
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, settings = parse(argv)
+    generator = "aiohttp" if settings.force_aiohttp or not load.wrk_path() else "wrk -t1"
+    report = Report(
+        meta={
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "cores": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "load generator": generator,
+            "duration_s": settings.duration,
+            "rounds": settings.load_rounds,
+            "quick": args.quick,
+            "load average": _loadavg(),
+        }
+    )
+    print(
+        f"svc benchmarks: {report.meta['cores']} cores, load by {generator}, "
+        f"{settings.duration:g} s per load run{' (quick)' if args.quick else ''}",
+        flush=True,
+    )
+    failed: list[str] = []
+    for name, case in CASES.items():
+        if name in settings.cases:
+            print(f"[{name}] {(case.__doc__ or '').strip().splitlines()[0]}", flush=True)
+            try:
+                case(report, settings)
+            except Exception as exc:  # one broken case must not lose the others' figures
+                failed.append(name)
+                print(f"  case {name!r} FAILED: {type(exc).__name__}: {exc}", flush=True)
+    report.meta["load average"] += f" → {_loadavg()}"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print()
+    print(report.table())
+    (out / "results.json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    chart = report.chart(out / "benchmarks.png")
+    print(f"\nwrote {out / 'results.json'}" + (f" and {chart}" if chart else ""))
+    if failed:
+        print(f"cases that failed (no figures): {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""In-process figures: tool call vs a bare client call, the context hook, import + register.
+
+The service is the stub facilitator in its own process, so what is measured is the plugin's
+own cost (host → runtime → client → loopback HTTP), not the service's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import procs
+from .serve import STUB_PAYER, STUB_PLAN_ID, fake_key
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_us: float
+    p95_us: float
+
+
+def _timing(samples: list[float]) -> Timing:
+    ordered = sorted(samples)
+    return Timing(statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.95)] * 1e6)
+
+
+async def timed(rounds: int, make: Callable[[], Awaitable[object]], warmup: int = 20) -> Timing:
+    for _ in range(min(warmup, rounds)):
+        await make()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        await make()
+        samples.append(time.perf_counter() - start)
+    return _timing(samples)
+
+
+async def interleaved(
+    rounds: int, ops: dict[str, Callable[[], Awaitable[object]]], warmup: int = 20
+) -> dict[str, Timing]:
+    """One call of each op per round, the order rotating, so every op sees the same noise."""
+    names = list(ops)
+    for _ in range(warmup):
+        for name in names:
+            await ops[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            await ops[name]()
+            samples[name].append(time.perf_counter() - start)
+    return {name: _timing(values) for name, values in samples.items()}
+
+
+async def _measure(service: str, rounds: int) -> dict[str, Timing]:
+    import svc_gateway
+    from svc_gateway.client import ServiceClient
+    from svc_gateway.hosts.reference import ReferenceGateway
+    from svc_gateway.login import CredentialStore
+
+    key = fake_key(STUB_PAYER)
+    gateway = ReferenceGateway(
+        {"environment": "local", "baseUrl": service, "svcApiKey": key, "planId": STUB_PLAN_ID}
+    )
+    with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
+        store = CredentialStore(Path(tmp), use_keyring=False)
+        handle = await asyncio.to_thread(svc_gateway.register, gateway, store=store)
+        direct = ServiceClient(service, key)
+        try:
+
+            async def miss() -> None:
+                handle.context.cache.invalidate(STUB_PLAN_ID)
+                await gateway.context_text()
+
+            async def tool() -> None:
+                result = await gateway.call_tool("svc_checkBalance", {"planId": STUB_PLAN_ID})
+                if result.isError:
+                    raise RuntimeError(f"svc_checkBalance failed: {result.structuredContent}")
+
+            out = await interleaved(
+                rounds,
+                {
+                    "bare client balance GET": lambda: direct.get_plan_balance(STUB_PLAN_ID),
+                    "tool call svc_checkBalance": tool,
+                    "context hook miss": miss,
+                },
+            )
+            await gateway.context_text()  # fill the cache
+            out["context hook hit"] = await timed(rounds * 10, gateway.context_text)
+            if not await gateway.context_text():
+                raise RuntimeError("the context hook returned no text: nothing was measured")
+        finally:
+            await direct.aclose()
+            await asyncio.to_thread(handle.close)
+    return out
+
+
+def measure_calls(rounds: int) -> dict[str, Timing]:
+    """Tool call, bare client call, context hit and miss against a stub service process."""
+    with procs.server("stub") as stub:
+        return asyncio.run(_measure(stub + "/api/v1", rounds))
+
+
+IMPORT_CODE = r"""
+import json, sys, tempfile, time
+from pathlib import Path
+t0 = time.perf_counter()
+import aiohttp  # the host's web stack: already loaded in a gateway, so the baseline
+t1 = time.perf_counter()
+import svc_gateway
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+gateway = ReferenceGateway({"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"})
+with tempfile.TemporaryDirectory() as tmp:
+    handle = svc_gateway.register(gateway, store=CredentialStore(Path(tmp), use_keyring=False))
+    t2 = time.perf_counter()
+    handle.close()
+print(json.dumps({"baseline_ms": (t1 - t0) * 1e3, "register_ms": (t2 - t1) * 1e3,
+                  "modules": sorted(m for m in ("httpx", "rich", "pydantic") if m in sys.modules)}))
+"""
+
+
+def measure_import(runs: int) -> dict[str, object]:
+    """import + register in fresh interpreters (median of ``runs``), after ``import aiohttp``."""
+    base, reg = [], []
+    modules: list[str] = []
+    for _ in range(runs):
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORT_CODE],
+            capture_output=True,
+            text=True,
+            env=procs.child_env(),
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"import + register failed: {done.stderr.strip()[-500:]}")
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+        base.append(data["baseline_ms"])
+        reg.append(data["register_ms"])
+        modules = data["modules"]
+    return {
+        "baseline_ms": statistics.median(base),
+        "register_ms": statistics.median(reg),
+        "modules": modules,
+    }

@@ -1,0 +1,89 @@
+"""Start benchmark servers as child processes and stop them, always, by their own pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_SECS = 60.0
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This checkout's code wins over any installed copy, in every child."""
+    env = dict(os.environ)
+    paths = [str(ROOT / "plugin"), str(ROOT)]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(extra or {})
+    return env
+
+
+def read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """The first stdout line of ``proc`` as JSON, within ``timeout`` seconds."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if line:
+                data: dict[str, Any] = json.loads(line)
+                return data
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+    raise RuntimeError(f"server did not start within {timeout:.0f} s")
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def spawn(args: list[str], env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """Run ``python <args>``; yield its ready line; stop it afterwards.
+
+    stderr goes to a file, never a pipe: a chatty server blocks once a pipe it writes to is
+    full, and its tail is shown when the server fails to start.
+    """
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=child_env(env),
+            cwd=ROOT,
+        )
+        try:
+            try:
+                ready = read_json_line(proc, START_TIMEOUT_SECS)
+            except RuntimeError as exc:
+                errors.seek(0)
+                raise RuntimeError(f"{args}: {exc}: {errors.read()[-800:]}") from None
+            yield ready
+        finally:
+            stop(proc)
+
+
+@contextmanager
+def server(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A ``benchmarks.serve`` server; yields its URL."""
+    with spawn(["-m", "benchmarks.serve", kind, *extra], env) as ready:
+        yield str(ready["url"])

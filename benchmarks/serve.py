@@ -1,0 +1,281 @@
+"""One benchmark server per process: ``python -m benchmarks.serve KIND [options]``.
+
+Each server binds 127.0.0.1 on a free port, prints one JSON line (``{"url": ...}``) on stdout
+when it is ready, and serves until SIGTERM/SIGINT. Running every server in its own process
+keeps the load generator, the facilitator and the server under test from sharing one GIL.
+
+Kinds:
+- ``stub``: a facilitator that answers plan GET, balance GET, ``/x402/verify`` and
+  ``/x402/settle`` instantly with valid shapes (any token is accepted);
+- ``bare``: a bare aiohttp handler returning the default agent's JSON (the ceiling);
+- ``paid``: this plugin's paid endpoint (reference gateway, default agent) against
+  ``--service`` (the stub or a sandbox);
+- ``sdk``: payments-py's FastAPI ``PaymentMiddleware`` under uvicorn, against the backend in
+  ``NVM_BACKEND_URL`` (its ``custom`` environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import itertools
+import json
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+HOST = "127.0.0.1"
+AGENT_PATH = "/agent"
+STUB_PLAN_ID = "1001"
+STUB_PAYER = "0x" + "ab" * 20
+STUB_OWNER = "0x" + "cd" * 20
+
+
+def _b64url(data: dict[str, Any]) -> str:
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def fake_key(address: str = STUB_OWNER) -> str:
+    """A well-formed ``local:<jwt>`` key for the stub (which checks no signature)."""
+    header = _b64url({"alg": "HS256", "typ": "JWT"})
+    claims = _b64url({"iss": address, "sub": address, "jti": "bench", "o11y": "bench"})
+    return f"local:{header}.{claims}.c2lnbmF0dXJl"
+
+
+def _announce(url: str) -> None:
+    sys.stdout.write(json.dumps({"url": url}) + "\n")
+    sys.stdout.flush()
+
+
+# -- stub facilitator -----------------------------------------------------------------------
+
+
+def stub_plan(plan_id: str) -> dict[str, Any]:
+    return {
+        "id": plan_id,
+        "metadata": {
+            "main": {"name": "Bench plan", "price": "1 USDC"},
+            "plan": {"accessLimit": "credits"},
+        },
+        "registry": {
+            "owner": STUB_OWNER,
+            "price": {
+                "isCrypto": True,
+                "amounts": ["1000000"],
+                "receivers": [STUB_OWNER],
+                "tokenAddress": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+            },
+            "credits": {
+                "amount": "1000000000",
+                "minAmount": "1",
+                "maxAmount": "1",
+                "durationSecs": "0",
+                "isRedemptionAmountFixed": True,
+            },
+        },
+    }
+
+
+def stub_app() -> web.Application:
+    """The instant facilitator: every answer is a constant shape, every token is valid."""
+    counter = itertools.count(1)
+    routes = web.RouteTableDef()
+
+    @routes.get("/api/v1/protocol/plans/{planId}")
+    async def plan(request: web.Request) -> web.Response:
+        return web.json_response(stub_plan(request.match_info["planId"]))
+
+    @routes.get("/api/v1/protocol/plans/{planId}/balance/{holder}")
+    async def balance(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "planId": request.match_info["planId"],
+                "holderAddress": request.match_info["holder"],
+                "balance": "1000000000",
+                "isSubscriber": True,
+            }
+        )
+
+    @routes.post("/api/v1/x402/verify")
+    async def verify(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {
+                "isValid": True,
+                "payer": STUB_PAYER,
+                "network": "eip155:84532",
+                "agentRequestId": f"req-{next(counter)}",
+            }
+        )
+
+    @routes.post("/api/v1/x402/settle")
+    async def settle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {
+                "success": True,
+                "payer": STUB_PAYER,
+                "network": "eip155:84532",
+                "transaction": "0x" + "0" * 64,
+                "creditsRedeemed": "1",
+                "remainingBalance": "999999999",
+            }
+        )
+
+    app = web.Application()
+    app.add_routes(routes)
+    return app
+
+
+# -- bare handler ---------------------------------------------------------------------------
+
+
+def bare_app() -> web.Application:
+    """What the paid endpoint would cost without payments: parse JSON, run the agent."""
+    from svc_gateway.paid.handlers import default_handler
+
+    async def agent(request: web.Request) -> web.Response:
+        data = await request.json()
+        return web.json_response(await default_handler(data))
+
+    app = web.Application()
+    app.router.add_post(AGENT_PATH, agent)
+    return app
+
+
+async def _serve_app(app: web.Application, path: str = "") -> None:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, HOST, 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    _announce(f"http://{HOST}:{port}{path}")
+    await _wait_for_signal()
+    await runner.cleanup()
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+# -- our paid endpoint ----------------------------------------------------------------------
+
+
+def serve_paid(service: str, key: str, plan_id: str) -> None:
+    """The plugin's own server (paidEndpointPort 0) on the plugin loop; we only wait."""
+    import svc_gateway
+    from svc_gateway.hosts.reference import ReferenceGateway
+    from svc_gateway.login import CredentialStore
+
+    gateway = ReferenceGateway(
+        {
+            "environment": "local",
+            "baseUrl": service,
+            "svcApiKey": key,
+            "planId": plan_id,
+            "enablePaidEndpoint": True,
+            "paidEndpointHost": HOST,
+            "paidEndpointPort": 0,
+            "agentEndpointPath": AGENT_PATH,
+            "creditsPerRequest": 1,
+        }
+    )
+    with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
+        store = CredentialStore(Path(tmp), use_keyring=False)
+        handle = svc_gateway.register(gateway, store=store)
+        try:
+            _announce(handle.extras["paid_endpoint"].url)
+            stopped = threading.Event()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: stopped.set())
+            stopped.wait()
+        finally:
+            handle.close()
+
+
+# -- payments-py FastAPI middleware ---------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve_sdk(key: str, plan_id: str) -> None:
+    """payments-py 1.18 ``PaymentMiddleware`` (its documented setup) under uvicorn."""
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from payments_py import PaymentOptions, Payments  # type: ignore[import-untyped]
+    from payments_py.x402.fastapi import PaymentMiddleware  # type: ignore[import-untyped]
+
+    from svc_gateway.paid.handlers import default_handler
+
+    payments = Payments.get_instance(PaymentOptions(nvm_api_key=key, environment="custom"))
+    app = FastAPI()
+    app.add_middleware(
+        PaymentMiddleware,
+        payments=payments,
+        routes={f"POST {AGENT_PATH}": {"plan_id": plan_id, "credits": 1}},
+    )
+
+    async def agent(request: Request) -> dict[str, Any]:
+        return await default_handler(await request.json())
+
+    # postponed annotations are strings FastAPI cannot resolve for a local class
+    agent.__annotations__["request"] = Request
+    app.post(AGENT_PATH)(agent)
+
+    port = _free_port()
+    config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            if task.done():
+                await task
+                return
+            await asyncio.sleep(0.05)
+        _announce(f"http://{HOST}:{port}{AGENT_PATH}")
+        await task
+
+    asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serve")
+    parser.add_argument("kind", choices=["stub", "bare", "paid", "sdk"])
+    parser.add_argument("--service", help="the service's {base_url} (paid)")
+    parser.add_argument("--key", default="", help="the seller's API key (paid, sdk)")
+    parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold (paid, sdk)")
+    args = parser.parse_args(argv)
+    key = args.key or fake_key()
+    if args.kind == "stub":
+        asyncio.run(_serve_app(stub_app()))
+    elif args.kind == "bare":
+        asyncio.run(_serve_app(bare_app(), AGENT_PATH))
+    elif args.kind == "paid":
+        if not args.service:
+            parser.error("paid needs --service")
+        serve_paid(args.service, key, args.plan)
+    else:
+        serve_sdk(key, args.plan)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""The benchmark suite's own logic: reading wrk, judging targets, the stub facilitator.
+
+No timing is asserted here (speed belongs in ``python -m benchmarks``); these check that a
+figure is computed and judged the way the table claims.
+"""
+
+from __future__ import annotations
+
+import math
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from benchmarks.load import parse_wrk
+from benchmarks.report import Figure, Report, Target
+from benchmarks.serve import fake_key, stub_app
+from svc_gateway.config import parse_api_key
+from svc_gateway.models import SettleResult, VerifyResult
+
+WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:40000/agent
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    80.00ms   10.00ms 200.00ms   90.00%
+  Latency Distribution
+     50%   79.32ms
+     75%   90.00ms
+     90%  120.00ms
+     99%    1.20s
+  1000 requests in 2.00s, 218.56KB read
+  Socket errors: connect 0, read 0, write 0, timeout 10
+  Non-2xx or 3xx responses: 90
+Requests/sec:    500.00
+"""
+
+
+def test_wrk_rate_counts_only_successful_answers() -> None:
+    result = parse_wrk(WRK_OUTPUT)
+    assert result.requests == 1000
+    assert result.errors == 100
+    assert result.rps == 450.0  # (1000 - 100) / 2 s, not wrk's own 500
+    assert result.p50_ms == 79.32
+    assert result.p99_ms == 1200.0
+
+
+def test_wrk_with_no_answer_reports_zero_not_a_crash() -> None:
+    silent = WRK_OUTPUT.replace("1000 requests", "0 requests").replace("Non-2xx", "x")
+    silent = silent.replace("timeout 10", "timeout 0")
+    assert parse_wrk(silent).rps == 0.0
+
+
+def test_targets_judge_ratios_and_absolute_values() -> None:
+    assert Target(">=", 3.0).check(Figure("x", 300, 100))
+    assert not Target(">=", 3.0).check(Figure("x", 299, 100))
+    assert Target("<=", 1.25).check(Figure("x", 125, 100))
+    assert not Target("<=", 1.25).check(Figure("x", 126, 100))
+    assert Target("within", 0.10).check(Figure("x", 91, 100))
+    assert not Target("within", 0.10).check(Figure("x", 111, 100))
+    assert Target("abs<=", 20).check(Figure("x", 19, 900, absolute=19))
+    assert not Target("abs<=", 20).check(Figure("x", 21, 1, absolute=21))
+    assert Figure("x", 5, 0).ratio == math.inf
+
+
+def test_table_says_pass_or_by_how_much_a_target_is_missed() -> None:
+    report = Report(
+        meta={"date": "d", "cores": 2, "python": "3", "load generator": "wrk", "duration_s": 3}
+    )
+    report.figure(Figure("fast", 600, 100), Target(">=", 3.0))
+    report.figure(Figure("slow", 100, 100), Target(">=", 3.0))
+    report.figure(Figure("hook", 60, 1000, absolute=60, unit="µs"), Target("abs<=", 20))
+    table = report.table()
+    assert "| fast | 600.0 vs 100.0 | 6× | ≥ 3× | pass |" in table
+    assert "| slow | 100.0 vs 100.0 | 1× | ≥ 3× | MISS (3.0× short) |" in table
+    assert "| hook | 60.0 µs |" in table and "MISS (3.0× over)" in table
+    figures = report.as_json()["figures"]
+    assert [f["pass"] for f in figures] == [True, False, False]
+
+
+def test_fake_key_is_accepted_by_the_plugin() -> None:
+    key = parse_api_key(fake_key())
+    assert key.environment == "local"
+
+
+async def test_stub_facilitator_answers_shapes_the_plugin_accepts() -> None:
+    async with TestClient(TestServer(stub_app(), host="127.0.0.1")) as client:
+        verify = await client.post("/api/v1/x402/verify", json={})
+        first = VerifyResult.model_validate(await verify.json())
+        second = VerifyResult.model_validate(
+            await (await client.post("/api/v1/x402/verify")).json()
+        )
+        assert first.is_valid and first.request_id != second.request_id
+        settle = await client.post("/api/v1/x402/settle", json={})
+        assert SettleResult.model_validate(await settle.json()).success
+        plan = await client.get("/api/v1/protocol/plans/77")
+        assert (await plan.json())["id"] == "77"
