@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -32,7 +31,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import requests
 import requests.adapters
-from payments_py import Payments, PaymentOptions
+from payments_py import PaymentOptions, Payments
 from payments_py import environments as sdk_environments
 from payments_py.common.types import PlanMetadata
 from payments_py.plans import (
@@ -235,9 +234,7 @@ def fiat_price(sdk: Sdk, amount: int = 2_000_000) -> Any:
     return get_fiat_price_config(amount, sdk.builder_address)
 
 
-def credits_plan(
-    sdk: Sdk, name: str = "Credits", credits: int = 100, per_request: int = 1
-) -> str:
+def credits_plan(sdk: Sdk, name: str = "Credits", credits: int = 100, per_request: int = 1) -> str:
     """A fixed USDC credits plan owned by the builder; returns its id."""
     answer = sdk.builder.plans.register_credits_plan(
         PlanMetadata(name=name, description="conformance"),
@@ -275,4 +272,3 @@ def crypto_delegation(payments: Payments, limit_cents: int = 100_000) -> str:
         )
     )
     return str(created.delegation_id)
-

@@ -42,7 +42,9 @@ def test_register_agent_and_plan_returns_both_ids_and_a_tx_hash(sdk: Sdk) -> Non
     )
     agent_id, plan_id = str(answer["agentId"]), str(answer["planId"])
     assert isinstance(answer["txHash"], str) and answer["txHash"]
-    assert plan_id in [str(p) for p in sdk.subscriber.agents.get_agent(agent_id)["registry"]["plans"]]
+    assert plan_id in [
+        str(p) for p in sdk.subscriber.agents.get_agent(agent_id)["registry"]["plans"]
+    ]
     assert sdk.subscriber.plans.get_plan(plan_id)["registry"]["credits"]["amount"] in ("20", 20)
 
 
@@ -79,7 +81,9 @@ def test_a_stranger_cannot_remove_a_plan_from_an_agent(sdk: Sdk) -> None:
     agent_id = _register(sdk, "Guarded agent", [plan_id])
     with pytest.raises(PaymentsError):
         sdk.subscriber.agents.remove_plan_from_agent(plan_id, agent_id)
-    assert plan_id in [str(p) for p in sdk.subscriber.agents.get_agent(agent_id)["registry"]["plans"]]
+    assert plan_id in [
+        str(p) for p in sdk.subscriber.agents.get_agent(agent_id)["registry"]["plans"]
+    ]
 
 
 def test_unknown_agent_is_a_clear_error(sdk: Sdk) -> None:
