@@ -392,3 +392,57 @@ def test_v3_token_against_another_url_is_refused(sdk: Sdk, shop: Shop) -> None:
         verdict = None
     assert verdict is None or verdict.is_valid is False
     assert _balance(buyer, shop) == 100
+
+
+def test_verify_reserves_nothing_so_two_verifies_fit_one_credit(sdk: Sdk) -> None:
+    plan_id = credits_plan(sdk, "One call", credits=1, per_request=1)
+    buyer, _ = sdk.account("one credit")
+    buyer.plans.order_plan(plan_id)
+    one = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
+    token = _token(buyer, one, crypto_delegation(buyer))
+    first = sdk.builder.facilitator.verify_permissions(_required(one), token, "1")
+    second = sdk.builder.facilitator.verify_permissions(_required(one), token, "1")
+    assert first.is_valid, first.invalid_reason
+    assert second.is_valid, second.invalid_reason
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 1
+
+
+def test_settle_fails_when_the_balance_was_spent_after_verify(sdk: Sdk) -> None:
+    plan_id = credits_plan(sdk, "Raced", credits=1, per_request=1)
+    buyer, _ = sdk.account("raced")
+    buyer.plans.order_plan(plan_id)
+    raced = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
+    token = _token(buyer, raced, crypto_delegation(buyer))
+    first = sdk.builder.facilitator.verify_permissions(_required(raced), token, "1")
+    second = sdk.builder.facilitator.verify_permissions(_required(raced), token, "1")
+    assert first.is_valid and second.is_valid
+    paid = sdk.builder.facilitator.settle_permissions(
+        _required(raced), token, "1", first.agent_request_id
+    )
+    assert paid.success, paid.error_reason
+    try:
+        late = sdk.builder.facilitator.settle_permissions(
+            _required(raced), token, "1", second.agent_request_id
+        )
+    except PaymentsError:
+        late = None
+    assert late is None or late.success is False
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 0
+
+
+def test_time_plan_tokens_work_inside_the_window_only(sdk: Sdk) -> None:
+    from .conftest import time_plan
+
+    plan_id = time_plan(sdk, seconds=3_600)
+    buyer, _ = sdk.account("hourly")
+    buyer.plans.order_plan(plan_id)
+    hourly = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
+    token = _token(buyer, hourly, crypto_delegation(buyer, limit_cents=100_000))
+    inside = sdk.builder.facilitator.verify_permissions(_required(hourly), token, "1")
+    assert inside.is_valid, inside.invalid_reason
+    sdk.clock.advance(3_601)
+    try:
+        after = sdk.builder.facilitator.verify_permissions(_required(hourly), token, "1")
+    except PaymentsError:
+        after = None
+    assert after is None or after.is_valid is False
