@@ -6,7 +6,7 @@ import asyncio
 import base64
 import json
 
-from .support import CARD, HOLD_TTL, Actor, Api, FakeClock, envelope
+from .support import CARD, REQUEST_TTL, Actor, Api, FakeClock, envelope
 
 
 async def funded(api: Api, owner: Actor, buyer: Actor, credits: int, **plan: object) -> str:
@@ -166,7 +166,7 @@ async def test_hold_expiry(api: Api, owner: Actor, buyer: Actor, clock: FakeCloc
     token = await api.token(buyer, plan_id)
     request_id = (await api.verify(owner, token, plan_id))["agentRequestId"]
     assert (await api.verify(owner, token, plan_id))["isValid"] is False  # the hold reserves it
-    clock.advance(HOLD_TTL + 1)
+    clock.advance(REQUEST_TTL + 1)
     late = await api.settle_answer(owner, token, plan_id, request_id)
     assert late.status_code == 200
     assert late.json() == {
@@ -239,7 +239,7 @@ async def test_conservation_after_a_mixed_run(
     settles = [api.settle_answer(owner, token, plan_id, rid, "2") for rid in ids[:3] * 4]
     settles.append(api.settle_answer(owner, token, plan_id, ids[3], "1"))
     await asyncio.gather(*settles)
-    clock.advance(HOLD_TTL + 1)  # ids[4:] are never settled
+    clock.advance(REQUEST_TTL + 1)  # ids[4:] are never settled
     expired = await api.settle_answer(owner, token, plan_id, ids[4], "2")
     assert expired.json()["success"] is False
     extra = await api.settle_answer(owner, token, plan_id, None, "2")
