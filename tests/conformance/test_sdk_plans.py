@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from payments_py.common.payments_error import PaymentsError
 from payments_py.common.types import PlanMetadata
@@ -196,3 +198,31 @@ def test_usdc_price_config_round_trips(sdk: Sdk) -> None:
     price = sdk.subscriber.plans.get_plan(str(answer["planId"]))["registry"]["price"]
     assert [str(a) for a in price["amounts"]] == ["2500000"]
     assert price["receivers"][0].lower() == sdk.builder_address.lower()
+
+
+def test_owner_redeems_a_holders_credits_once_per_request_id(sdk: Sdk) -> None:
+    plan_id = credits_plan(sdk, "Redeemable", credits=10)
+    buyer, address = sdk.account("redeemed")
+    buyer.plans.order_plan(plan_id)
+    sdk.builder.plans.redeem_credits("req-conformance-1", plan_id, address, "2")
+    assert buyer.plans.get_plan_balance(plan_id).balance == 8
+    sent = sdk.recorder.last("POST", "/protocol/plans/redeem")
+    assert sent.body == {
+        "agentRequestId": "req-conformance-1",
+        "planId": plan_id,
+        "redeemFrom": address,
+        "amount": "2",
+    }
+    with contextlib.suppress(PaymentsError):
+        sdk.builder.plans.redeem_credits("req-conformance-1", plan_id, address, "2")
+    assert buyer.plans.get_plan_balance(plan_id).balance == 8
+
+
+def test_a_stranger_cannot_redeem_a_holders_credits(sdk: Sdk) -> None:
+    plan_id = credits_plan(sdk, "Not yours", credits=10)
+    buyer, address = sdk.account("victim")
+    buyer.plans.order_plan(plan_id)
+    stranger, _ = sdk.account("thief")
+    with pytest.raises(PaymentsError):
+        stranger.plans.redeem_credits("req-thief", plan_id, address, "5")
+    assert buyer.plans.get_plan_balance(plan_id).balance == 10

@@ -382,7 +382,7 @@ def test_v3_token_settles_once_and_a_replay_is_bck_x402_0059(sdk: Sdk, shop: Sho
     assert _balance(buyer, shop) == 99
 
 
-def test_v3_token_against_another_url_is_refused(sdk: Sdk, shop: Shop) -> None:
+def test_v3_token_against_another_url_or_verb_is_refused(sdk: Sdk, shop: Shop) -> None:
     buyer, _, delegation = _buyer(sdk, shop)
     token = _token(buyer, shop, delegation, v3=True)
     other = _required(shop, "http://127.0.0.1:9/agents/other")
@@ -391,6 +391,16 @@ def test_v3_token_against_another_url_is_refused(sdk: Sdk, shop: Shop) -> None:
     except PaymentsError:
         verdict = None
     assert verdict is None or verdict.is_valid is False
+    wrong_verb = build_payment_required(
+        plan_id=shop.plan_id, endpoint=ENDPOINT, agent_id=shop.agent_id, http_verb="GET"
+    )
+    try:
+        verdict = sdk.builder.facilitator.verify_permissions(wrong_verb, token, "1")
+    except PaymentsError:
+        verdict = None
+    assert verdict is None or verdict.is_valid is False
+    right = sdk.builder.facilitator.verify_permissions(_required(shop), token, "1")
+    assert right.is_valid, right.invalid_reason
     assert _balance(buyer, shop) == 100
 
 
