@@ -89,3 +89,26 @@ def test_a_stranger_cannot_remove_a_plan_from_an_agent(sdk: Sdk) -> None:
 def test_unknown_agent_is_a_clear_error(sdk: Sdk) -> None:
     with pytest.raises(PaymentsError):
         sdk.subscriber.agents.get_agent("999999999999")
+
+
+def test_sdk_pagination_offset_is_the_page_size(sdk: Sdk) -> None:
+    from payments_py.common.types import PaginationOptions
+
+    plan_id = credits_plan(sdk, "Paged")
+    for name in ("Page A", "Page B"):
+        _register(sdk, name, [plan_id])
+    one = PaginationOptions(page=1, offset=1)
+    agents = sdk.subscriber.plans.get_agents_associated_to_plan(plan_id, one)
+    assert len(agents["agents"]) == 1
+    assert int(agents["total"]) == 2
+    second = sdk.subscriber.plans.get_agents_associated_to_plan(
+        plan_id, PaginationOptions(page=2, offset=1)
+    )
+    assert _ids(second["agents"], "id", "agentId") != _ids(agents["agents"], "id", "agentId")
+    mine = sdk.builder.plans.get_user_plans(pagination=one)
+    assert len(mine["plans"]) == 1 and int(mine["total"]) >= 2
+    assert sdk.recorder.last("GET", "/protocol/plans").query == {
+        "page": "1",
+        "offset": "1",
+        "sortOrder": "desc",
+    }

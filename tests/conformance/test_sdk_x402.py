@@ -111,7 +111,7 @@ def test_created_delegation_is_listed_in_the_sdks_shape(sdk: Sdk) -> None:
 
 def test_delegation_without_currency_is_refused_by_the_sdk_model() -> None:
     with pytest.raises(ValueError):
-        CreateDelegationPayload(provider="erc4337", spending_limit_cents=100, duration_secs=60)  # type: ignore[call-arg]
+        CreateDelegationPayload(provider="erc4337", spending_limit_cents=100, duration_secs=60)
 
 
 # -- tokens ----------------------------------------------------------------------------------
