@@ -124,7 +124,10 @@ class Store:
         self.clock = clock
         #: How long a verified agent request may still be settled by its ``agentRequestId``.
         self.request_ttl_secs = request_ttl_secs
-        prepare_file(path)
+        try:
+            prepare_file(path)
+        except OSError as error:
+            raise StoreError(f"{error.strerror or error}") from error
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.conn.row_factory = sqlite3.Row
         if not is_memory(path):
