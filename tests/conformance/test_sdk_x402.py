@@ -456,3 +456,29 @@ def test_time_plan_tokens_work_inside_the_window_only(sdk: Sdk) -> None:
     except PaymentsError:
         after = None
     assert after is None or after.is_valid is False
+
+
+def test_an_expired_delegation_mints_nothing_and_its_tokens_stop_verifying(
+    sdk: Sdk, shop: Shop
+) -> None:
+    buyer, _ = sdk.account("short delegation")
+    buyer.plans.order_plan(shop.plan_id)
+    delegation = buyer.delegation.create_delegation(
+        CreateDelegationPayload(
+            provider="erc4337", spending_limit_cents=1_000, duration_secs=60, currency="usdc"
+        )
+    ).delegation_id
+    token = _token(buyer, shop, delegation)
+    assert sdk.builder.facilitator.verify_permissions(_required(shop), token, "1").is_valid
+    sdk.clock.advance(61)
+    try:
+        late = sdk.builder.facilitator.verify_permissions(_required(shop), token, "1")
+    except PaymentsError:
+        late = None
+    assert late is None or late.is_valid is False
+    with pytest.raises(PaymentsError) as caught:
+        _token(buyer, shop, delegation)
+    assert caught.value.code == "BCK.X402.0013"
+    listed = [d for d in buyer.delegation.list_delegations() if d.id == delegation]
+    assert listed and (listed[0].status or "").lower() == "expired"
+    assert _balance(buyer, shop) == 100
