@@ -446,6 +446,9 @@ def test_time_plan_tokens_work_inside_the_window_only(sdk: Sdk) -> None:
     plan_id = time_plan(sdk, seconds=3_600)
     buyer, _ = sdk.account("hourly")
     buyer.plans.order_plan(plan_id)
+    access = buyer.plans.get_plan_balance(plan_id)
+    assert access.is_subscriber is True
+    assert access.plan_type == "time"
     hourly = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
     token = _token(buyer, hourly, crypto_delegation(buyer, limit_cents=100_000))
     inside = sdk.builder.facilitator.verify_permissions(_required(hourly), token, "1")
