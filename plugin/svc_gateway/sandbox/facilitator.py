@@ -7,7 +7,9 @@ Settle re-checks everything, the balance included, and burns inside one transact
 concurrent settles never spend more than the balance. Settle is idempotent on
 ``agentRequestId``: the first successful answer is stored and replayed verbatim, burning
 nothing more. A version 3 token is single use: its first settle spends its nonce and any
-later settle under another ``agentRequestId`` fails with ``BCK.X402.0059``.
+later settle under another ``agentRequestId`` fails with ``BCK.X402.0059``. Verify never
+consults the spent nonces (as on the service, payments_py ``x402/fastapi/middleware.py``):
+a replayed v3 token passes verify and the seller learns it was spent at settle.
 
 ``maxAmount`` is optional on both (as in the SDK); when absent the plan's credits per
 request (``creditsConfig.minAmount``, which equals ``maxAmount`` on fixed plans) is used.
@@ -193,8 +195,6 @@ def verify(store: Store, body: dict[str, Any]) -> dict[str, Any]:
     with store.tx():
         try:
             approval = approve(store, info, call, fresh=True)
-            if _nonce_spent(store, info):
-                raise InvalidToken(f"access token already used ({TOKEN_ALREADY_USED})")
             problem = _credit_problem(store, approval)
             if problem is not None:
                 raise InvalidToken(problem)
