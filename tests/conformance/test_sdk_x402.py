@@ -485,3 +485,21 @@ def test_an_expired_delegation_mints_nothing_and_its_tokens_stop_verifying(
     listed = [d for d in buyer.delegation.list_delegations() if d.id == delegation]
     assert listed and (listed[0].status or "").lower() == "expired"
     assert _balance(buyer, shop) == 100
+
+
+def test_settle_without_max_amount_on_a_dynamic_plan_burns_its_minimum(sdk: Sdk) -> None:
+    """The SDK leaves the default to the service; the sandbox documents minAmount
+    (`svc_gateway/sandbox/facilitator.py` module docstring)."""
+    plan_id = dynamic_plan(sdk, low=2, high=5, credits=20)
+    buyer, _ = sdk.account("dynamic default")
+    buyer.plans.order_plan(plan_id)
+    wide = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
+    token = _token(buyer, wide, crypto_delegation(buyer))
+    verdict = sdk.builder.facilitator.verify_permissions(_required(wide), token)
+    assert verdict.is_valid, verdict.invalid_reason
+    receipt = sdk.builder.facilitator.settle_permissions(
+        _required(wide), token, agent_request_id=verdict.agent_request_id
+    )
+    assert receipt.success, receipt.error_reason
+    assert receipt.credits_redeemed == "2"
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 18
