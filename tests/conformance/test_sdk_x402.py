@@ -382,26 +382,34 @@ def test_v3_token_settles_once_and_a_replay_is_bck_x402_0059(sdk: Sdk, shop: Sho
     assert _balance(buyer, shop) == 99
 
 
-def test_v3_token_against_another_url_or_verb_is_refused(sdk: Sdk, shop: Shop) -> None:
-    buyer, _, delegation = _buyer(sdk, shop)
-    token = _token(buyer, shop, delegation, v3=True)
-    other = _required(shop, "http://127.0.0.1:9/agents/other")
-    try:
-        verdict = sdk.builder.facilitator.verify_permissions(other, token, "1")
-    except PaymentsError:
-        verdict = None
-    assert verdict is None or verdict.is_valid is False
-    wrong_verb = build_payment_required(
-        plan_id=shop.plan_id, endpoint=ENDPOINT, agent_id=shop.agent_id, http_verb="GET"
-    )
-    try:
-        verdict = sdk.builder.facilitator.verify_permissions(wrong_verb, token, "1")
-    except PaymentsError:
-        verdict = None
-    assert verdict is None or verdict.is_valid is False
-    right = sdk.builder.facilitator.verify_permissions(_required(shop), token, "1")
+def test_v3_token_is_bound_to_its_url_and_verb(sdk: Sdk) -> None:
+    """The agent registers three endpoints; a v3 token minted for POST ENDPOINT verifies for
+    that one only, although the other two pass the agent's allow-list."""
+    other = "http://127.0.0.1:9/agents/other"
+    plan_id = credits_plan(sdk, "Bound", credits=10)
+    endpoints: list[object] = [{"POST": ENDPOINT}, {"POST": other}, {"GET": ENDPOINT}]
+    bound = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, endpoints))
+    buyer, _ = sdk.account("bound")
+    buyer.plans.order_plan(plan_id)
+    token = _token(buyer, bound, crypto_delegation(buyer), v3=True)
+    v2 = _token(buyer, bound, crypto_delegation(buyer))
+    elsewhere = [
+        _required(bound, other),
+        build_payment_required(
+            plan_id=plan_id, endpoint=ENDPOINT, agent_id=bound.agent_id, http_verb="GET"
+        ),
+    ]
+    for required in elsewhere:
+        # a v2 token is not bound: the same envelopes are fine for it
+        assert sdk.builder.facilitator.verify_permissions(required, v2, "1").is_valid
+        try:
+            verdict = sdk.builder.facilitator.verify_permissions(required, token, "1")
+        except PaymentsError:
+            verdict = None
+        assert verdict is None or verdict.is_valid is False
+    right = sdk.builder.facilitator.verify_permissions(_required(bound), token, "1")
     assert right.is_valid, right.invalid_reason
-    assert _balance(buyer, shop) == 100
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 10
 
 
 def test_verify_reserves_nothing_so_two_verifies_fit_one_credit(sdk: Sdk) -> None:
