@@ -226,3 +226,24 @@ def test_a_stranger_cannot_redeem_a_holders_credits(sdk: Sdk) -> None:
     with pytest.raises(PaymentsError):
         stranger.plans.redeem_credits("req-thief", plan_id, address, "5")
     assert buyer.plans.get_plan_balance(plan_id).balance == 10
+
+
+def test_burning_more_than_the_balance_is_refused_and_burns_nothing(sdk: Sdk) -> None:
+    plan_id = credits_plan(sdk, "Overburn", credits=4)
+    buyer, _ = sdk.account("overburner")
+    buyer.plans.order_plan(plan_id)
+    with pytest.raises(PaymentsError):
+        buyer.plans.burn_credits(plan_id, "5")
+    assert buyer.plans.get_plan_balance(plan_id).balance == 4
+
+
+def test_an_expirable_mint_adds_to_a_permanent_balance_and_only_its_part_lapses(
+    sdk: Sdk,
+) -> None:
+    plan_id = credits_plan(sdk, "Mixed", credits=10)
+    buyer, address = sdk.account("mixed")
+    buyer.plans.order_plan(plan_id)
+    sdk.builder.plans.mint_plan_expirable(plan_id, 3, address, 300)
+    assert buyer.plans.get_plan_balance(plan_id).balance == 13
+    sdk.clock.advance(301)
+    assert buyer.plans.get_plan_balance(plan_id).balance == 10
