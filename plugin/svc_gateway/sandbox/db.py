@@ -133,6 +133,7 @@ class Store:
         if not is_memory(path):
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA cache_size=-16384")  # 16 MiB: hot B-tree pages stay
         self.conn.execute("PRAGMA foreign_keys=ON")
         self._depth = 0
         try:

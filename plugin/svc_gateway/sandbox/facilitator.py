@@ -18,7 +18,6 @@ request (``creditsConfig.minAmount``, which equals ``maxAmount`` on fixed plans)
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +40,7 @@ from .errors import (
 from .ledger import balance_view, burn, holding
 from .permissions import InvalidToken, TokenInfo, read_token
 from .plans import Plan, get_plan
+from .tokens import time_ordered_uuid
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ def verify(store: Store, body: dict[str, Any]) -> dict[str, Any]:
                 raise InvalidToken(problem)
         except InvalidToken as error:
             return {"isValid": False, "invalidReason": str(error), "payer": info.payer}
-        request_id = str(uuid.uuid4())
+        request_id = time_ordered_uuid(now)
         store.run(
             "INSERT INTO agent_requests (id, token_id, plan_id, payer, created_at, expires_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from .accounts import create_account
-from .db import Store
+from .db import Store, is_memory
 from .delegations import create_delegation
 from .ledger import burn, grant
 from .plan_input import plan_document
 from .plans import insert_plan, require_plan
-from .tokens import tx_hash
+from .tokens import time_ordered_uuid, tx_hash
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 
@@ -86,8 +85,8 @@ def seed_settles(
         grant(store, plan, buyer["address"], n + spare_credits, "seed", None)
         now = store.now()
         with store.tx():
-            for _ in range(n):
-                request_id = str(uuid.uuid4())
+            for i in range(n):
+                request_id = time_ordered_uuid(now - n + i)
                 tx = burn(store, plan, buyer["address"], 1, request_id)
                 answer = {
                     "success": True,
@@ -109,6 +108,8 @@ def seed_settles(
                         json.dumps(answer),
                     ),
                 )
+        if not is_memory(db_path):  # fold the big write into the file, as a long-lived DB has
+            store.run("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         store.close()
     return {
