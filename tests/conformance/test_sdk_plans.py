@@ -247,3 +247,20 @@ def test_an_expirable_mint_adds_to_a_permanent_balance_and_only_its_part_lapses(
     assert buyer.plans.get_plan_balance(plan_id).balance == 13
     sdk.clock.advance(301)
     assert buyer.plans.get_plan_balance(plan_id).balance == 10
+
+
+def test_time_plan_with_the_sdks_non_expirable_config_never_lapses(sdk: Sdk) -> None:
+    """`register_time_plan` + `get_non_expirable_duration_config()` (durationSecs 0) is the SDK's
+    way to sell access that does not expire (`common/types.py:332`)."""
+    answer = sdk.builder.plans.register_time_plan(
+        PlanMetadata(name="Forever"),
+        usdc_price(sdk),
+        sdk.builder.plans.get_non_expirable_duration_config(),
+    )
+    plan_id = str(answer["planId"])
+    assert sdk.subscriber.plans.get_plan(plan_id)["metadata"]["plan"]["accessLimit"] == "time"
+    buyer, _ = sdk.account("forever")
+    buyer.plans.order_plan(plan_id)
+    assert buyer.plans.get_plan_balance(plan_id).is_subscriber is True
+    sdk.clock.advance(10 * 365 * 86_400)
+    assert buyer.plans.get_plan_balance(plan_id).is_subscriber is True
