@@ -10,6 +10,7 @@ from payments_py.common.types import PlanMetadata
 from payments_py.plans import get_expirable_duration_config, get_fixed_credits_config
 
 from .conftest import (
+    USDC,
     Sdk,
     credits_plan,
     dynamic_plan,
@@ -264,3 +265,26 @@ def test_time_plan_with_the_sdks_non_expirable_config_never_lapses(sdk: Sdk) -> 
     assert buyer.plans.get_plan_balance(plan_id).is_subscriber is True
     sdk.clock.advance(10 * 365 * 86_400)
     assert buyer.plans.get_plan_balance(plan_id).is_subscriber is True
+
+
+@pytest.mark.parametrize("helper", ["native", "eurc", "pay_as_you_go", "free"])
+def test_each_sdk_price_helper_registers_a_plan_that_reads_back(sdk: Sdk, helper: str) -> None:
+    plans = sdk.builder.plans
+    credits = plans.get_fixed_credits_config(5, 1)
+    if helper == "native":
+        price = plans.get_native_token_price_config(10**15, sdk.builder_address)
+    elif helper == "eurc":
+        price = plans.get_eurc_price_config(1_000_000, sdk.builder_address)
+    elif helper == "pay_as_you_go":
+        price = plans.get_pay_as_you_go_price_config(1_000, sdk.builder_address, USDC)
+        credits = plans.get_pay_as_you_go_credits_config()
+    else:
+        price = plans.get_free_price_config()
+    plan_id = str(plans.register_credits_plan(PlanMetadata(name=helper), price, credits)["planId"])
+    registry = sdk.subscriber.plans.get_plan(plan_id)["registry"]
+    sent = sdk.recorder.last("POST", "/protocol/plans").body["priceConfig"]
+    assert [str(a) for a in registry["price"]["amounts"]] == sent["amounts"]
+    assert registry["price"]["tokenAddress"].lower() == sent["tokenAddress"].lower()
+    assert registry["price"]["templateAddress"].lower() == sent["templateAddress"].lower()
+    if helper == "pay_as_you_go":
+        assert sent["templateAddress"] == sdk.builder.contracts.pay_as_you_go_template
