@@ -511,3 +511,16 @@ def test_settle_without_max_amount_on_a_dynamic_plan_burns_its_minimum(sdk: Sdk)
     assert receipt.success, receipt.error_reason
     assert receipt.credits_redeemed == "2"
     assert int(buyer.plans.get_plan_balance(plan_id).balance) == 18
+
+
+def test_a_v2_token_arms_no_endpoint_allow_list(sdk: Sdk, shop: Shop) -> None:
+    """A v2 token carries no resource.url, so the service skips endpoint validation for it
+    (`x402/token_request.py:128-137`: the token's resource.url is what switches the backend's
+    `enforceEndpointAllowlist` on; without it the backend logs "resource.url not provided in
+    token … skipping endpoint validation"). Only v3 tokens are held to the agent's endpoints."""
+    buyer, _, delegation = _buyer(sdk, shop)
+    token = _token(buyer, shop, delegation)
+    verdict = sdk.builder.facilitator.verify_permissions(
+        _required(shop, "http://127.0.0.1:9/not-registered"), token, "1"
+    )
+    assert verdict.is_valid, verdict.invalid_reason
