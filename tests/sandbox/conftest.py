@@ -14,7 +14,7 @@ from .support import REQUEST_TTL, Actor, Api, FakeClock
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_800_000_000.0)
 
 
 @pytest.fixture

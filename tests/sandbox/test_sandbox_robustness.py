@@ -21,6 +21,8 @@ BAD_VALUES: list[Any] = [
     "x",
     "-5",
     "9" * 90,
+    "\ud800",  # a lone surrogate: valid JSON, not encodable as UTF-8
+    "é\u0000",
     [],
     {},
     [1],
@@ -102,16 +104,34 @@ async def test_malformed_bodies_never_reach_a_5xx(api: Api, owner: Actor, buyer:
         ("POST", f"/protocol/plans/{plan_id}/order", buyer, None),
         (
             "POST",
-            f"/protocol/plans/{plan_id}/mint",
+            "/protocol/plans/mint",
             owner,
-            {"amount": "1", "receiver": buyer.address},
+            {"planId": plan_id, "amount": "1", "creditsReceiver": buyer.address},
         ),
         (
             "POST",
-            f"/protocol/plans/{plan_id}/mint-expirable",
+            "/protocol/plans/mintExpirable",
             owner,
-            {"amount": "1", "receiver": buyer.address, "duration": "60"},
+            {
+                "planId": plan_id,
+                "creditsAmount": "1",
+                "creditsReceiver": buyer.address,
+                "creditsDuration": "60",
+            },
         ),
+        ("POST", "/protocol/plans/burn", buyer, {"planId": plan_id, "creditsAmount": "1"}),
+        (
+            "POST",
+            "/protocol/plans/redeem",
+            owner,
+            {
+                "agentRequestId": "r-1",
+                "planId": plan_id,
+                "redeemFrom": buyer.address,
+                "amount": "1",
+            },
+        ),
+        ("POST", f"/protocol/agents/{agent_id}/plan/{plan_id}", owner, None),
         ("POST", "/fiat/stripe/payment", buyer, {"planId": fiat_id, "sessionType": "embedded"}),
         (
             "POST",
@@ -140,6 +160,25 @@ async def test_malformed_bodies_never_reach_a_5xx(api: Api, owner: Actor, buyer:
                     "extra": {"agentId": agent_id},
                 },
                 "delegationConfig": {"delegationId": delegation_id},
+            },
+        ),
+        (
+            "POST",
+            "/x402/permissions",
+            buyer,
+            {
+                "accepted": {
+                    "scheme": "svc:erc4337",
+                    "planId": plan_id,
+                    "extra": {"agentId": agent_id, "httpVerb": "POST"},
+                },
+                "resource": {"url": "http://127.0.0.1:8402/svc/agent"},
+                "tokenVersion": 3,
+                "delegationConfig": {
+                    "spendingLimitCents": 100,
+                    "durationSecs": 60,
+                    "currency": "usdc",
+                },
             },
         ),
         ("POST", "/x402/verify", owner, paid),

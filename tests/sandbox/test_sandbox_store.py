@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import uuid
 from pathlib import Path
 
 import httpx
@@ -133,3 +134,75 @@ async def test_seeded_history_is_served_and_conserved(tmp_path: Path) -> None:
             assert settled.json()["remainingBalance"] == "4"
     finally:
         await server.close()
+
+
+async def test_agent_request_ids_are_time_ordered_uuids(
+    api: Api, owner: Actor, buyer: Actor, clock: ManualClock
+) -> None:
+    plan_id = await api.plan(owner, credits=5)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    token = await api.token(buyer, plan_id)
+    ids = []
+    for _ in range(3):
+        ids.append((await api.verify(owner, token, plan_id))["agentRequestId"])
+        clock.advance(0.002)
+    parsed = [uuid.UUID(i) for i in ids]
+    assert all(u.version == 7 for u in parsed)
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert parsed[0].int >> 80 == int(clock() * 1000) - 6  # the creation time, in ms
+
+
+async def test_redeem_and_burn_refusals(api: Api, owner: Actor, buyer: Actor) -> None:
+    plan_id = await api.plan(owner, credits=10)
+    other_plan = await api.plan(owner, credits=10)
+    time_plan = await api.plan(owner, duration=600)
+    for plan in (plan_id, other_plan, time_plan):
+        assert (await api.order(buyer, plan)).status_code == 200
+    body = {"agentRequestId": "r", "planId": plan_id, "redeemFrom": buyer.address, "amount": "1"}
+    first = await api.http.post("/protocol/plans/redeem", json=body, headers=owner.headers)
+    assert first.status_code == 200
+    reused = await api.http.post(
+        "/protocol/plans/redeem", json={**body, "planId": other_plan}, headers=owner.headers
+    )
+    assert reused.status_code == 400 and reused.json()["code"] == "BCK.X402.0041"
+    assert await api.credits(other_plan, buyer) == 10
+    timed = await api.http.post(
+        "/protocol/plans/burn",
+        json={"planId": time_plan, "creditsAmount": "1"},
+        headers=buyer.headers,
+    )
+    assert timed.status_code == 400 and "Time plans" in timed.json()["message"]
+    assert await api.credits(time_plan, buyer) == 1
+
+
+async def test_mint_expirable_on_a_time_plan_extends_access(
+    api: Api, owner: Actor, buyer: Actor, clock: ManualClock
+) -> None:
+    plan_id = await api.plan(owner, duration=600)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    body = {
+        "planId": plan_id,
+        "creditsAmount": 1,
+        "creditsReceiver": buyer.address,
+        "creditsDuration": 300,
+    }
+    answer = await api.http.post("/protocol/plans/mintExpirable", json=body, headers=owner.headers)
+    assert answer.status_code == 200
+    clock.advance(899)
+    assert await api.credits(plan_id, buyer) == 1  # 600 s ordered + 300 s minted
+    clock.advance(2)
+    assert await api.credits(plan_id, buyer) == 0
+
+
+async def test_plain_mint_on_a_time_plan_grants_its_duration(
+    api: Api, owner: Actor, buyer: Actor, clock: ManualClock
+) -> None:
+    plan_id = await api.plan(owner, duration=600)
+    body = {"planId": plan_id, "amount": 1, "creditsReceiver": buyer.address}
+    assert (
+        await api.http.post("/protocol/plans/mint", json=body, headers=owner.headers)
+    ).status_code == 200
+    clock.advance(599)
+    assert await api.credits(plan_id, buyer) == 1
+    clock.advance(2)
+    assert await api.credits(plan_id, buyer) == 0

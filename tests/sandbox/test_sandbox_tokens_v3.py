@@ -168,3 +168,75 @@ async def test_agent_without_endpoints_allows_any_resource(
     token = await token_v3(api, buyer, plan_id, agent_id)
     settled = await api.settle_answer(owner, token, plan_id, None, paid=paid(plan_id, agent_id))
     assert settled.json()["success"] is True
+
+
+async def test_token_request_field_checks(api: Api, owner: Actor, buyer: Actor) -> None:
+    plan_id, agent_id = await seller(api, owner, buyer)
+    as_text = await mint_v3(api, buyer, plan_id, agent_id, version="3")
+    assert as_text.status_code == 200 and is_single_use_access_token(as_text.json()["accessToken"])
+    delegation_id = await api.delegation(buyer)
+    base: dict[str, Any] = {
+        "accepted": {"scheme": CRYPTO, "planId": plan_id, "extra": {"agentId": agent_id}},
+        "delegationConfig": {"delegationId": delegation_id},
+    }
+    bad_bodies = {
+        "resource not an object": {**base, "resource": "http://x"},
+        "verb not text": {
+            **base,
+            "accepted": {**base["accepted"], "extra": {"agentId": agent_id, "httpVerb": 5}},
+        },
+    }
+    for name, body in bad_bodies.items():
+        answer = await api.http.post("/x402/permissions", json=body, headers=buyer.headers)
+        assert answer.status_code == 400, name
+    other_plan = await api.plan(owner)
+    limited = await api.http.post(
+        "/delegation/create",
+        json={
+            "provider": "erc4337",
+            "spendingLimitCents": "100",
+            "durationSecs": "600",
+            "currency": "usdc",
+            "planId": other_plan,
+        },
+        headers=buyer.headers,
+    )
+    body = {**base, "delegationConfig": {"delegationId": limited.json()["delegationId"]}}
+    answer = await api.http.post("/x402/permissions", json=body, headers=buyer.headers)
+    assert answer.status_code == 403 and answer.json()["code"] == "BCK.X402.0037"
+
+
+async def test_inline_card_delegation_uses_the_card_id(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, fiat=True, price=2_000_000)
+    card_id = (await api.http.get("/payment-methods", headers=buyer.headers)).json()[0]["id"]
+    body = {
+        "accepted": {"scheme": "svc:card-delegation", "network": "stripe", "planId": plan_id},
+        "delegationConfig": {
+            "cardId": card_id,
+            "spendingLimitCents": 500,
+            "durationSecs": 600,
+            "currency": "usd",
+        },
+    }
+    answer = await api.http.post("/x402/permissions", json=body, headers=buyer.headers)
+    assert answer.status_code == 200, answer.text
+    listed = (await api.http.get("/delegation", headers=buyer.headers)).json()
+    assert [(d["provider"], d["cardId"]) for d in listed] == [("stripe", card_id)]
+
+
+async def test_token_stops_paying_when_its_agent_drops_the_plan(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, credits=5)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    agent_id = await api.agent(owner, [plan_id])
+    token = await api.token(buyer, plan_id, agent_id=agent_id)
+    dropped = await api.http.delete(
+        f"/protocol/agents/{agent_id}/plan/{plan_id}", headers=owner.headers
+    )
+    assert dropped.status_code == 200
+    verified = await api.verify(owner, token, plan_id)
+    assert verified["isValid"] is False and "no longer sells" in verified["invalidReason"]
+    assert await api.credits(plan_id, buyer) == 5

@@ -118,11 +118,10 @@ def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) ->
     plan = get_plan(store, info.plan_id)
     if plan is None:
         raise InvalidToken("the token's plan no longer exists")
-    delegation = get_delegation(store, info.delegation_id)
-    if delegation is None:
+    # A token never outlives its delegation (its expiry is capped at the delegation's), so
+    # the token expiry above also covers an expired delegation.
+    if get_delegation(store, info.delegation_id) is None:
         raise InvalidToken("the token's delegation no longer exists")
-    if fresh and delegation.expires_at <= now:
-        raise InvalidToken("delegation expired")
     entry = next(
         (
             e
@@ -268,7 +267,10 @@ def settle(store: Store, caller: str, body: dict[str, Any]) -> dict[str, Any]:
         problem = _credit_problem(store, approval)
         if problem is not None:
             return _failure(problem, info.payer)
-        answer = _burn(store, approval, call.agent_request_id)
+        try:
+            answer = _burn(store, approval, call.agent_request_id)
+        except ValueError:  # a bucket expired between the check and the burn
+            return _failure("insufficient credits", info.payer)
         if call.agent_request_id is not None:
             store.run(
                 "UPDATE agent_requests SET answer = ? WHERE id = ?",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import hashlib
 import hmac
 import json
@@ -61,10 +60,10 @@ def verify(token: object, key: bytes) -> dict[str, Any] | None:
 
 def _canonical(document: dict[str, Any]) -> bytes:
     """The signed bytes: the document without ``payload.signature``, keys sorted."""
-    unsigned = copy.deepcopy(document)
+    unsigned = dict(document)
     payload = unsigned.get("payload")
     if isinstance(payload, dict):
-        payload.pop("signature", None)
+        unsigned["payload"] = {k: v for k, v in payload.items() if k != "signature"}
     return json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -74,8 +73,8 @@ def _mac(document: dict[str, Any], key: bytes) -> str:
 
 def seal_access_token(document: dict[str, Any], key: bytes) -> str:
     """Sign ``document`` into ``payload.signature`` and encode it as the service does."""
-    sealed = copy.deepcopy(document)
-    sealed.setdefault("payload", {})["signature"] = _mac(sealed, key)
+    sealed = dict(document)
+    sealed["payload"] = {**sealed.get("payload", {}), "signature": _mac(document, key)}
     return base64.urlsafe_b64encode(compact_json(sealed).encode()).decode().rstrip("=")
 
 

@@ -32,13 +32,35 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
+def _not_unicode() -> ApiError:
+    return bad_request(
+        "The body contains text that is not valid Unicode (a lone surrogate escape)",
+        "Send UTF-8 text; \\ud800-\\udfff escapes must come in pairs",
+        code=MALFORMED_JSON,
+    )
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_precision(document: Any) -> None:
-    """Reject JSON numbers beyond 2^53−1: a JavaScript client already lost their digits."""
+    """Reject JSON numbers beyond 2^53−1 (a JavaScript client already lost their digits) and
+    strings with lone surrogates (no database or UTF-8 answer can hold them)."""
     stack = [document]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             stack.extend(item.values())
+            if not all(_encodable(key) for key in item):
+                raise _not_unicode()
+        elif isinstance(item, str):
+            if not _encodable(item):
+                raise _not_unicode()
         elif isinstance(item, list):
             stack.extend(item)
         elif (
