@@ -283,19 +283,29 @@ def test_verify_refuses_more_than_the_balance(sdk: Sdk, shop: Shop) -> None:
     assert verdict.invalid_reason
 
 
-def test_verify_refuses_a_tampered_token(sdk: Sdk, shop: Shop) -> None:
+def test_a_token_rewritten_to_another_payer_is_refused(sdk: Sdk, shop: Shop) -> None:
+    """An attacker decodes their own token, puts a victim's address in `from` and re-encodes
+    it (`encode_access_token`); the service must refuse it and charge nobody."""
     from payments_py.x402.token import encode_access_token
 
-    buyer, _, delegation = _buyer(sdk, shop)
-    decoded = decode_access_token(_token(buyer, shop, delegation))
+    victim, victim_address, _ = _buyer(sdk, shop)
+    attacker, _, delegation = _buyer(sdk, shop)
+    decoded = decode_access_token(_token(attacker, shop, delegation))
     assert decoded is not None
-    decoded["payload"]["authorization"]["from"] = sdk.builder_address
+    decoded["payload"]["authorization"]["from"] = victim_address
     forged = encode_access_token(decoded)
     try:
         verdict = sdk.builder.facilitator.verify_permissions(_required(shop), forged, "1")
     except PaymentsError:
-        return
-    assert verdict.is_valid is False
+        verdict = None
+    assert verdict is None or verdict.is_valid is False
+    try:
+        receipt = sdk.builder.facilitator.settle_permissions(_required(shop), forged, "1")
+    except PaymentsError:
+        receipt = None
+    assert receipt is None or receipt.success is False
+    assert _balance(victim, shop) == 100
+    assert _balance(attacker, shop) == 100
 
 
 def test_settle_burns_max_amount_and_reports_it(sdk: Sdk, shop: Shop) -> None:
