@@ -148,6 +148,7 @@ class Api:
         *,
         scheme: str = CRYPTO,
         agent_id: str | None = None,
+        resource: str | None = None,
     ) -> httpx.Response:
         body: dict[str, Any] = {
             "accepted": {
@@ -158,6 +159,8 @@ class Api:
             },
             "delegationConfig": {"delegationId": delegation_id} if delegation_id else {},
         }
+        if resource is not None:  # a v2 token carrying resource.url arms the allow-list
+            body["resource"] = {"url": resource}
         return await self.http.post("/x402/permissions", json=body, headers=buyer.headers)
 
     async def token(self, buyer: Actor, plan_id: str, **options: Any) -> str:

@@ -88,14 +88,15 @@ async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeC
     assert late["isValid"] is False and "expired" in late["invalidReason"]
 
 
-async def test_verify_enforces_the_agent_endpoint_allow_list(
+async def test_a_token_with_a_resource_url_arms_the_endpoint_allow_list(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 10)
-    agent_id = await api.agent(
-        owner, [plan_id], endpoints=[{"POST": "http://127.0.0.1:8402/svc/agent/:task"}]
+    pattern = "http://127.0.0.1:8402/svc/agent/:task"
+    agent_id = await api.agent(owner, [plan_id], endpoints=[{"POST": pattern}])
+    token = await api.token(
+        buyer, plan_id, agent_id=agent_id, resource="http://127.0.0.1:8402/svc/agent/x"
     )
-    token = await api.token(buyer, plan_id, agent_id=agent_id)
 
     def paid(url: str, verb: str = "POST") -> dict[str, object]:
         return envelope(plan_id, agent_id=agent_id, url=url, verb=verb)
@@ -104,11 +105,11 @@ async def test_verify_enforces_the_agent_endpoint_allow_list(
     assert ok["isValid"] is True
     assert ok["agentRequest"]["agentId"] == agent_id and ok["agentRequest"]["agentName"] == "Agent"
     assert ok["agentRequest"]["verbMatching"] == "POST"
-    assert ok["urlMatching"] == "http://127.0.0.1:8402/svc/agent/:task"
+    assert ok["urlMatching"] == pattern
     relative = await api.verify(owner, token, plan_id, paid=paid("/svc/agent/y"))
     assert relative["isValid"] is True
-    no_url = await api.verify(owner, token, plan_id, paid=paid(""))  # nothing to check
-    assert no_url["isValid"] is True and no_url["urlMatching"] is None
+    no_url = await api.verify(owner, token, plan_id, paid=paid(""))  # the token's URL is checked
+    assert no_url["isValid"] is True and no_url["urlMatching"] == pattern
     for url, verb in (
         ("http://127.0.0.1:8402/other", "POST"),
         ("http://127.0.0.1:8402/svc/agent/x", "GET"),
@@ -117,7 +118,36 @@ async def test_verify_enforces_the_agent_endpoint_allow_list(
         refused = await api.http.post("/x402/verify", json=body, headers=owner.headers)
         assert refused.status_code == 400, (url, verb)
         assert refused.json()["code"] == "BCK.PROTOCOL.0031"
+        unpaid = await api.http.post("/x402/settle", json=body, headers=owner.headers)
+        assert unpaid.status_code == 400 and unpaid.json()["code"] == "BCK.PROTOCOL.0031"
     assert await api.credits(plan_id, buyer) == 10
+    outside = await api.token_answer(
+        buyer,
+        plan_id,
+        await api.delegation(buyer),
+        agent_id=agent_id,
+        resource="http://127.0.0.1:8402/other",
+    )
+    assert outside.status_code == 400 and outside.json()["code"] == "BCK.PROTOCOL.0031"
+
+
+async def test_a_v2_token_without_resource_url_skips_the_allow_list(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    """As on the service: only a token's own resource.url switches the allow-list on."""
+    plan_id = await funded(api, owner, buyer, 10)
+    pattern = "http://127.0.0.1:8402/svc/agent"
+    agent_id = await api.agent(owner, [plan_id], endpoints=[{"POST": pattern}])
+    token = await api.token(buyer, plan_id, agent_id=agent_id)
+    elsewhere = envelope(plan_id, agent_id=agent_id, url="http://127.0.0.1:9/x", verb="POST")
+    verified = await api.verify(owner, token, plan_id, paid=elsewhere)
+    assert verified["isValid"] is True and verified["urlMatching"] is None
+    matching = envelope(plan_id, agent_id=agent_id, url=pattern, verb="POST")
+    assert (await api.verify(owner, token, plan_id, paid=matching))["urlMatching"] == pattern
+    settled = await api.settle_answer(
+        owner, token, plan_id, verified["agentRequestId"], paid=elsewhere
+    )
+    assert settled.json()["success"] is True and settled.json()["remainingBalance"] == "9"
 
 
 async def test_verb_url_endpoint_items_never_match(api: Api, owner: Actor, buyer: Actor) -> None:
@@ -125,13 +155,21 @@ async def test_verb_url_endpoint_items_never_match(api: Api, owner: Actor, buyer
     plan_id = await funded(api, owner, buyer, 10)
     url = "http://127.0.0.1:8402/svc/agent"
     agent_id = await api.agent(owner, [plan_id], endpoints=[{"verb": "POST", "url": url}])
-    token = await api.token(buyer, plan_id, agent_id=agent_id)
-    paid = envelope(plan_id, agent_id=agent_id, url=url, verb="POST")
-    body = {"paymentRequired": paid, "x402AccessToken": token, "maxAmount": "1"}
-    refused = await api.http.post("/x402/verify", json=body, headers=owner.headers)
+    delegation_id = await api.delegation(buyer)
+    bound = await api.token_answer(buyer, plan_id, delegation_id, agent_id=agent_id, resource=url)
+    assert bound.status_code == 400 and bound.json()["code"] == "BCK.PROTOCOL.0031"
+    v3 = dict(
+        accepted={
+            "scheme": "svc:erc4337",
+            "planId": plan_id,
+            "extra": {"agentId": agent_id, "httpVerb": "POST"},
+        },
+        resource={"url": url},
+        tokenVersion=3,
+        delegationConfig={"delegationId": delegation_id},
+    )
+    refused = await api.http.post("/x402/permissions", json=v3, headers=buyer.headers)
     assert refused.status_code == 400 and refused.json()["code"] == "BCK.PROTOCOL.0031"
-    settled = await api.http.post("/x402/settle", json=body, headers=owner.headers)
-    assert settled.status_code == 400 and settled.json()["code"] == "BCK.PROTOCOL.0031"
     assert await api.credits(plan_id, buyer) == 10
 
 

@@ -47,7 +47,7 @@ def mutate(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         ("creditsConfig.redemptionType", 9, "BCK.COMMON.0002"),
         ("creditsConfig", KeyError, "BCK.COMMON.0002"),
         ("accessLimit", 5, "BCK.COMMON.0002"),
-        ("accessLimit", "time", "BCK.PROTOCOL.0011"),
+        ("metadataAttributes.accessLimit", "sometimes", "BCK.COMMON.0002"),
         ("maxOrders", "0", "BCK.COMMON.0002"),
     ],
 )
@@ -58,6 +58,34 @@ async def test_invalid_plan_bodies_are_400_with_a_code(
     assert answer.status_code == 400, answer.text
     assert answer.json()["code"] == code
     assert answer.json()["message"]
+
+
+async def test_access_limit_must_fit_the_duration(api: Api, owner: Actor) -> None:
+    body = plan_body(owner, duration=600)
+    body["accessLimit"] = "credits"
+    answer = await register(api.http, owner, body)
+    assert answer.status_code == 400 and answer.json()["code"] == "BCK.PROTOCOL.0011"
+
+
+async def test_time_plan_with_no_duration_never_lapses(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    """The SDK's non-expirable time plan: ``accessLimit: "time"`` with ``durationSecs`` 0."""
+    body = plan_body(owner, credits=1)
+    body["accessLimit"] = "time"
+    answer = await register(api.http, owner, body)
+    assert answer.status_code == 201, answer.text
+    plan_id = answer.json()["planId"]
+    plan = (await api.http.get(f"/protocol/plans/{plan_id}")).json()
+    assert plan["metadata"]["plan"]["accessLimit"] == "time"
+    assert (await api.balance(plan_id, buyer))["isSubscriber"] is False
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    clock.advance(100 * 365 * 24 * 3600)
+    balance = await api.balance(plan_id, buyer)
+    assert balance["isSubscriber"] is True and balance["planType"] == "time"
+    token = await api.token(buyer, plan_id)
+    settled = (await api.settle_answer(owner, token, plan_id, None)).json()
+    assert settled["success"] is True and settled["creditsRedeemed"] == "0"
 
 
 async def test_fixed_plan_needs_equal_min_and_max(http: httpx.AsyncClient, owner: Actor) -> None:

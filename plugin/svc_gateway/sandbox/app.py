@@ -23,7 +23,7 @@ from .context import (
     set_resolution,
     store_of,
 )
-from .db import Store
+from .db import REQUEST_TTL_SECS, Store
 from .errors import INTERNAL, ApiError, from_http_exception
 from .versioning import RESOLVED_HEADER, VERSION_HEADER, resolve
 
@@ -74,7 +74,7 @@ def create_app(
     db: str = ":memory:",
     *,
     clock: Callable[[], float] = time.time,
-    request_ttl_secs: float = 300.0,
+    request_ttl_secs: float = REQUEST_TTL_SECS,
 ) -> web.Application:
     """The sandbox service over a SQLite file (or a private in-memory database).
 

@@ -81,6 +81,9 @@ CREATE TABLE IF NOT EXISTS redemptions (
 """
 
 Row = sqlite3.Row
+#: How long a verified agentRequestId stays settleable. Verify reserves nothing, so this only
+#: bounds how late a seller may settle (for instance retrying after an outage).
+REQUEST_TTL_SECS = 86400.0
 #: Bumped when the schema changes in a way an old file cannot follow.
 SCHEMA_VERSION = "2"
 log = logging.getLogger("svc_gateway.sandbox")
@@ -118,7 +121,7 @@ class Store:
     """One SQLite connection plus the clock and limits every ledger rule reads."""
 
     def __init__(
-        self, path: str, *, clock: Callable[[], float], request_ttl_secs: float = 300.0
+        self, path: str, *, clock: Callable[[], float], request_ttl_secs: float = REQUEST_TTL_SECS
     ) -> None:
         self.path = path
         self.clock = clock

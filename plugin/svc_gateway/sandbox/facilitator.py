@@ -148,13 +148,18 @@ def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) ->
     url = _resource_url(call.envelope)
     verb = extra.get("httpVerb")
     matched: tuple[str, str] | None = None
-    if agent is not None and agent.endpoints and url is not None:
-        matched = agent.match(url, verb if isinstance(verb, str) else None)
-        if matched is None:
+    if agent is not None and agent.endpoints:
+        # The allow-list is armed only by a token that carries resource.url (v3, or a v2 token
+        # minted with one); other tokens skip it, as the service does (payments_py
+        # x402/token_request.py). The match is still reported when there is one.
+        checked = url or info.resource_url
+        if checked is not None:
+            matched = agent.match(checked, verb if isinstance(verb, str) else None)
+        if matched is None and info.resource_url is not None:
             raise ApiError(
                 400,
                 ENDPOINT_NOT_ALLOWED,
-                f"resource.url {url!r} matches no endpoint registered for agent {agent.id}",
+                f"resource.url {checked!r} matches no endpoint registered for agent {agent.id}",
                 'Register the endpoint as {"POST": "<url>"} or send the registered URL',
             )
     _check_binding(info, url, verb)

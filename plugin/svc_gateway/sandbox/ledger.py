@@ -33,6 +33,8 @@ from .plans import Plan, require_plan
 from .tokens import random_hex, tx_hash
 
 CHECKOUT_TTL_SECS = 3600.0
+#: Access that never lapses (the last second of year 9999).
+FOREVER = 253402300799.0
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,9 @@ def grant(
                     "VALUES (?, ?, ?, ?)",
                     (plan.id, holder, expires, str(amount)),
                 )
-        elif not plan.is_time:
+        elif plan.is_time:
+            access_until = FOREVER  # a non-expirable time plan
+        else:
             plain += amount
         _save_row(store, plan.id, holder, (plain, granted + amount, burned, access_until))
         store.run(

@@ -136,6 +136,8 @@ def _access_limit(raw: object, duration: int, name: str) -> str:
             f"{name} must be 'credits' or 'time' (the kind of plan)",
             "To cap how many times the plan can be ordered, send maxOrders",
         )
+    if raw == "time" and duration == 0:
+        return "time"  # a non-expirable time plan (payments_py get_non_expirable_duration_config)
     if raw != kind:
         raise bad_request(
             f"{name} is {raw!r} but creditsConfig.durationSecs makes this a {kind} plan",

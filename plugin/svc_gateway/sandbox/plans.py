@@ -70,7 +70,9 @@ class Plan:
 
     @property
     def is_time(self) -> bool:
-        return self.duration_secs > 0
+        """A time plan grants access, not credits; ``durationSecs`` 0 means it never lapses
+        (the SDK's ``get_non_expirable_duration_config`` with ``accessLimit: "time"``)."""
+        return self.doc.get("accessLimit") == "time" or self.duration_secs > 0
 
     @property
     def kind(self) -> str:

@@ -21,6 +21,7 @@ from aiohttp import abc, web
 from .accounts import create_account
 from .app import create_app
 from .context import API_PREFIX, STORE
+from .db import REQUEST_TTL_SECS
 
 log = logging.getLogger("svc_gateway.sandbox")
 
@@ -59,7 +60,7 @@ async def start_sandbox(
     db: str = ":memory:",
     *,
     clock: Callable[[], float] = time.time,
-    request_ttl_secs: float = 300.0,
+    request_ttl_secs: float = REQUEST_TTL_SECS,
 ) -> SandboxServer:
     """Serve the sandbox on the caller's running loop; ``port=0`` picks a free port.
 
@@ -91,8 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--request-ttl",
         type=float,
-        default=300.0,
-        help="seconds a verified agentRequestId can still be settled (default 300)",
+        default=REQUEST_TTL_SECS,
+        help="seconds a verified agentRequestId can still be settled (default 86400: a day, "
+        "so a seller's settle retried after an outage still gets paid)",
     )
     return parser
 
