@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 if TYPE_CHECKING:
     from .commands import Commands
     from .context import BalanceContext
@@ -18,6 +16,7 @@ if TYPE_CHECKING:
     from .host import GatewayAPI
     from .login import CredentialStore
     from .runtime import PluginRuntime
+    from .transport import SessionFactory
 
 __version__ = "0.1.0"
 
@@ -39,14 +38,14 @@ class PluginHandle:
 def register(
     api: GatewayAPI,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
+    session_factory: SessionFactory | None = None,
     store: CredentialStore | None = None,
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
 ) -> PluginHandle:
     """Register the nine tools, two commands and the balance hook with a host.
 
-    The keyword arguments are seams for tests and embedding hosts: an httpx transport, a
+    The keyword arguments are seams for tests and embedding hosts: an aiohttp session factory, a
     credential store, a browser opener, and a monotonic clock for the balance cache.
     """
     from .commands import Commands
@@ -63,7 +62,7 @@ def register(
     log = get_logger("svc_gateway")
     runtime = PluginRuntime()
     try:
-        core = PluginCore(config, runtime, store=store, transport=transport)
+        core = PluginCore(config, runtime, store=store, session_factory=session_factory)
         core.restore_session()
         cache = BalanceCache(core, clock=clock) if clock else BalanceCache(core)
         context = BalanceContext(core, cache)
