@@ -225,8 +225,17 @@ class ServiceClient(ApiTransport):
         path = f"protocol/agents/{seg(agent_id)}"
         return parse_model(Agent, await self._request("GET", path, auth=False, retry=True))
 
-    async def list_agents(self, page: int = 1, page_size: int = 10) -> AgentPage:
-        params = {"page": page, "offset": page_size}
+    async def list_agents(
+        self,
+        page: int = 1,
+        page_size: int = 10,
+        sort_by: str | None = None,
+        sort_order: str = "desc",
+    ) -> AgentPage:
+        """The caller's own agents (``GET /protocol/agents``, paged and sorted as the SDK)."""
+        params: dict[str, Any] = {"page": page, "offset": page_size, "sortOrder": sort_order}
+        if sort_by:
+            params["sortBy"] = sort_by
         data = await self._request("GET", "protocol/agents", params=params, retry=True)
         return parse_model(AgentPage, data)
 

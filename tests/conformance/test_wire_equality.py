@@ -598,3 +598,68 @@ def test_remove_plan_from_agent(world: World) -> None:
         lambda: w.builder.remove_plan_from_agent(w.agent_id, w.plan_id),
     )
     same(ours, sdk)
+
+
+def test_agent_reads(world: World) -> None:
+    w = world
+    sdk, ours = exchange(
+        w,
+        lambda: w.sdk_subscriber.agents.get_agent(w.agent_id),
+        lambda: w.subscriber.get_agent(w.agent_id),
+    )
+    same(ours, sdk)
+    sdk, ours = exchange(
+        w,
+        lambda: w.sdk_subscriber.agents.get_agent_plans(w.agent_id),
+        lambda: w.subscriber.get_agent_plans(w.agent_id),
+    )
+    same(ours, sdk)
+    sdk, ours = exchange(
+        w,
+        lambda: w.sdk_subscriber.plans.get_agents_associated_to_plan(w.plan_id),
+        lambda: w.subscriber.get_plan_agents(w.plan_id),
+    )
+    same(ours, sdk)
+    sdk, ours = exchange(
+        w, lambda: w.sdk_builder.agents.get_user_agents(), lambda: w.builder.list_agents()
+    )
+    same(ours, sdk)
+
+
+def test_card_delegation_and_fiat_token_request(world: World) -> None:
+    w = world
+    card = w.loop.run(w.subscriber.list_payment_methods())[0]
+    sdk, ours = exchange(
+        w,
+        lambda: w.sdk_subscriber.delegation.create_delegation(
+            CreateDelegationPayload(
+                provider="stripe",
+                provider_payment_method_id=card.id,
+                spending_limit_cents=2500,
+                duration_secs=900,
+                currency="usd",
+            )
+        ),
+        lambda: w.subscriber.create_delegation(
+            "stripe", 2500, 900, "usd", payment_method_id=card.id
+        ),
+    )
+    same(ours, sdk)
+    delegation = w.loop.run(
+        w.subscriber.create_delegation("stripe", 2500, 900, "usd", payment_method_id=card.id)
+    )
+    sdk, ours = exchange(
+        w,
+        lambda: w.sdk_subscriber.x402.get_x402_access_token(
+            w.fiat_plan_id,
+            None,
+            token_options=X402TokenOptions(
+                scheme="nvm:card-delegation",
+                delegation_config=DelegationConfig(delegation_id=delegation.delegation_id),
+            ),
+        ),
+        lambda: w.subscriber.create_access_token(
+            w.fiat_plan_id, delegation.delegation_id, scheme="svc:card-delegation"
+        ),
+    )
+    same(ours, sdk)
