@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import contextvars
 import email.utils
+import itertools
 import json
 import logging
 import math
@@ -24,9 +25,9 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
+from aiohttp import hdrs
 from multidict import CIMultiDictProxy
 from pydantic import SecretStr, ValidationError
-from yarl import URL
 
 from . import errors
 from .config import DEFAULT_API_VERSION, ApiKey, parse_api_key
@@ -39,6 +40,7 @@ M = TypeVar("M", bound=WireModel)
 SessionFactory = Callable[[], aiohttp.ClientSession]
 """Builds the client's one pooled session; called lazily, on the loop that makes the calls."""
 
+JSON = "application/json"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 RETRY_AFTER_FLOOR = 0.05
 """A ``Retry-After`` of zero, negative or in the past still waits this long (no hot loop)."""
@@ -48,15 +50,15 @@ _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
-def default_session_factory(limit: int = 64) -> aiohttp.ClientSession:
-    """A keep-alive pool for one service host; no cookies, no environment proxies."""
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        auto_decompress=True,
-        raise_for_status=False,
-    )
+POOL_SIZE = 64
+"""Connections kept to the service: the paid endpoint's verify/settle run this many at once."""
+
+
+def default_session_factory() -> aiohttp.ClientSession:
+    """A keep-alive pool for the service host. No cookie jar: nothing one account's answer
+    sets may ride along on another account's request."""
+    connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
 class ApiTransport:
@@ -90,8 +92,8 @@ class ApiTransport:
         self._session_factory = session_factory or default_session_factory
         self._session: aiohttp.ClientSession | None = None
         self._headers = {
-            "Accept": "application/json",
-            "Content-Type": "application/json",
+            hdrs.ACCEPT: JSON,
+            hdrs.CONTENT_TYPE: JSON,
             "Service-Version": api_version,
         }
         self._authed_headers: dict[str, str] | None = None
@@ -145,14 +147,13 @@ class ApiTransport:
             )
         if self._authed_headers is None:
             bearer = f"Bearer {self._key.secret.get_secret_value()}"
-            self._authed_headers = {**self._headers, "Authorization": bearer}
+            self._authed_headers = {**self._headers, hdrs.AUTHORIZATION: bearer}
         return self._authed_headers
 
-    def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
-        text = f"{self.base_url}/{path.lstrip('/')}"
-        if params:
-            text += "?" + urlencode({k: v for k, v in params.items() if v is not None})
-        return URL(text, encoded=True)
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
+        """``path`` is relative (no leading ``/``); ids in it were quoted by :func:`seg`."""
+        url = f"{self.base_url}/{path}"
+        return f"{url}?{urlencode(params)}" if params else url
 
     async def _request(
         self,
@@ -172,7 +173,7 @@ class ApiTransport:
         outer = _DEADLINE.get()
         if outer is not None:
             end = min(end, outer)
-        for attempt in range(1, attempts + 1):
+        for attempt in itertools.count(1):
             left = end - self._clock()
             if left <= 0:
                 raise errors.RequestTimeout(
@@ -186,10 +187,8 @@ class ApiTransport:
                 failure: errors.ServiceError = errors.RequestTimeout(
                     f"{method} {path} got no complete answer within {left:.3g} s", code="timeout"
                 )
-            except aiohttp.ClientError as exc:
-                failure = errors.TransportError(
-                    f"{method} {path} failed: {type(exc).__name__}", code="network_error"
-                )
+            except aiohttp.ClientError as exc:  # code: network_error, status: None
+                failure = errors.TransportError(f"{method} {path} failed: {type(exc).__name__}")
             else:
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug(
@@ -212,24 +211,23 @@ class ApiTransport:
                 raise failure  # the service's wait, or ours, would overrun this call's deadline
             log.info("retrying %s %s in %.2fs (%s)", method, path, delay, failure.code)
             await self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise AssertionError("unreachable")  # pragma: no cover  # pragma: no mutate
 
     async def _send(
         self,
         method: str,
-        url: URL,
+        url: str,
         headers: Mapping[str, str],
         data: bytes | None,
         left: float,
     ) -> tuple[int, str, CIMultiDictProxy[str], bytes]:
-        """One attempt. ``asyncio.timeout`` bounds the whole exchange, a slow-drip body too."""
-        timeout = aiohttp.ClientTimeout(total=left, connect=min(10.0, left))
-        async with asyncio.timeout(left):
-            async with self.session.request(
-                method, url, headers=headers, data=data, timeout=timeout, allow_redirects=False
-            ) as response:
-                raw = await response.read()
-                return response.status, response.reason or "", response.headers, raw
+        """One attempt; ``total`` bounds the whole exchange, reading a slow-drip body too."""
+        timeout = aiohttp.ClientTimeout(total=left)
+        async with self.session.request(
+            method, url, headers=headers, data=data, timeout=timeout, allow_redirects=False
+        ) as response:
+            raw = await response.read()
+            return response.status, response.reason or "", response.headers, raw
 
     def _delay(self, attempt: int, failure: errors.ServiceError) -> float | None:
         """How long to wait before the next attempt: the service's ``Retry-After`` when it
@@ -262,7 +260,7 @@ class ApiTransport:
             return errors.NotFound(message, **kwargs)
         if status == 409:
             return errors.Conflict(message, **kwargs)
-        retry_after = parse_retry_after(headers.get("Retry-After"), now=time.time())
+        retry_after = parse_retry_after(headers.get(hdrs.RETRY_AFTER), now=time.time())
         if status == 429:
             return errors.RateLimited(message, retry_after=retry_after, **kwargs)
         if status >= 500:
@@ -280,8 +278,8 @@ def seg(value: str) -> str:
 def _envelope(status: int, reason: str, raw: bytes) -> tuple[str | None, str, str | None]:
     """The service's error envelope ``{code|errorCode, message|error, hint?, details?}``."""
     try:
-        body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
+        body = json.loads(raw)
+    except ValueError:  # empty, not JSON, or not UTF-8
         body = None
     if isinstance(body, dict):
         code = body.get("code") or body.get("errorCode")
@@ -291,8 +289,8 @@ def _envelope(status: int, reason: str, raw: bytes) -> tuple[str | None, str, st
         if details and isinstance(details, str | int | float):
             message = f"{message} ({details})"
         return (str(code) if code else None), message, (str(hint) if hint else None)
-    text = raw[:200].decode("utf-8", "replace").strip() or reason
-    return None, f"HTTP {status}: {text}", None
+    text = raw[:200].decode(errors="replace").strip() or reason
+    return None, (f"HTTP {status}: {text}" if text else f"HTTP {status}"), None
 
 
 RETRY_AFTER_MAX = 24 * 3600.0
