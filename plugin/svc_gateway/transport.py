@@ -142,9 +142,7 @@ class ApiTransport:
         if self._key is None:
             raise errors.NotLoggedIn()
         if self._key.expired:
-            raise errors.AuthenticationError(
-                "The API key has expired", code="key_expired", status=None
-            )
+            raise errors.AuthenticationError("The API key has expired", code="key_expired")
         if self._authed_headers is None:
             bearer = f"Bearer {self._key.secret.get_secret_value()}"
             self._authed_headers = {**self._headers, hdrs.AUTHORIZATION: bearer}

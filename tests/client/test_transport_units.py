@@ -87,6 +87,7 @@ def test_environment_from_the_key_unless_given() -> None:
     assert ServiceClient(BASE, fake_key(env="live"), environment="local").environment == "local"
     assert ServiceClient(BASE, fake_key(env="moon")).environment is None
     assert ServiceClient(BASE).environment is None
+    assert ServiceClient("http://127.0.0.1:9/X/").base_url == "http://127.0.0.1:9/X"
     anonymous = ServiceClient(BASE + "/")
     assert anonymous.base_url == BASE and anonymous.address is None
     assert not anonymous.authenticated
@@ -241,3 +242,17 @@ def test_an_empty_error_answer_without_a_reason_still_reads() -> None:
     assert _envelope(503, "", b"") == (None, "HTTP 503", None)
     assert _envelope(502, "Bad Gateway", b"  ") == (None, "HTTP 502: Bad Gateway", None)
     assert _envelope(400, "", b'{"code": 5, "message": ""}') == ("5", "HTTP 400", None)
+
+
+async def test_a_wait_that_would_end_exactly_at_the_deadline_is_not_taken(
+    client: ServiceClient, sleeps: list[float]
+) -> None:
+    now = [0.0]
+    client._clock = lambda: now[0]
+    client.timeout = 2.0
+    with aioresponses() as mock:
+        mock.get(ANY, status=503, payload={}, headers={"Retry-After": "2"})
+        mock.get(ANY, payload={"id": "1"})
+        with pytest.raises(errors.ServiceUnavailable) as info:
+            await client.get_plan("1")
+    assert sleeps == [] and info.value.retry_after == 2.0
