@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 import svc_gateway
@@ -17,26 +17,35 @@ from svc_gateway.login import CredentialStore
 from svc_gateway.models import PlanMetadata
 from svc_gateway.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.sandbox import SandboxServer, start_sandbox
+from svc_gateway.transport import SessionFactory
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 
 
-class CountingTransport(httpx.AsyncBaseTransport):
-    """The real HTTP transport, counting requests by (method, path prefix)."""
+class CountingTransport:
+    """A session factory for the plugin's client: real HTTP, requests counted by (method, path).
+
+    Pass it as ``make_host(transport=...)`` (``register(session_factory=...)``); subclasses may
+    override :meth:`before` to delay or fail a request before it is sent."""
 
     def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.requests: list[httpx.Request] = []
+        self.requests: list[tuple[str, str]] = []
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return await self.inner.handle_async_request(request)
+    async def before(self, method: str, path: str) -> None:
+        return None
+
+    async def _middleware(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        self.requests.append((request.method, request.url.path))
+        await self.before(request.method, request.url.path)
+        return await handler(request)
+
+    def __call__(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(middlewares=(self._middleware,))
 
     def count(self, method: str, fragment: str) -> int:
-        return sum(1 for r in self.requests if r.method == method and fragment in r.url.path)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+        return sum(1 for m, path in self.requests if m == method and fragment in path)
 
 
 @pytest.fixture
@@ -101,7 +110,7 @@ async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[Hos
     async def factory(
         key: str | None = None,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: SessionFactory | None = None,
         clock: Callable[[], float] | None = None,
         open_browser: Callable[[str], bool] | None = None,
         **config: Any,
@@ -112,7 +121,7 @@ async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[Hos
         gateway = ReferenceGateway(settings)
         store = CredentialStore(tmp_path / f"store-{counter}", use_keyring=False)
         handle = svc_gateway.register(
-            gateway, transport=transport, store=store, clock=clock, open_browser=open_browser
+            gateway, session_factory=transport, store=store, clock=clock, open_browser=open_browser
         )
         handles.append(handle)
         if key is not None:

@@ -194,10 +194,9 @@ async def test_context_never_blocks_past_its_budget(
     make_host: HostFactory, subscriber: dict[str, str], plan_id: str
 ) -> None:
     class Slow(CountingTransport):
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            if "/balance/" in request.url.path:
+        async def before(self, method: str, path: str) -> None:
+            if "/balance/" in path:
                 await asyncio.sleep(5)
-            return await super().handle_async_request(request)
 
     gateway, handle = await make_host(subscriber["apiKey"], transport=Slow(), planId=plan_id)
     handle.context.budget = 0.2

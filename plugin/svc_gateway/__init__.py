@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
-    import httpx
-
     from .commands import Commands
     from .config import ConfigError
     from .context import BalanceContext
@@ -22,6 +20,7 @@ if TYPE_CHECKING:
     from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
     from .login import CredentialStore
     from .runtime import PluginRuntime
+    from .transport import SessionFactory
 
 __version__ = "0.1.0"
 
@@ -88,7 +87,7 @@ class PromptHook:
 def register(
     api: GatewayAPI,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
+    session_factory: SessionFactory | None = None,
     store: CredentialStore | None = None,
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
@@ -100,7 +99,7 @@ def register(
 def register(
     api: GatewayAPI,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
+    session_factory: SessionFactory | None = None,
     store: CredentialStore | None = None,
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
@@ -111,7 +110,7 @@ def register(
 def register(
     api: GatewayAPI,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
+    session_factory: SessionFactory | None = None,
     store: CredentialStore | None = None,
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
@@ -119,7 +118,7 @@ def register(
 ) -> PluginHandle | DegradedPlugin:
     """Register the nine tools, two commands and the balance hook with a host.
 
-    The keyword arguments are seams for tests and embedding hosts: an httpx transport, a
+    The keyword arguments are seams for tests and embedding hosts: an aiohttp session factory, a
     credential store, a browser opener, and a monotonic clock for the balance cache. With
     ``on_config_error="degrade"`` an invalid configuration does not raise: the tools and
     commands are registered anyway and each answers with the configuration error and its fix.
@@ -145,7 +144,7 @@ def register(
     log = get_logger("svc_gateway")
     runtime = PluginRuntime()
     try:
-        core = PluginCore(config, runtime, store=store, transport=transport)
+        core = PluginCore(config, runtime, store=store, session_factory=session_factory)
         core.restore_session()
         cache = BalanceCache(core, clock=clock) if clock else BalanceCache(core)
         context = BalanceContext(core, cache)

@@ -122,7 +122,19 @@ class ServiceClient(ApiTransport):
         nonce: int | None = None,
         max_orders: int | None = None,
     ) -> str:
-        """Register any plan kind; the kind follows from ``credits`` and ``metadata``."""
+        """Register any plan kind; the kind follows from ``credits`` and ``metadata``.
+
+        ``max_orders`` is refused before anything is sent: the service has no order-count
+        limit (the official SDK sends none, and the service drops unknown fields silently),
+        so a plan registered "with" one would sell without limit.
+        """
+        if max_orders is not None:
+            raise errors.InvalidRequest(
+                "The payments service cannot limit how many times a plan is ordered: the limit "
+                "would be ignored and the plan would sell without one",
+                code="order_limit_unsupported",
+                hint="Leave the order limit out, or cap sales with a credits or trial plan.",
+            )
         is_trial = bool(metadata.is_trial_plan)
         body: dict[str, Any] = {
             "metadataAttributes": metadata.wire(),
@@ -134,8 +146,6 @@ class ServiceClient(ApiTransport):
         }
         if price.currency:
             body["currency"] = price.currency
-        if max_orders is not None:
-            body["maxOrders"] = str(max_orders)
         data = await self._request("POST", "protocol/plans", body=body)
         return require_str(data, "planId")
 
@@ -166,8 +176,9 @@ class ServiceClient(ApiTransport):
         return await self.register_time_plan(trial, price, credits, **kw)
 
     async def mint_credits(self, plan_id: str, amount: int, receiver: str) -> dict[str, Any]:
-        body = {"amount": str(amount), "receiver": receiver}
-        data = await self._request("POST", f"protocol/plans/{seg(plan_id)}/mint", body=body)
+        """``POST /protocol/plans/mint`` (owner only), the SDK's route and body."""
+        body = {"planId": plan_id, "amount": _sdk_int(amount), "creditsReceiver": receiver}
+        data = await self._request("POST", "protocol/plans/mint", body=body)
         return data if isinstance(data, dict) else {}
 
     # -- agents ------------------------------------------------------------------------------
@@ -214,8 +225,17 @@ class ServiceClient(ApiTransport):
         path = f"protocol/agents/{seg(agent_id)}"
         return parse_model(Agent, await self._request("GET", path, auth=False, retry=True))
 
-    async def list_agents(self, page: int = 1, page_size: int = 10) -> AgentPage:
-        params = {"page": page, "offset": page_size}
+    async def list_agents(
+        self,
+        page: int = 1,
+        page_size: int = 10,
+        sort_by: str | None = None,
+        sort_order: str = "desc",
+    ) -> AgentPage:
+        """The caller's own agents (``GET /protocol/agents``, paged and sorted as the SDK)."""
+        params: dict[str, Any] = {"page": page, "offset": page_size, "sortOrder": sort_order}
+        if sort_by:
+            params["sortBy"] = sort_by
         data = await self._request("GET", "protocol/agents", params=params, retry=True)
         return parse_model(AgentPage, data)
 
@@ -378,13 +398,15 @@ class ServiceClient(ApiTransport):
     # -- facilitator -------------------------------------------------------------------------
 
     async def verify(
-        self, payment_required: PaymentRequirement, token: str, max_amount: int
+        self, payment_required: PaymentRequirement, token: str, max_amount: int | None = None
     ) -> VerifyResult:
-        body = {
+        """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's."""
+        body: dict[str, Any] = {
             "paymentRequired": payment_required.wire(),
             "x402AccessToken": token,
-            "maxAmount": str(max_amount),
         }
+        if max_amount is not None:
+            body["maxAmount"] = str(max_amount)
         data = await self._request("POST", "x402/verify", body=body, retry=True)
         return parse_model(VerifyResult, data)
 
@@ -392,15 +414,16 @@ class ServiceClient(ApiTransport):
         self,
         payment_required: PaymentRequirement,
         token: str,
-        max_amount: int,
+        max_amount: int | None,
         agent_request_id: str | None,
     ) -> SettleResult:
         """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it)."""
         body: dict[str, Any] = {
             "paymentRequired": payment_required.wire(),
             "x402AccessToken": token,
-            "maxAmount": str(max_amount),
         }
+        if max_amount is not None:
+            body["maxAmount"] = str(max_amount)
         if agent_request_id:
             body["agentRequestId"] = agent_request_id
         data = await self._request("POST", "x402/settle", body=body, retry=bool(agent_request_id))
@@ -409,6 +432,14 @@ class ServiceClient(ApiTransport):
     async def get_versions(self) -> VersionInfo:
         data = await self._request("GET", "meta/versions", retry=True)
         return parse_model(VersionInfo, data)
+
+
+JS_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _sdk_int(value: int) -> int | str:
+    """A JSON number, or a decimal string beyond 2**53 (the service parses numbers in JS)."""
+    return value if -JS_MAX_SAFE_INTEGER <= value <= JS_MAX_SAFE_INTEGER else str(value)
 
 
 def _delegation_key(provider: str, card_id: str | None) -> str:

@@ -47,10 +47,24 @@ class ApiKey:
     environment: str | None
     address: str
     expires_at: int | None
+    deployment: str | None = None
+    """``staging`` for ``sandbox-staging:``/``live-staging:`` keys; ``None`` for production."""
 
     @property
     def expired(self) -> bool:
         return self.expires_at is not None and self.expires_at <= int(time.time())
+
+
+KEY_PREFIXES: dict[str, tuple[str, str | None]] = {
+    "sandbox": ("sandbox", None),
+    "live": ("live", None),
+    "local": ("local", None),
+    "sandbox-staging": ("sandbox", "staging"),
+    "live-staging": ("live", "staging"),
+}
+"""Key prefix → (environment, deployment). As in the SDK (``environments.py``), a prefix is
+``<environment>`` or ``<environment>-<deployment>``: a staging key keeps its environment (a
+``live-staging`` key moves real money, never sandbox credits); its host comes from ``baseUrl``."""
 
 
 def parse_api_key(raw: str | SecretStr) -> ApiKey:
@@ -83,11 +97,13 @@ def parse_api_key(raw: str | SecretStr) -> ApiKey:
         isinstance(exp, int | float) and not isinstance(exp, bool) and math.isfinite(exp)
     ):
         raise ConfigError("Invalid API key: its expiry (claim 'exp') is not a time")
+    environment, deployment = KEY_PREFIXES.get(env, (None, None))
     return ApiKey(
         secret=SecretStr(text),
-        environment=env if env in ENVIRONMENTS else None,
+        environment=environment,
         address=str(address),
         expires_at=int(exp) if exp is not None else None,
+        deployment=deployment,
     )
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import httpx
 from pydantic import SecretStr
 
 from .client import ServiceClient
@@ -21,6 +20,9 @@ from .login import CredentialStore
 from .models import PlanBalance
 from .redact import get_logger
 from .runtime import PluginRuntime
+
+if TYPE_CHECKING:
+    from .transport import SessionFactory
 
 log = get_logger("svc_gateway.core")
 
@@ -49,13 +51,13 @@ class PluginCore:
         runtime: PluginRuntime,
         *,
         store: CredentialStore | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        session_factory: SessionFactory | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.config = config
         self.runtime = runtime
         self.store = store if store is not None else CredentialStore()
-        self.transport = transport
+        self.session_factory = session_factory
         self.clock = clock
         self.plan_id: str | None = config.plan_id
         self.agent_id: str | None = config.agent_id
@@ -176,7 +178,7 @@ class PluginCore:
             environment=env,
             api_version=self.config.api_version,
             timeout=self.config.request_timeout_secs,
-            transport=self.transport,
+            session_factory=self.session_factory,
         )
 
     def client(self) -> ServiceClient:

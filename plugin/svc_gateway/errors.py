@@ -25,6 +25,8 @@ class ServiceError(Exception):
         self.status = status
         self.code = code or (f"http_{status}" if status is not None else "network_error")
         self.hint = hint or self.default_hint
+        self.retry_after: float | None = None
+        """Seconds the service asked us to wait (``Retry-After``), when it said."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status!r}, code={self.code!r})"

@@ -9,7 +9,15 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .encoding import ZERO_ADDRESS
@@ -57,6 +65,12 @@ class PriceConfig(WireModel):
     template_address: str = ZERO_ADDRESS
     currency: str | None = None
 
+    @field_validator("currency")
+    @classmethod
+    def _iso_upper(cls, value: str | None) -> str | None:
+        """ISO-4217 (``USD``) and token symbols (``EURC``) go out upper case, as the SDK sends."""
+        return value.strip().upper() if value else None
+
 
 class CreditsConfig(WireModel):
     is_redemption_amount_fixed: bool
@@ -68,21 +82,32 @@ class CreditsConfig(WireModel):
     max_amount: BigInt
 
 
-class PlanMetadata(WireModel):
-    name: str
-    description: str | None = None
-    tags: list[str] | None = None
-    is_trial_plan: bool | None = None
-
-
 class AgentMetadata(WireModel):
     name: str
     description: str | None = None
+    author: str | None = None
+    license: str | None = None
     tags: list[str] | None = None
+    integration: str | None = None
+    sample_link: str | None = None
+    api_description: str | None = None
+    date_created: str | None = None
+
+
+class PlanMetadata(AgentMetadata):
+    is_trial_plan: bool = False
+    """Always sent (``false`` by default), as the SDK sends it."""
+
+    @field_validator("is_trial_plan", mode="before")
+    @classmethod
+    def _none_is_false(cls, value: object) -> object:
+        return False if value is None else value
 
 
 class AgentApi(WireModel):
-    endpoints: list[dict[str, str]] = Field(default_factory=list)
+    endpoints: list[dict[str, str]] | None = None
+    """``[{"POST": url}]``: the shape the service matches (the SDK's ``{verb, url}`` model is
+    a known SDK bug, payments-py#274). ``None`` (absent) allows every endpoint."""
     open_endpoints: list[str] | None = None
     agent_definition_url: str | None = None
     auth_type: str = "none"
@@ -134,7 +159,8 @@ class Registry(WireModel):
 
 
 class Plan(WireModel):
-    id: str = Field(validation_alias="id")
+    id: str = Field(default="", validation_alias=AliasChoices("id", "planId"))
+    """An agent's plan items may carry only ``planId``; either names the plan."""
     owner: str | None = None
     metadata: PlanMetadataRead = Field(default_factory=PlanMetadataRead)
     registry: Registry = Field(default_factory=Registry)
@@ -240,12 +266,15 @@ class Delegation(WireModel):
 
 
 class PaymentMethod(WireModel):
+    """An enrolled payment method; only ``id`` is certain (non-card methods have no
+    ``type``/``brand``/expiry, as in the SDK's ``PaymentMethodSummary``)."""
+
     id: str
-    type: str = ""
-    brand: str = ""
-    last4: str = ""
-    exp_month: int = 0
-    exp_year: int = 0
+    type: str | None = None
+    brand: str | None = None
+    last4: str | None = None
+    exp_month: int | None = None
+    exp_year: int | None = None
     alias: str | None = None
     provider: str | None = None
     status: str | None = None
@@ -253,6 +282,13 @@ class PaymentMethod(WireModel):
     @property
     def is_card(self) -> bool:
         return self.type == "card"
+
+    @property
+    def expiry(self) -> str | None:
+        """``MM/YYYY``, or ``None`` for a method without an expiry."""
+        if not self.exp_month or not self.exp_year:
+            return None
+        return f"{self.exp_month:02d}/{self.exp_year}"
 
 
 # -- x402 ------------------------------------------------------------------------------------
@@ -279,6 +315,32 @@ class PaymentRequirement(WireModel):
     resource: Resource = Field(default_factory=Resource)
     accepts: list[Accept] = Field(default_factory=list)
     extensions: dict[str, Any] = Field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        """As the SDK sends it (``model_dump(by_alias=True)``): optional envelope fields
+        travel as ``null`` rather than being left out."""
+        accepts = []
+        for accept in self.accepts:
+            extra = {"version": None, "agentId": None, "httpVerb": None, **accept.extra}
+            accepts.append(
+                {
+                    "scheme": accept.scheme,
+                    "network": accept.network,
+                    "planId": accept.plan_id,
+                    "extra": extra,
+                }
+            )
+        return {
+            "x402Version": self.x402_version,
+            "error": self.error,
+            "resource": {
+                "url": self.resource.url,
+                "description": self.resource.description,
+                "mimeType": self.resource.mime_type,
+            },
+            "accepts": accepts,
+            "extensions": dict(self.extensions),
+        }
 
 
 class VerifyResult(WireModel):

@@ -61,19 +61,6 @@ class QueryAgentParams(Params):
     )
 
 
-class _Borrowed(httpx.AsyncBaseTransport):
-    """The core's transport, lent to a short-lived client that must not close it."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        return None
-
-
 @functools.cache
 def _tls() -> ssl.SSLContext:
     """One TLS context for every query: building one costs ~50 ms of blocked event loop."""
@@ -132,10 +119,7 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     payment_type = await _payment_type(core, plan_id, p.payment_type)
     scheme = SCHEME_CARD if payment_type == "fiat" else SCHEME_CRYPTO
     timeout = httpx.Timeout(core.config.request_timeout_secs)
-    transport = _Borrowed(core.transport) if core.transport is not None else None
-    async with httpx.AsyncClient(
-        timeout=timeout, transport=transport, verify=_tls(), follow_redirects=False
-    ) as http:
+    async with httpx.AsyncClient(timeout=timeout, verify=_tls(), follow_redirects=False) as http:
         try:
             verdict = check_card(
                 await fetch_card(http, p.agent_url),

@@ -218,7 +218,7 @@ async def list_payment_methods(core: PluginCore, p: NoParams) -> dict[str, Any]:
             "paymentMethodId": m.id,
             "brand": m.brand,
             "last4": m.last4,
-            "expiry": f"{m.exp_month:02d}/{m.exp_year}",
+            "expiry": m.expiry,
             "alias": m.alias,
             "provider": m.provider,
         }
