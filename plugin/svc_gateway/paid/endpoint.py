@@ -138,6 +138,13 @@ async def attach_paid_endpoint(
         plan_id=plan_id,
         agent_id=agent_id,
     )
+    core.runtime.add_closer(flow.aclose)
+    if len(flow.queue):  # settles a previous run could not finish
+        log.warning(
+            "%d paid request(s) of a previous run are not settled yet; retrying them",
+            len(flow.queue),
+        )
+        flow.kick_queue()
     if flow.plan_id() is None:
         if require_plan:
             raise ConfigError(
@@ -194,7 +201,15 @@ async def _serve(core: PluginCore, flow: PaidFlow, path: str, public: str | None
         max_body_bytes=config.max_body_bytes,
     )
     routes.install(app)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_SECS)
+    # keepalive_timeout runs from the connection's start (and from each response): a client
+    # that never finishes its headers, or trickles them, is closed when it expires
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_SECS,
+        keepalive_timeout=config.paid_header_timeout_secs,
+        access_log=None,
+    )
     await runner.setup()
     host, port = config.paid_endpoint_host, config.paid_endpoint_port
     try:
