@@ -140,16 +140,16 @@ class CreditBook:
         account = self._accounts.get(key)
         if account is None:
             account = self._accounts[key] = _Account()
-            self._evict()
+            self._evict(keep=key)
         else:
             self._accounts.move_to_end(key)
         return account
 
-    def _evict(self) -> None:
+    def _evict(self, keep: tuple[str, str]) -> None:
         if len(self._accounts) <= self._max_accounts:
             return
         for key, account in list(self._accounts.items()):
-            if account.in_flight == 0 and key not in self._loading:
+            if account.in_flight == 0 and key != keep and key not in self._loading:
                 del self._accounts[key]
                 if len(self._accounts) <= self._max_accounts:
                     return
