@@ -77,7 +77,8 @@ class StubService:
         self.calls: Counter[str] = Counter()
         self.hang = asyncio.Event()  # set: every call waits until released
         self.release = asyncio.Event()
-        self.down = False
+        self.down: set[str] = set()  # call names answering 503 ("*": all)
+        self.faults: dict[str, tuple[int, dict[str, Any]]] = {}  # call name → (status, body)
         self.runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -107,8 +108,11 @@ class StubService:
         self.calls[name] += 1
         if self.hang.is_set():
             await self.release.wait()
-        if self.down:
+        if name in self.down or "*" in self.down:
             return web.json_response({"code": "TEST.DOWN", "message": "down"}, status=503)
+        if name in self.faults:
+            status, body = self.faults[name]
+            return web.json_response(body, status=status)
         return None
 
     async def _plan(self, request: web.Request) -> web.Response:

@@ -462,8 +462,11 @@ class PaidFlow:
 
     def kick_queue(self, delay: float = 0.0) -> None:
         """Retry the queue soon (no-op while a retry is already scheduled or running)."""
-        if self._drainer is not None and not self._drainer.done():
-            return
+        drainer = self._drainer
+        if drainer is not None and not drainer.done():
+            if self._draining or delay > 0:
+                return
+            drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
     async def _drain_loop(self, delay: float) -> None:
@@ -495,16 +498,19 @@ class PaidFlow:
         """1: settled, 0: given up (dropped), None: still unreachable (kept)."""
         try:
             envelope = PaymentRequirement.model_validate(entry.envelope)
+        except ValueError as exc:  # an unreadable entry: keeping it would block the queue
+            return self._give_up(entry, type(exc).__name__)
+        try:
             async with asyncio.timeout(self.core.config.paid_budget_secs):
                 client = self.core.client()
                 result = await client.settle(envelope, entry.token, entry.amount, entry.request_id)
-        except (errors.ServiceError, TimeoutError) as exc:
-            kind = classify_settle_error(exc) if isinstance(exc, errors.ServiceError) else None
+        except errors.ServiceError as exc:
+            kind = classify_settle_error(exc)
             if kind is None or kind is Settled.DEFERRED:
                 return None
-            return self._give_up(entry, f"{getattr(exc, 'code', '?')}: {exc}")
-        except Exception as exc:  # an unreadable entry: keeping it would block the queue
-            return self._give_up(entry, type(exc).__name__)
+            return self._give_up(entry, f"{exc.code}: {exc.message}")
+        except Exception:  # a timeout, a closed client: try again later
+            return None
         if not result.success:
             return self._give_up(entry, result.error_reason or "success: false")
         receipt = result.receipt()
