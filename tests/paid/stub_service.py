@@ -76,6 +76,7 @@ class StubService:
         self.nonces: dict[str, str] = {}
         self.calls: Counter[str] = Counter()
         self.hang = asyncio.Event()  # set: every call waits until released
+        self.hang_calls: set[str] = set()  # these calls wait until released
         self.release = asyncio.Event()
         self.down: set[str] = set()  # call names answering 503 ("*": all)
         self.faults: dict[str, tuple[int, dict[str, Any]]] = {}  # call name → (status, body)
@@ -106,7 +107,7 @@ class StubService:
 
     async def _gate(self, name: str) -> web.Response | None:
         self.calls[name] += 1
-        if self.hang.is_set():
+        if self.hang.is_set() or name in self.hang_calls:
             await self.release.wait()
         if name in self.down or "*" in self.down:
             return web.json_response({"code": "TEST.DOWN", "message": "down"}, status=503)

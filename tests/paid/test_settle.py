@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from svc_gateway.encoding import decode_b64_json
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 
 from .conftest import StubMarket, StubMarketFactory
