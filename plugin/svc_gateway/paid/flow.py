@@ -60,6 +60,8 @@ SETTLE_BACKOFF_SECS: tuple[float, ...] = (0.2, 0.5)
 #: paid requests handled at once; more get 503 so pending work (and memory) stays bounded
 MAX_IN_FLIGHT = 256
 RECEIPTS_KEPT = 100
+#: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
+ENVELOPES_KEPT = 64
 RETRY_AFTER_SECS = 5
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
@@ -182,6 +184,7 @@ class PaidFlow:
         self.stats.settle_queue = len(self.queue)
         self._deferred: dict[str, Admission] = {}
         self._in_flight = 0
+        self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
         self._drainer: asyncio.Task[None] | None = None
         self._draining = False
 
@@ -267,7 +270,7 @@ class PaidFlow:
             return error_answer(
                 500, "Internal Server Error", "The agent could not price this request."
             )
-        envelope = build_envelope(facts, agent_id, url)
+        envelope = self._envelope(facts, agent_id, url)
         try:
             client = self.core.client()
             verdict = await client.verify(envelope, token, amount)
@@ -337,6 +340,17 @@ class PaidFlow:
     def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
             self.book.release(call.admission)
+
+    def _envelope(self, facts: PlanFacts, agent_id: str | None, url: str) -> PaymentRequirement:
+        """The request's envelope, built once per (plan facts, agent, URL) and then shared
+        (never mutated: a refusal copies it)."""
+        key = (facts, agent_id, url)
+        envelope = self._envelopes.get(key)
+        if envelope is None:
+            if len(self._envelopes) >= ENVELOPES_KEPT:
+                self._envelopes.clear()
+            envelope = self._envelopes[key] = build_envelope(facts, agent_id, url)
+        return envelope
 
     async def _price(self, request: dict[str, Any]) -> int:
         if self.credits is None:
