@@ -9,17 +9,17 @@ import pytest
 
 from svc_gateway.sandbox import SandboxServer, start_sandbox
 
-from .support import HOLD_TTL, Actor, Api, FakeClock
+from .support import REQUEST_TTL, Actor, Api, FakeClock
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_800_000_000.0)
 
 
 @pytest.fixture
 async def server(clock: FakeClock) -> AsyncIterator[SandboxServer]:
-    running = await start_sandbox(clock=clock, hold_ttl_secs=HOLD_TTL)
+    running = await start_sandbox(clock=clock, request_ttl_secs=REQUEST_TTL)
     yield running
     await running.close()
 

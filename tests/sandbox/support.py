@@ -7,25 +7,16 @@ from typing import Any
 
 import httpx
 
-from svc_gateway.sandbox import SandboxServer
+from svc_gateway.sandbox import ManualClock, SandboxServer
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
-HOLD_TTL = 60.0
+REQUEST_TTL = 60.0
 CRYPTO = "svc:erc4337"
 CARD = "svc:card-delegation"
 
 
-class FakeClock:
-    """A clock tests move by hand, for every expiry the sandbox knows."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+#: The sandbox's own clock seam; tests move time with ``advance``.
+FakeClock = ManualClock
 
 
 @dataclass(frozen=True)
@@ -227,5 +218,5 @@ class Api:
         return {
             k: int(v)
             for k, v in answer.json().items()
-            if k in ("granted", "burned", "held", "balance", "expired")
+            if k in ("granted", "burned", "balance", "expired", "auditGranted", "auditBurned")
         }

@@ -1,18 +1,26 @@
-"""HS256 JWT signing for API keys and x402 access tokens, plus random identifiers.
+"""Signing: HS256 JWTs for API keys, and x402 access tokens in the service's own format.
 
-Keys and tokens are real JWTs so clients decode them exactly as they decode hosted ones;
-each kind is signed with its own key derived from the sandbox secret, so a valid API key
-can never pass as an access token or the other way round.
+API keys are JWTs (``local:<jwt>``) as the hosted ones are. Access tokens are what the
+service issues (WIRE.md §3.2, ``payments_py/x402/token.py``): the base64url, unpadded,
+compact JSON of an x402 PaymentPayload. Their ``payload.signature`` is an HMAC-SHA256 over
+the canonical JSON of the rest of the document, so altering any field, or forging a token,
+fails :func:`open_access_token`. Each kind is signed with its own key derived from the
+sandbox secret, so a valid API key can never pass as an access token or the other way round.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import json
 import secrets
 from typing import Any
 
 from ..encoding import b64url_nopad, compact_json, decode_b64_json, jwt_claims
+
+MAX_TOKEN_CHARS = 16384
 
 _HEADER = b64url_nopad(compact_json({"alg": "HS256", "typ": "JWT"}).encode())
 
@@ -48,6 +56,60 @@ def verify(token: object, key: bytes) -> dict[str, Any] | None:
     if not hmac.compare_digest(signature.encode(), expected.encode()):
         return None
     return jwt_claims(token)
+
+
+def _canonical(document: dict[str, Any]) -> bytes:
+    """The signed bytes: the document without ``payload.signature``, keys sorted."""
+    unsigned = dict(document)
+    payload = unsigned.get("payload")
+    if isinstance(payload, dict):
+        unsigned["payload"] = {k: v for k, v in payload.items() if k != "signature"}
+    return json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _mac(document: dict[str, Any], key: bytes) -> str:
+    return "0x" + hmac.new(key, _canonical(document), hashlib.sha256).hexdigest()
+
+
+def seal_access_token(document: dict[str, Any], key: bytes) -> str:
+    """Sign ``document`` into ``payload.signature`` and encode it as the service does."""
+    sealed = dict(document)
+    sealed["payload"] = {**sealed.get("payload", {}), "signature": _mac(document, key)}
+    return base64.urlsafe_b64encode(compact_json(sealed).encode()).decode().rstrip("=")
+
+
+def open_access_token(token: object, key: bytes) -> dict[str, Any] | None:
+    """The document of an access token this key sealed; ``None`` otherwise (never raises)."""
+    if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        document = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    payload = document.get("payload")
+    signature = payload.get("signature") if isinstance(payload, dict) else None
+    if not isinstance(signature, str):
+        return None
+    if not hmac.compare_digest(signature.encode(), _mac(document, key).encode()):
+        return None
+    return document
+
+
+def time_ordered_uuid(now: float) -> str:
+    """A version 7 UUID (48-bit millisecond time, then random bits).
+
+    Ids made in time order land at the right edge of the SQLite B-tree, so recording one
+    costs the same however many came before (random UUIDs dirty a random page each).
+    """
+    millis = int(now * 1000) & ((1 << 48) - 1)
+    rand = int.from_bytes(secrets.token_bytes(10), "big")
+    value = (millis << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64
+    value |= (0b10 << 62) | (rand & ((1 << 62) - 1))
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def random_hex(nbytes: int) -> str:
