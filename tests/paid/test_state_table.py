@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 
 import httpx
@@ -46,12 +48,24 @@ async def test_missing_token_is_402_with_a_decodable_envelope(
     assert "payment-response" not in response.headers
 
 
+def tamper(token: str) -> str:
+    """The same token with one character of its signature changed (JWT or base64url JSON)."""
+    if token.count(".") == 2:
+        head, payload, signature = token.split(".")
+        flipped = ("A" if signature[5] != "A" else "B").join((signature[:5], signature[6:]))
+        return f"{head}.{payload}.{flipped}"
+    doc = decode_b64_json(token)
+    assert doc is not None
+    signature = str(doc["payload"]["signature"])
+    doc["payload"]["signature"] = signature[:-1] + ("0" if signature[-1] != "0" else "1")
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
 async def test_tampered_token_is_402(market: Market, http: httpx.AsyncClient) -> None:
     await market.order()
     token = await market.token()
-    head, payload, signature = token.split(".")
-    flipped = ("A" if signature[5] != "A" else "B").join((signature[:5], signature[6:]))
-    response = await ask(http, market, "hello", f"{head}.{payload}.{flipped}")
+    response = await ask(http, market, "hello", tamper(token))
     assert response.status_code == 402
     assert "signature" in response.json()["reason"]
     assert decode_b64_json(response.headers["payment-required"]) is not None
