@@ -20,7 +20,7 @@ from svc_gateway.sandbox import SandboxServer
 
 from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
 from .support import (
-    FaultyTransport,
+    FaultProxy,
     LogCollector,
     Market,
     MarketFactory,
@@ -47,6 +47,7 @@ async def make_market(
     """Build markets; at teardown close them and check no key or token reached a log line."""
     markets: list[Market] = []
     handles: list[PluginHandle] = []
+    proxies: list[FaultProxy] = []
 
     async def factory(
         *,
@@ -62,9 +63,15 @@ async def make_market(
         builder_acct = await sandbox.create_account("builder")
         subscriber_acct = await sandbox.create_account("subscriber")
         base = {"environment": "local", "baseUrl": sandbox.base_url}
+        transport: FaultProxy | None = None
+        if faults:
+            transport = FaultProxy(sandbox.origin)
+            await transport.start()
+            proxies.append(transport)
         builder_gw = ReferenceGateway(
             {
                 **base,
+                **({"baseUrl": transport.base_url} if transport else {}),
                 "svcApiKey": builder_acct["apiKey"],
                 "enablePaidEndpoint": True,
                 "paidEndpointPort": 0,
@@ -76,12 +83,10 @@ async def make_market(
             builder_gw.agent_handler = scripted_handler  # type: ignore[attr-defined]
         if configure_builder is not None:
             configure_builder(builder_gw)
-        transport = FaultyTransport() if faults else None
         n = len(markets)
         builder = await asyncio.to_thread(
             register,
             builder_gw,
-            transport=transport,
             store=CredentialStore(tmp_path / f"b{n}", use_keyring=False),
         )
         handles.append(builder)
@@ -117,6 +122,8 @@ async def make_market(
     yield factory
     for handle in reversed(handles):
         await asyncio.to_thread(handle.close)
+    for proxy in proxies:
+        await proxy.close()
     text = all_logs.text
     for market in markets:
         for secret in market.secrets:
