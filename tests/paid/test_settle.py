@@ -258,3 +258,90 @@ def test_queue_that_cannot_be_written_keeps_entries_in_memory(
     assert len(queue) == 1
     assert "cannot write the settle queue" in all_logs.text
     assert logging.ERROR
+
+
+async def test_a_token_naming_no_payer_is_unmetered_but_never_answered_free(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["verify"] = (200, {"isValid": True, "agentRequestId": "r-1"})
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await post(http, market.url, "opaque-token", "the answer")
+    assert response.status_code == 402  # the stub's settle cannot read it: success false
+    assert "the answer" not in response.text
+    assert market.stub.calls["balance"] == 0  # nobody to meter
+    assert market.stub.burned == 0
+
+
+async def test_an_unexpected_client_failure_at_settle_is_retried_then_queued(
+    make_stub_market: StubMarketFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    core = market.endpoint.flow.core
+    real = await core.runtime.run(_client(core))
+    attempts = 0
+
+    class Closed:
+        """The real client, except that settle fails the way a closed session does."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        async def settle(self, *args: object) -> object:
+            nonlocal attempts
+            attempts += 1
+            raise RuntimeError("Session is closed")
+
+    monkeypatch.setattr(core, "client", lambda: Closed())
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await post(http, market.url, make_token(PAYER), "the answer")
+    assert response.status_code == 200 and "the answer" in response.text
+    assert attempts == 3
+    assert market.endpoint.stats.settle_queue == 1
+    # still failing at the retry: the entry is kept, not dropped
+    assert await drain(market) == 0 and market.endpoint.stats.settle_queue == 1
+    monkeypatch.setattr(core, "client", lambda: real)
+    assert await drain(market) == 1
+    assert market.stub.burned == 1
+
+
+async def _client(core: object) -> object:
+    return core.client()  # type: ignore[attr-defined]
+
+
+async def test_a_queued_settle_refused_for_the_payer_or_unreadable_is_dropped(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["settle"] = DOWN
+    async with httpx.AsyncClient(timeout=30) as http:
+        for _ in range(2):
+            assert (await post(http, market.url, make_token(PAYER))).status_code == 200
+    queue = market.endpoint.flow.queue
+    first, second = queue.entries()
+    queue.add(
+        PendingSettle(
+            second.request_id,
+            second.plan_id,
+            second.payer,
+            second.amount,
+            second.token,
+            {"x402Version": "two"},  # unreadable envelope
+            second.queued_at,
+        )
+    )
+    market.stub.faults["settle"] = (403, {"code": "BCK.X402.0023", "message": "budget spent"})
+    assert await drain(market) == 0
+    stats = market.endpoint.stats
+    assert stats.settle_queue == 0 and stats.settle_lost == 2
+    assert market.stub.calls["settle"] == 3 * 2 + 1  # the unreadable one was never sent
+    assert market.endpoint.flow.book.known("plan-1", PAYER) == (10, 0)  # both claims released
+    assert first.request_id != second.request_id
+
+
+async def test_settle_queue_path_setting_is_honoured(
+    make_stub_market: StubMarketFactory, tmp_path: Path
+) -> None:
+    target = tmp_path / "elsewhere" / "queue.json"
+    market = await make_stub_market(config={"settleQueuePath": str(target)})
+    assert market.endpoint.flow.queue.path == target

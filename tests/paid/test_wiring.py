@@ -169,3 +169,40 @@ async def test_a_slow_body_is_408_and_not_charged(make_stub_market: StubMarketFa
     writer.close()
     assert status.startswith(b"HTTP/1.1 408")
     assert flow.stats.requests == 0 and market.stub.calls["verify"] == 0
+
+
+async def test_endpoint_facts_a_builder_reads(make_stub_market: StubMarketFactory) -> None:
+    market = await make_stub_market(config={"paidEndpointPublicUrl": "https://agent.example/x/y"})
+    endpoint = market.endpoint
+    assert endpoint.plan_id == PLAN_ID
+    assert endpoint.url == "https://agent.example/x/y"  # a URL with a path is the endpoint
+    assert endpoint.bound_url is not None and endpoint.bound_url.startswith("http://127.0.0.1:")
+    assert not endpoint.mounted
+    assert repr(endpoint) == "PaidEndpoint(url='https://agent.example/x/y', mounted=False)"
+    await endpoint.close()
+    await endpoint.close()  # closing twice is harmless
+
+
+async def test_explicit_handler_and_credits_win_over_the_hosts(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    from svc_gateway.paid import attach_paid_endpoint
+
+    market = await make_stub_market(stub=StubService(balance=10, max_amount=5))
+    core = market.endpoint.flow.core
+
+    async def mine(request: dict[str, Any]) -> dict[str, str]:
+        return {"who": "explicit"}
+
+    async def attach() -> Any:
+        return await attach_paid_endpoint(
+            market.gateway, core, handler=mine, credits=lambda _r: 4, plan_id=PLAN_ID
+        )
+
+    second = await asyncio.to_thread(market.handle.runtime.run_sync, attach())
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await http.post(
+            second.url, json={"prompt": "hi"}, headers={"payment-signature": make_token(PAYER)}
+        )
+    assert response.json() == {"who": "explicit"}
+    assert market.stub.burned == 4  # the explicit credits function priced it
