@@ -345,3 +345,17 @@ async def test_settle_queue_path_setting_is_honoured(
     target = tmp_path / "elsewhere" / "queue.json"
     market = await make_stub_market(config={"settleQueuePath": str(target)})
     assert market.endpoint.flow.queue.path == target
+
+
+async def test_a_settle_dropped_from_a_full_queue_releases_its_claim(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.endpoint.flow.queue.max_entries = 1
+    market.stub.faults["settle"] = DOWN
+    async with httpx.AsyncClient(timeout=30) as http:
+        for _ in range(2):
+            assert (await post(http, market.url, make_token(PAYER))).status_code == 200
+    assert len(market.endpoint.flow.queue) == 1
+    # one settle is still owed (claimed); the dropped one is not
+    assert market.endpoint.flow.book.known("plan-1", PAYER) == (10, 1)

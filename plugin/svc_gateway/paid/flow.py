@@ -451,6 +451,8 @@ class PaidFlow:
             self.stats.settle_queue = len(self.queue)
             if call.admission is not None:  # still owed: keep the credits claimed
                 self._deferred[call.request_id] = call.admission
+            for dropped in [r for r in self._deferred if r not in self.queue]:
+                self.book.release(self._deferred.pop(dropped))  # a full queue dropped it
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",

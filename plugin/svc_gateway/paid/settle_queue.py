@@ -90,6 +90,9 @@ class SettleQueue:
     def __repr__(self) -> str:
         return f"SettleQueue(path={str(self.path)!r}, pending={len(self)})"
 
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._entries
+
     def entries(self) -> list[PendingSettle]:
         return list(self._entries.values())
 
