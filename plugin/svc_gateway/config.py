@@ -214,6 +214,35 @@ class PluginConfig(BaseModel):
         ge=1024,
         description="Largest request body the paid endpoint accepts",
     )
+    paid_budget_secs: float = Field(
+        default=10.0,
+        alias="paidBudgetSecs",
+        gt=0,
+        le=600,
+        description="Paid endpoint: time allowed for the service calls before the handler "
+        "(plan, balance, verify) and again for settling; over it the request gets 503",
+    )
+    handler_timeout_secs: float = Field(
+        default=60.0,
+        alias="handlerTimeoutSecs",
+        gt=0,
+        le=3600,
+        description="Paid endpoint: longest the agent handler may run (then 504, not charged)",
+    )
+    paid_header_timeout_secs: float = Field(
+        default=10.0,
+        alias="paidHeaderTimeoutSecs",
+        gt=0,
+        le=600,
+        description="Paid endpoint's own server: a connection must send its request headers "
+        "within this time (and idle keep-alive connections close after it)",
+    )
+    settle_queue_path: str | None = Field(
+        default=None,
+        alias="settleQueuePath",
+        description="File of settles to retry after an outage (default: settle-queue.json in "
+        "the plugin's config directory)",
+    )
 
     @field_validator("base_url", "frontend_url", "paid_endpoint_public_url")
     @classmethod

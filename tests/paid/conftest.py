@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,12 @@ import pytest
 from svc_gateway import PluginHandle, register
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.login import CredentialStore
+from svc_gateway.paid import PaidEndpoint
 from svc_gateway.sandbox import SandboxServer
 
+from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
 from .support import (
-    FaultyTransport,
+    FaultProxy,
     LogCollector,
     Market,
     MarketFactory,
@@ -44,6 +47,7 @@ async def make_market(
     """Build markets; at teardown close them and check no key or token reached a log line."""
     markets: list[Market] = []
     handles: list[PluginHandle] = []
+    proxies: list[FaultProxy] = []
 
     async def factory(
         *,
@@ -59,9 +63,15 @@ async def make_market(
         builder_acct = await sandbox.create_account("builder")
         subscriber_acct = await sandbox.create_account("subscriber")
         base = {"environment": "local", "baseUrl": sandbox.base_url}
+        transport: FaultProxy | None = None
+        if faults:
+            transport = FaultProxy(sandbox.origin)
+            await transport.start()
+            proxies.append(transport)
         builder_gw = ReferenceGateway(
             {
                 **base,
+                **({"baseUrl": transport.base_url} if transport else {}),
                 "svcApiKey": builder_acct["apiKey"],
                 "enablePaidEndpoint": True,
                 "paidEndpointPort": 0,
@@ -73,12 +83,10 @@ async def make_market(
             builder_gw.agent_handler = scripted_handler  # type: ignore[attr-defined]
         if configure_builder is not None:
             configure_builder(builder_gw)
-        transport = FaultyTransport() if faults else None
         n = len(markets)
         builder = await asyncio.to_thread(
             register,
             builder_gw,
-            transport=transport,
             store=CredentialStore(tmp_path / f"b{n}", use_keyring=False),
         )
         handles.append(builder)
@@ -114,6 +122,8 @@ async def make_market(
     yield factory
     for handle in reversed(handles):
         await asyncio.to_thread(handle.close)
+    for proxy in proxies:
+        await proxy.close()
     text = all_logs.text
     for market in markets:
         for secret in market.secrets:
@@ -130,3 +140,69 @@ async def market(make_market: MarketFactory) -> Market:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=30) as client:
         yield client
+
+
+@dataclass
+class StubMarket:
+    """A builder gateway selling plan-1 through the stub facilitator (verify reserves nothing)."""
+
+    stub: StubService
+    gateway: ReferenceGateway
+    handle: PluginHandle
+    endpoint: PaidEndpoint
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+
+StubMarketFactory = Callable[..., Awaitable[StubMarket]]
+
+
+@pytest.fixture
+async def make_stub_market(
+    tmp_path: Path, all_logs: LogCollector
+) -> AsyncIterator[StubMarketFactory]:
+    made: list[StubMarket] = []
+
+    async def factory(
+        *,
+        stub: StubService | None = None,
+        config: dict[str, Any] | None = None,
+        handler: Any = None,
+        credits: Any = None,
+        store_dir: str = "stub",
+    ) -> StubMarket:
+        service = stub or StubService()
+        if not service.base_url:
+            await service.start()
+        gateway = ReferenceGateway(
+            {
+                "environment": "local",
+                "baseUrl": service.base_url,
+                "svcApiKey": BUILDER_KEY,
+                "enablePaidEndpoint": True,
+                "paidEndpointPort": 0,
+                "planId": PLAN_ID,
+                "agentId": AGENT_ID,
+                **(config or {}),
+            }
+        )
+        gateway.agent_handler = handler or scripted_handler  # type: ignore[attr-defined]
+        if credits is not None:
+            gateway.credits_for_request = credits  # type: ignore[attr-defined]
+        handle = await asyncio.to_thread(
+            register, gateway, store=CredentialStore(tmp_path / store_dir, use_keyring=False)
+        )
+        market = StubMarket(service, gateway, handle, handle.extras["paid_endpoint"])
+        market.endpoint.flow.settle_backoff = (0.0, 0.0)  # no real sleeps in tests
+        made.append(market)
+        return market
+
+    yield factory
+    for market in reversed(made):
+        await asyncio.to_thread(market.handle.close)
+    for market in made:
+        await market.stub.close()
+    assert BUILDER_KEY not in all_logs.text
+    assert not leaked_secrets(all_logs.text), "something shaped like a key or token was logged"

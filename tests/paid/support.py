@@ -1,6 +1,7 @@
 """Helpers for the paid tests: a market over real loopback HTTP (the local sandbox, a builder
 gateway serving the paid endpoint, and a subscriber gateway). Faults the sandbox cannot produce
-are injected with an httpx transport wrapped around the real one (the builder's client only)."""
+are injected by a loopback proxy in front of the sandbox (the builder's client only), so they do
+not depend on the HTTP library the client uses."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
+from aiohttp import web
 
 from svc_gateway import PluginHandle
 from svc_gateway.client import ServiceClient
@@ -23,68 +25,123 @@ from svc_gateway.paid import PaidEndpoint
 from svc_gateway.paid.handlers import default_handler
 from svc_gateway.sandbox import SandboxServer, start_sandbox
 
-Fault = Callable[[httpx.Request, httpx.AsyncBaseTransport], Awaitable[httpx.Response]]
+#: a fault answers one proxied call: it may forward it (``call.forward()``) and then lie
+Fault = Callable[["ProxyCall"], Awaitable[web.StreamResponse]]
 
 
-class FaultyTransport(httpx.AsyncBaseTransport):
-    """The real transport, counting calls per API path and applying scripted faults."""
+@dataclass
+class ProxyCall:
+    """One request the builder's client sent, as the fault proxy received it."""
 
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+    request: web.Request
+    body: bytes
+    upstream: str
+    session: aiohttp.ClientSession
+
+    async def forward(self) -> web.Response:
+        """Send it on to the sandbox and return the sandbox's answer."""
+        headers = {
+            k: v
+            for k, v in self.request.headers.items()
+            if k.lower() not in ("host", "content-length", "transfer-encoding", "connection")
+        }
+        async with self.session.request(
+            self.request.method,
+            self.upstream + self.request.path_qs,
+            data=self.body,
+            headers=headers,
+            allow_redirects=False,
+        ) as answer:
+            data = await answer.read()
+            kept = {
+                k: v
+                for k, v in answer.headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection", "date")
+            }
+            return web.Response(status=answer.status, body=data, headers=kept)
+
+    def drop(self) -> web.Response:
+        """Close the connection without an answer (the client sees a transport error)."""
+        transport = self.request.transport
+        if transport is not None:
+            transport.close()
+        return web.Response(status=599)  # never written: the connection is gone
+
+
+class FaultProxy:
+    """A loopback HTTP proxy in front of the sandbox, for the builder's client only: counts
+    calls per API path and applies scripted faults. It works with any HTTP client library."""
+
+    def __init__(self, upstream_origin: str) -> None:
+        self.upstream = upstream_origin
         self.calls: Counter[str] = Counter()
         self.faults: dict[str, list[Fault]] = {}
         self.always: dict[str, Fault] = {}
+        self.base_url = ""
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path.split("/api/v1/", 1)[-1]
+    async def start(self) -> str:
+        self._session = aiohttp.ClientSession()
+        app = web.Application(client_max_size=4 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}/api/v1"
+        return self.base_url
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        path = request.path.split("/api/v1/", 1)[-1]
         self.calls[path] += 1
+        call = ProxyCall(request, await request.read(), self.upstream, self._session)
         queue = self.faults.get(path)
         if queue:
-            return await queue.pop(0)(request, self.inner)
+            return await queue.pop(0)(call)
         if path in self.always:
-            return await self.always[path](request, self.inner)
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+            return await self.always[path](call)
+        return await call.forward()
 
 
-async def answer_lost_500(
-    request: httpx.Request, inner: httpx.AsyncBaseTransport
-) -> httpx.Response:
+def _error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"code": code, "message": message}, status=status)
+
+
+async def answer_lost_500(call: ProxyCall) -> web.StreamResponse:
     """The service did the work, but its answer never arrived: a 500 instead."""
-    response = await inner.handle_async_request(request)
-    await response.aread()
-    await response.aclose()
-    return httpx.Response(500, json={"code": "TEST.LOST", "message": "answer lost"})
+    await call.forward()
+    return _error(500, "TEST.LOST", "answer lost")
 
 
-async def answer_lost_reset(
-    request: httpx.Request, inner: httpx.AsyncBaseTransport
-) -> httpx.Response:
+async def answer_lost_reset(call: ProxyCall) -> web.StreamResponse:
     """The service did the work, then the connection dropped."""
-    response = await inner.handle_async_request(request)
-    await response.aread()
-    await response.aclose()
-    raise httpx.ReadError("connection reset", request=request)
+    await call.forward()
+    return call.drop()
 
 
-async def refuse_500(request: httpx.Request, inner: httpx.AsyncBaseTransport) -> httpx.Response:
-    return httpx.Response(500, json={"code": "TEST.DOWN", "message": "internal error"})
+async def refuse_500(call: ProxyCall) -> web.StreamResponse:
+    return _error(500, "TEST.DOWN", "internal error")
 
 
-async def connect_error(request: httpx.Request, inner: httpx.AsyncBaseTransport) -> httpx.Response:
-    raise httpx.ConnectError("connection refused", request=request)
+async def connect_error(call: ProxyCall) -> web.StreamResponse:
+    """No answer at all: the connection is closed (a transport error for the client)."""
+    return call.drop()
 
 
-async def unauthorized(request: httpx.Request, inner: httpx.AsyncBaseTransport) -> httpx.Response:
-    return httpx.Response(401, json={"code": "BCK.APIKEY.0004", "message": "invalid API key"})
+async def unauthorized(call: ProxyCall) -> web.StreamResponse:
+    return _error(401, "BCK.APIKEY.0004", "invalid API key")
 
 
-async def settle_success_false(
-    request: httpx.Request, inner: httpx.AsyncBaseTransport
-) -> httpx.Response:
-    return httpx.Response(200, json={"success": False, "errorReason": "ledger busy"})
+async def settle_success_false(call: ProxyCall) -> web.StreamResponse:
+    return web.json_response({"success": False, "errorReason": "ledger busy"})
 
 
 async def scripted_handler(request: dict[str, Any]) -> Any:
@@ -112,7 +169,7 @@ class Market:
     subscriber_address: str
     plan_id: str = ""
     agent_id: str = ""
-    transport: FaultyTransport | None = None
+    transport: FaultProxy | None = None
     secrets: list[str] = field(default_factory=list)
 
     async def token(self) -> str:

@@ -1,9 +1,9 @@
-"""Conservation under load: 200 concurrent paid requests against credits for 150."""
+"""Conservation under load against the sandbox: 200 concurrent paid requests against credits
+for 150 (no duration is asserted; speed is measured by the benchmarks)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 
 import httpx
@@ -32,7 +32,6 @@ async def test_200_concurrent_requests_with_credits_for_150(make_market: MarketF
             await asyncio.sleep(0.02)
 
     limits = httpx.Limits(max_connections=20, max_keepalive_connections=20)
-    started = time.perf_counter()
     async with httpx.AsyncClient(limits=limits, timeout=60) as http:
         watcher = asyncio.create_task(watch_balance())
         responses = await asyncio.gather(
@@ -47,7 +46,6 @@ async def test_200_concurrent_requests_with_credits_for_150(make_market: MarketF
         )
         done.set()
         await watcher
-    elapsed = time.perf_counter() - started
     try:
         final = (await observer.get_plan_balance(market.plan_id, market.subscriber_address)).balance
     finally:
@@ -67,5 +65,3 @@ async def test_200_concurrent_requests_with_credits_for_150(make_market: MarketF
     burned = CREDITS - final
     answered = sum(1 for r in responses if r.status_code == 200)
     assert burned == answered * 1 == market.endpoint.stats.credits_settled
-    assert elapsed < 30, f"{REQUESTS} paid requests took {elapsed:.1f}s"
-    print(f"\n{REQUESTS} concurrent paid requests: {elapsed:.2f}s ({len(samples)} balance samples)")

@@ -16,15 +16,19 @@ the endpoint starts (a builder registers its plan *after* the endpoint URL exist
 
 from __future__ import annotations
 
+import logging
+import sys
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..config import ConfigError, PluginConfig
 from ..core import PluginCore
 from ..host import GatewayAPI, host_http_app
 from ..redact import get_logger
-from .flow import PaidFlow, PaidStats
+from .flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats
 from .handlers import AgentHandler, CreditsFn, default_handler, load_handler
 from .http import PaidRoutes
 
@@ -33,6 +37,21 @@ __all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
 log = get_logger("svc_gateway.paid")
 
 SHUTDOWN_TIMEOUT_SECS = 5.0
+
+
+class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger for the endpoint's own server: a malformed request (bad bytes,
+    a header too long) is the client's mistake, answered 400 by aiohttp; it is logged at INFO
+    by its class name, without the traceback that would quote the offending bytes."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            self.logger.info("refused a malformed HTTP request (%s)", type(exc).__name__)
+        else:
+            self.logger.error("the paid endpoint's server failed (%s)", type(exc).__name__)
+
+
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
@@ -138,6 +157,13 @@ async def attach_paid_endpoint(
         plan_id=plan_id,
         agent_id=agent_id,
     )
+    core.runtime.add_closer(flow.aclose)
+    if len(flow.queue):  # settles a previous run could not finish
+        log.warning(
+            "%d paid request(s) of a previous run are not settled yet; retrying them",
+            len(flow.queue),
+        )
+        flow.kick_queue()
     if flow.plan_id() is None:
         if require_plan:
             raise ConfigError(
@@ -194,7 +220,18 @@ async def _serve(core: PluginCore, flow: PaidFlow, path: str, public: str | None
         max_body_bytes=config.max_body_bytes,
     )
     routes.install(app)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_SECS)
+    # keepalive_timeout runs from the connection's start (and from each response): a client
+    # that never finishes its headers, or trickles them, is closed when it expires
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_SECS,
+        keepalive_timeout=config.paid_header_timeout_secs,
+        access_log=None,
+        # a header as long as the longest token we read, so an oversize token gets our 402
+        max_field_size=MAX_TOKEN_CHARS + 1024,
+        logger=ProtocolLog(log, {}),
+    )
     await runner.setup()
     host, port = config.paid_endpoint_host, config.paid_endpoint_port
     try:

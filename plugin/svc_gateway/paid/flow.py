@@ -1,9 +1,27 @@
 """One paid request, as the state table of SPEC.md ("States and transitions") draws it.
 
-received → (no token | verify invalid) → 402 with the envelope · (verify valid) → verified →
-handler non-2xx or exception → no settle, no charge · handler 2xx → settle (retried on its
-``agentRequestId``, which makes it idempotent) → receipt in ``payment-response``, or, when
-settling keeps failing, the 2xx unchanged and an error in the log.
+received → (no token | verify invalid | too few credits) → 402 with the envelope · (verify
+valid, credits admitted) → verified → handler non-2xx, exception or timeout → no settle, no
+charge · handler 2xx → settle (retried on its ``agentRequestId``, which makes it idempotent) →
+receipt in ``payment-response``.
+
+When settle fails:
+
+* the service refuses to burn (``success: false``, 402, 403 ``BCK.X402.*`` such as a replayed
+  v3 token, ``BCK.X402.0059``): the payer did not pay, so the answer is withheld: 402;
+* the service is unreachable, or rejects this gateway's own key: not the payer's fault, and the
+  answer already exists, so per SPEC the client gets its 2xx (without a receipt); the settle
+  goes to a persistent queue retried later on the same ``agentRequestId``, and is counted in
+  :class:`PaidStats` and logged with the request id and the payer;
+* any other definitive refusal (400, 404): the client gets its 2xx, the loss is counted and
+  logged; retrying cannot change it.
+
+Exact billing (:mod:`.billing`): verify reserves nothing, so the endpoint admits a request only
+when the payer's known balance covers the credits already in flight plus this one.
+
+Deadlines: the service calls before the handler (plan, balance, verify) share one budget
+(``paidBudgetSecs``, over it 503), the handler has its own (``handlerTimeoutSecs``, over it
+504, not charged), and settling has the budget again (over it: queued, as an outage).
 
 Reasons the service itself cannot answer (network, 5xx, 429, our own key rejected) are the
 operator's problem, not the payer's: they answer 503/502, never 402. Runs on the plugin loop.
@@ -12,64 +30,130 @@ operator's problem, not the payer's: they answer 503/502, never 402. Runs on the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
+import re
+import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .. import errors
-from ..client import ServiceClient
 from ..core import PluginCore
-from ..encoding import b64_json, to_int
-from ..models import PaymentRequirement
+from ..encoding import b64_json, decode_access_token, to_int, token_authorization
+from ..models import PaymentRequirement, SettleResult
 from ..redact import get_logger
+from .billing import Admission, CreditBook, Refusal
 from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
+from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
 
 log = get_logger("svc_gateway.paid")
 
 #: a longer ``payment-signature`` is no token we issued; refused without asking the service
 MAX_TOKEN_CHARS = 16384
+#: what a token is made of (JWT or base64url/base64 JSON); anything else is refused unasked
+TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
 #: pauses between settle attempts (so 3 attempts); settle is idempotent on agentRequestId
 SETTLE_BACKOFF_SECS: tuple[float, ...] = (0.2, 0.5)
 #: paid requests handled at once; more get 503 so pending work (and memory) stays bounded
 MAX_IN_FLIGHT = 256
 RECEIPTS_KEPT = 100
+#: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
+ENVELOPES_KEPT = 64
 RETRY_AFTER_SECS = 5
+#: how often the settle queue is retried while it holds entries
+QUEUE_RETRY_SECS = 30.0
+REPLAYED_TOKEN = "BCK.X402.0059"
 
 GUIDANCE = (
     "Order the plan (svc_orderPlan, or svc_orderFiatPlan for a card plan), get an access token "
     "for it (svc_getAccessToken), and send the token in the payment-signature header."
 )
-# settle answers that will not change on a retry
-_DEFINITIVE = (
-    errors.AuthenticationError,
-    errors.PermissionDenied,
-    errors.NotFound,
-    errors.InvalidRequest,
-    errors.NotLoggedIn,
-)
 
 
 @dataclass
 class PaidStats:
-    """Counters the builder can read (the demo checks its receipts against the subscriber's)."""
+    """Counters the builder can read (the demo checks its receipts against the subscriber's).
+
+    ``settle_deferred``: answers delivered while settle could not reach the service (queued);
+    ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
+    delivered that will never be paid (the service refused the settle for a reason that is not
+    the payer's, or a queued entry could not be kept); ``settle_queue``: queued right now."""
 
     requests: int = 0
     refused: int = 0
     unavailable: int = 0
     handler_failures: int = 0
+    handler_timeouts: int = 0
     settled: int = 0
     credits_settled: int = 0
     settle_failures: int = 0
+    settle_refused: int = 0
+    settle_deferred: int = 0
+    settle_recovered: int = 0
+    settle_lost: int = 0
+    settle_queue: int = 0
     receipts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIPTS_KEPT))
+
+
+class Settled(enum.Enum):
+    PAID = "paid"  # receipt attached
+    REFUSED = "refused"  # the payer did not pay: answer withheld, 402
+    DEFERRED = "deferred"  # outage: 2xx without receipt, queued for retry
+    LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
+
+
+@dataclass(frozen=True)
+class SettleOutcome:
+    kind: Settled
+    reason: str = ""
+    receipt: dict[str, Any] | None = None
+    result: SettleResult | None = None
+
+
+@dataclass(frozen=True)
+class PaidCall:
+    """What a verified, admitted request carries to settle."""
+
+    envelope: PaymentRequirement
+    token: str
+    amount: int
+    request_id: str | None
+    payer: str | None
+    admission: Admission | None
 
 
 def error_answer(status: int, error: str, message: str, **headers: str) -> Answer:
     return Answer.json(status, {"error": error, "message": message}, headers)
 
 
+def token_payer(token: str) -> str | None:
+    """``payload.authorization.from`` of the token, when it decodes (never raises)."""
+    decoded = decode_access_token(token)
+    if decoded is None:
+        return None
+    payer = token_authorization(decoded).get("from")
+    return payer if isinstance(payer, str) and payer else None
+
+
+def classify_settle_error(exc: BaseException) -> Settled | None:
+    """What a settle exception means; ``None``: transient, worth another attempt."""
+    if isinstance(exc, errors.PaymentRequired) or (
+        isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
+    ):
+        return Settled.REFUSED
+    if isinstance(exc, errors.AuthenticationError | errors.NotLoggedIn):
+        return Settled.DEFERRED  # our own key: retried from the queue once the operator logs in
+    if isinstance(exc, errors.PermissionDenied | errors.NotFound | errors.InvalidRequest):
+        return Settled.LOST
+    return None
+
+
 class PaidFlow:
-    """Verify → handler → settle for one endpoint; plan and agent ids are read per request."""
+    """Verify → admit → handler → settle for one endpoint; plan and agent ids are read per
+    request."""
 
     def __init__(
         self,
@@ -82,6 +166,8 @@ class PaidFlow:
         facts: PlanFactsCache | None = None,
         settle_backoff: tuple[float, ...] = SETTLE_BACKOFF_SECS,
         max_in_flight: int = MAX_IN_FLIGHT,
+        queue: SettleQueue | None = None,
+        queue_retry_secs: float = QUEUE_RETRY_SECS,
     ) -> None:
         self.core = core
         self.handler = handler
@@ -91,8 +177,16 @@ class PaidFlow:
         self.facts_cache = facts or PlanFactsCache()
         self.settle_backoff = settle_backoff
         self.max_in_flight = max_in_flight
+        self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
+        self.book = CreditBook(self._read_balance)
+        self.queue = queue if queue is not None else SettleQueue(default_queue_path(core))
+        self.stats.settle_queue = len(self.queue)
+        self._deferred: dict[str, Admission] = {}
         self._in_flight = 0
+        self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
+        self._drainer: asyncio.Task[None] | None = None
+        self._draining = False
 
     # -- which plan and agent ------------------------------------------------------------------
 
@@ -110,6 +204,10 @@ class PaidFlow:
         """The plan's scheme/network/bounds (cached 5 min); raises on a service outage."""
         fetch = self.core.public_client().get_plan
         return await self.facts_cache.get(plan_id, fetch, self.core.environment)
+
+    async def _read_balance(self, plan_id: str, payer: str) -> int:
+        balance = await self.core.public_client().get_plan_balance(plan_id, payer)
+        return balance.balance
 
     # -- the state machine ---------------------------------------------------------------------
 
@@ -140,6 +238,22 @@ class PaidFlow:
                 "This agent is not selling yet: no plan is configured (its operator sets planId "
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
+        budget = asyncio.timeout(self.core.config.paid_budget_secs)
+        try:
+            async with budget:
+                admitted = await self._admit(plan_id, prompt, token, url)
+        except TimeoutError:
+            if not budget.expired():
+                raise
+            return self._outage(None, "verify a payment in time")
+        if isinstance(admitted, Answer):
+            return admitted
+        return await self._work(admitted, prompt)
+
+    async def _admit(
+        self, plan_id: str, prompt: str, token: str | None, url: str
+    ) -> Answer | PaidCall:
+        """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
         agent_id = self.agent_id()
         try:
             facts = await self.facts(plan_id)
@@ -147,7 +261,7 @@ class PaidFlow:
             return self._outage(exc, "read the plan")
         if not token:
             return self._refuse(facts, agent_id, url, "No payment-signature header was sent")
-        if len(token) > MAX_TOKEN_CHARS:
+        if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
             return self._refuse(facts, agent_id, url, "The payment-signature is not a valid token")
         try:
             amount = facts.clamp(await self._price({"prompt": prompt}))
@@ -156,7 +270,7 @@ class PaidFlow:
             return error_answer(
                 500, "Internal Server Error", "The agent could not price this request."
             )
-        envelope = build_envelope(facts, agent_id, url)
+        envelope = self._envelope(facts, agent_id, url)
         try:
             client = self.core.client()
             verdict = await client.verify(envelope, token, amount)
@@ -166,21 +280,41 @@ class PaidFlow:
             reason = verdict.invalid_reason or "The access token was not accepted"
             log.info("payment refused on plan %s: %s", plan_id, reason)
             return self._refuse(facts, agent_id, url, reason)
-        return await self._work(client, envelope, token, amount, verdict.request_id, prompt)
+        payer = verdict.payer or token_payer(token)
+        admission: Admission | None = None
+        if payer:
+            try:
+                claim = await self.book.admit(plan_id, payer, amount)
+            except OUTAGE_ERRORS as exc:
+                return self._outage(exc, "read the payer's balance")
+            except errors.ServiceError as exc:
+                # verify accepted the token; settle will still refuse a payer who cannot pay
+                log.warning("could not read payer %s's balance (%s); not metered", payer, exc.code)
+                claim = None
+            if isinstance(claim, Refusal):
+                return self._refuse(facts, agent_id, url, claim.reason)
+            admission = claim
+        return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
-    async def _work(
-        self,
-        client: ServiceClient,
-        envelope: PaymentRequirement,
-        token: str,
-        amount: int,
-        request_id: str | None,
-        prompt: str,
-    ) -> Answer:
+    async def _work(self, call: PaidCall, prompt: str) -> Answer:
         """verified → work done / work failed → settled / unsettled."""
+        deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
-            answer = await run_handler(self.handler, prompt)
+            async with deadline:
+                answer = await run_handler(self.handler, prompt)
         except Exception as exc:
+            self._release(call)
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                self.stats.handler_timeouts += 1
+                log.warning(
+                    "agent handler took longer than %g s; answered 504, not charged",
+                    self.core.config.handler_timeout_secs,
+                )
+                return error_answer(
+                    504,
+                    "Gateway Timeout",
+                    "The agent did not answer in time; nothing was charged.",
+                )
             self.stats.handler_failures += 1
             if isinstance(exc, HandlerError):
                 log.error("agent handler answer unusable: %s; not charged", exc)
@@ -190,13 +324,33 @@ class PaidFlow:
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
         if not answer.ok:
+            self._release(call)
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
             return answer
-        receipt = await self._settle(client, envelope, token, amount, request_id)
-        if receipt is None:
-            return answer
-        return replace(answer, headers=(*answer.headers, ("payment-response", b64_json(receipt))))
+        outcome = await self._settle(call)
+        if outcome.kind is Settled.PAID:
+            assert outcome.receipt is not None
+            receipt_header = ("payment-response", b64_json(outcome.receipt))
+            return replace(answer, headers=(*answer.headers, receipt_header))
+        if outcome.kind is Settled.REFUSED:
+            return self._refuse_settle(call, outcome.reason)
+        return answer
+
+    def _release(self, call: PaidCall) -> None:
+        if call.admission is not None:
+            self.book.release(call.admission)
+
+    def _envelope(self, facts: PlanFacts, agent_id: str | None, url: str) -> PaymentRequirement:
+        """The request's envelope, built once per (plan facts, agent, URL) and then shared
+        (never mutated: a refusal copies it)."""
+        key = (facts, agent_id, url)
+        envelope = self._envelopes.get(key)
+        if envelope is None:
+            if len(self._envelopes) >= ENVELOPES_KEPT:
+                self._envelopes.clear()
+            envelope = self._envelopes[key] = build_envelope(facts, agent_id, url)
+        return envelope
 
     async def _price(self, request: dict[str, Any]) -> int:
         if self.credits is None:
@@ -206,64 +360,243 @@ class PaidFlow:
             raise HandlerError("the credits function must return an int")
         return value
 
-    async def _settle(
-        self,
-        client: ServiceClient,
-        envelope: PaymentRequirement,
-        token: str,
-        amount: int,
-        request_id: str | None,
-    ) -> dict[str, Any] | None:
-        """Settle, retrying on the same ``agentRequestId``; ``None`` when it never succeeded.
+    # -- settling ------------------------------------------------------------------------------
 
-        Without an id a replay could burn twice, so then there is exactly one attempt."""
-        attempts = len(self.settle_backoff) + 1 if request_id else 1
+    async def _settle(self, call: PaidCall) -> SettleOutcome:
+        """Settle within the budget; record the outcome in the stats, the book and the queue."""
+        budget = asyncio.timeout(self.core.config.paid_budget_secs)
+        try:
+            async with budget:
+                outcome = await self._settle_attempts(call)
+        except TimeoutError:
+            if not budget.expired():
+                raise
+            outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
+        self._record(call, outcome)
+        return outcome
+
+    async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
+        """Retries (same ``agentRequestId``) only transient failures, and only with an id:
+        without one a replay could burn twice, so then there is exactly one attempt."""
+        attempts = len(self.settle_backoff) + 1 if call.request_id else 1
         reason = "not attempted"
-        attempt = 0
         for attempt in range(1, attempts + 1):
             try:
-                result = await client.settle(envelope, token, amount, request_id)
-            except _DEFINITIVE as exc:
-                reason = f"{exc.code}: {exc.message}"
-                break
+                client = self.core.client()
+                result = await client.settle(
+                    call.envelope, call.token, call.amount, call.request_id
+                )
             except errors.ServiceError as exc:
                 reason = f"{exc.code}: {exc.message}"
+                kind = classify_settle_error(exc)
+                if kind is not None:
+                    return SettleOutcome(kind, reason)
             except Exception as exc:  # a closed client, a bug: still never the client's problem
                 reason = type(exc).__name__
             else:
                 if result.success:
-                    receipt = result.receipt()
-                    self.stats.settled += 1
-                    self.stats.credits_settled += to_int(receipt["creditsRedeemed"])
-                    self.stats.receipts.append(receipt)
-                    return receipt
-                reason = result.error_reason or "the service answered success: false"
+                    return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
+                # the service answered and burned nothing: the payer did not pay
+                return SettleOutcome(
+                    Settled.REFUSED, result.error_reason or "the service answered success: false"
+                )
             if attempt < attempts:
                 await asyncio.sleep(self.settle_backoff[attempt - 1])
+        return SettleOutcome(Settled.DEFERRED, reason)
+
+    def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
+        plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
+        payer = call.payer or "unknown"
+        if outcome.kind is Settled.PAID:
+            assert outcome.receipt is not None and outcome.result is not None
+            redeemed = to_int(outcome.receipt["creditsRedeemed"])
+            self.stats.settled += 1
+            self.stats.credits_settled += redeemed
+            self.stats.receipts.append(outcome.receipt)
+            if call.admission is not None:
+                self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
+            if len(self.queue):
+                self.kick_queue()  # the service is answering again
+            return
         self.stats.settle_failures += 1
+        if outcome.kind is Settled.REFUSED:
+            self.stats.settle_refused += 1
+            if call.admission is not None:
+                if REPLAYED_TOKEN in outcome.reason:
+                    self.book.release(call.admission)
+                else:
+                    self.book.refused(call.admission)
+            log.warning(
+                "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
+                "402",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            return
+        if outcome.kind is Settled.DEFERRED and call.request_id:
+            self.stats.settle_deferred += 1
+            self.queue.add(
+                PendingSettle(
+                    request_id=call.request_id,
+                    plan_id=plan_id,
+                    payer=call.payer,
+                    amount=call.amount,
+                    token=call.token,
+                    envelope=call.envelope.wire(),
+                    queued_at=time.time(),
+                )
+            )
+            self.stats.settle_queue = len(self.queue)
+            if call.admission is not None:  # still owed: keep the credits claimed
+                self._deferred[call.request_id] = call.admission
+            for dropped in [r for r in self._deferred if r not in self.queue]:
+                self.book.release(self._deferred.pop(dropped))  # a full queue dropped it
+            log.error(
+                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+                "delivered (200) and the settle is queued for retry",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            self.kick_queue(delay=self.queue_retry_secs)
+            return
+        self.stats.settle_lost += 1
+        self._release(call)
         log.error(
-            "settle failed for agentRequestId %s (plan %s) after %d attempt(s): %s; "
-            "the answer was delivered without payment",
-            request_id,
-            envelope.accepts[0].plan_id if envelope.accepts else "?",
-            attempt,
+            "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+            "delivered without payment",
+            call.request_id,
+            payer,
+            plan_id,
+            outcome.reason,
+        )
+
+    # -- the settle queue ----------------------------------------------------------------------
+
+    def kick_queue(self, delay: float = 0.0) -> None:
+        """Retry the queue soon (no-op while a retry is already scheduled or running)."""
+        drainer = self._drainer
+        if drainer is not None and not drainer.done():
+            if self._draining or delay > 0:
+                return
+            drainer.cancel()  # it is sleeping until a later retry: retry now instead
+        self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
+
+    async def _drain_loop(self, delay: float) -> None:
+        while len(self.queue):
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.drain_queue()
+            delay = self.queue_retry_secs
+
+    async def drain_queue(self) -> int:
+        """Retry every queued settle once, in order; stop at the first outage. Returns how
+        many were settled."""
+        if self._draining:
+            return 0
+        self._draining = True
+        done = 0
+        try:
+            for entry in self.queue.entries():
+                outcome = await self._retry_queued(entry)
+                if outcome is None:
+                    break
+                done += outcome
+        finally:
+            self._draining = False
+            self.stats.settle_queue = len(self.queue)
+        return done
+
+    async def _retry_queued(self, entry: PendingSettle) -> int | None:
+        """1: settled, 0: given up (dropped), None: still unreachable (kept)."""
+        try:
+            envelope = PaymentRequirement.model_validate(entry.envelope)
+        except ValueError as exc:  # an unreadable entry: keeping it would block the queue
+            return self._give_up(entry, type(exc).__name__)
+        try:
+            async with asyncio.timeout(self.core.config.paid_budget_secs):
+                client = self.core.client()
+                result = await client.settle(envelope, entry.token, entry.amount, entry.request_id)
+        except errors.ServiceError as exc:
+            kind = classify_settle_error(exc)
+            if kind is None or kind is Settled.DEFERRED:
+                return None
+            return self._give_up(entry, f"{exc.code}: {exc.message}")
+        except Exception:  # a timeout, a closed client: try again later
+            return None
+        if not result.success:
+            return self._give_up(entry, result.error_reason or "success: false")
+        receipt = result.receipt()
+        redeemed = to_int(receipt["creditsRedeemed"])
+        self.stats.settled += 1
+        self.stats.settle_recovered += 1
+        self.stats.credits_settled += redeemed
+        self.stats.receipts.append(receipt)
+        admission = self._deferred.pop(entry.request_id, None)
+        if admission is not None:
+            self.book.settled(admission, redeemed, result.remaining_balance)
+        self.queue.remove(entry.request_id)
+        log.info(
+            "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
+            entry.request_id,
+            entry.payer or "unknown",
+            redeemed,
+        )
+        return 1
+
+    def _give_up(self, entry: PendingSettle, reason: str) -> int:
+        self.stats.settle_lost += 1
+        admission = self._deferred.pop(entry.request_id, None)
+        if admission is not None:
+            self.book.release(admission)
+        self.queue.remove(entry.request_id)
+        log.error(
+            "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
+            "was delivered without payment",
+            entry.request_id,
+            entry.payer or "unknown",
+            entry.plan_id,
             reason,
         )
-        return None
+        return 0
+
+    async def aclose(self) -> None:
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None and not drainer.done():
+            drainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drainer
 
     # -- refusals ------------------------------------------------------------------------------
 
     def _refuse(self, facts: PlanFacts, agent_id: str | None, url: str, reason: str) -> Answer:
         self.stats.refused += 1
         envelope = build_envelope(facts, agent_id, url, error=reason)
+        return self._payment_required(envelope, reason)
+
+    def _refuse_settle(self, call: PaidCall, reason: str) -> Answer:
+        self.stats.refused += 1
+        envelope = call.envelope.model_copy(update={"error": reason})
+        return self._payment_required(envelope, f"The payment was not accepted ({reason})")
+
+    @staticmethod
+    def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
         return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
 
-    def _outage(self, exc: errors.ServiceError, doing: str) -> Answer:
+    def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1
-        log.warning("could not %s: the payment service is unavailable (%s)", doing, exc.code)
+        code = exc.code if exc is not None else "timeout"
+        log.warning("could not %s: the payment service is unavailable (%s)", doing, code)
         retry = getattr(exc, "retry_after", None)
-        seconds = str(round(retry)) if isinstance(retry, int | float) else str(RETRY_AFTER_SECS)
+        seconds = (
+            str(max(1, min(round(retry), 300)))
+            if isinstance(retry, int | float)
+            else str(RETRY_AFTER_SECS)
+        )
         return error_answer(
             503,
             "Service Unavailable",
@@ -306,3 +639,11 @@ class PaidFlow:
             f"This agent cannot verify payments right now: {detail}. Nothing was charged; "
             "the agent's operator has been told.",
         )
+
+
+def default_queue_path(core: PluginCore) -> Path:
+    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
+    configured = core.config.settle_queue_path
+    if configured:
+        return Path(configured).expanduser()
+    return core.store.path.parent / QUEUE_FILE

@@ -85,6 +85,17 @@ async def read_prompt(request: web.Request, max_bytes: int, read_secs: float) ->
                 'The body must be a JSON object with a non-empty "prompt" string.',
             )
         )
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate such as "\ud800" is no text
+        raise BadRequest(
+            error_answer(
+                400,
+                "Bad Request",
+                'The "prompt" is not valid Unicode text (it contains a lone surrogate '
+                "escape); send UTF-8 text.",
+            )
+        ) from None
     return prompt
 
 

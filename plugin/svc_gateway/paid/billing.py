@@ -1,0 +1,186 @@
+"""Exact billing without holds: admit a paid request only when the payer can pay for it.
+
+Verify is a dry run that reserves nothing (WIRE.md §4), so N concurrent requests can all pass
+it and then overdraw. The endpoint keeps, per (plan, payer), the payer's balance as it last
+knew it and the credits of the requests it has admitted but not yet settled; a request is
+admitted only when ``balance - in_flight >= amount``.
+
+The balance is read from the balance endpoint once (concurrent misses share the read), then
+kept current from settle receipts: each success subtracts what it burned, and a
+``remainingBalance`` lower than any ordering of our own settles can explain (someone spent
+elsewhere) lowers it. A settle refused for want of credits zeroes what is available until the
+in-flight requests are done; the balance is then read again. So is a balance that was last
+read long ago, or one that would refuse a request while nothing is in flight (the payer may
+have bought more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+#: a balance read this long ago is read again before the next admission with nothing in flight
+BALANCE_TTL_SECS = 60.0
+#: a refusal with nothing in flight re-reads a balance older than this (the payer may top up)
+REFUSAL_REFRESH_SECS = 1.0
+#: payers remembered; idle ones (nothing in flight) are forgotten first
+MAX_ACCOUNTS = 10_000
+
+BalanceRead = Callable[[str, str], Awaitable[int]]
+
+
+@dataclass
+class _Account:
+    balance: int = 0
+    in_flight: int = 0
+    read_at: float | None = None  # None: never read, or marked stale
+
+    @property
+    def available(self) -> int:
+        return self.balance - self.in_flight
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One admitted request's claim on the payer's credits; closed by exactly one of
+    :meth:`CreditBook.settled`, :meth:`CreditBook.release`, :meth:`CreditBook.refused`."""
+
+    plan_id: str
+    payer: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Not enough credits: what the payer has left after the requests already in flight."""
+
+    available: int
+    amount: int
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"insufficient credits: {max(self.available, 0)} available after the requests "
+            f"already in progress, {self.amount} requested"
+        )
+
+
+class CreditBook:
+    """Per (plan, payer): the known balance and the credits in flight. Plugin loop only."""
+
+    def __init__(
+        self,
+        read_balance: BalanceRead,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_accounts: int = MAX_ACCOUNTS,
+    ) -> None:
+        self._read_balance = read_balance
+        self._clock = clock
+        self._max_accounts = max_accounts
+        self._accounts: OrderedDict[tuple[str, str], _Account] = OrderedDict()
+        self._loading: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self.reads = 0
+
+    def known(self, plan_id: str, payer: str) -> tuple[int, int] | None:
+        """``(balance, in_flight)`` as the book sees it, ``None`` for a payer never read."""
+        account = self._accounts.get((plan_id, payer.lower()))
+        if account is None:
+            return None
+        return account.balance, account.in_flight
+
+    async def admit(self, plan_id: str, payer: str, amount: int) -> Admission | Refusal:
+        """Claim ``amount`` credits for one request, or say why not. Service errors of the
+        balance read propagate (the caller answers 503, nothing charged)."""
+        key = (plan_id, payer.lower())
+        account = self._account(key)
+        now = self._clock()
+        if account.in_flight == 0 and (
+            account.read_at is None or now - account.read_at >= BALANCE_TTL_SECS
+        ):
+            await self._load(key, account)
+        if account.available < amount and account.in_flight == 0:
+            read_at = account.read_at
+            if read_at is None or self._clock() - read_at >= REFUSAL_REFRESH_SECS:
+                await self._load(key, account)
+        if account.available < amount:
+            return Refusal(account.available, amount)
+        account.in_flight += amount
+        return Admission(key[0], key[1], amount)
+
+    def settled(self, admission: Admission, redeemed: int, remaining: int | None) -> None:
+        """The service burned ``redeemed`` and says ``remaining`` is left."""
+        account = self._close(admission)
+        account.balance -= redeemed
+        if remaining is not None and remaining < account.available:
+            # lower than any order of our own settles explains: credits were spent elsewhere.
+            # Assume every settle still in flight is already inside ``remaining``.
+            account.balance = remaining + account.in_flight
+
+    def release(self, admission: Admission) -> None:
+        """Nothing was burned (the work failed, or the settle is deferred to the queue)."""
+        self._close(admission)
+
+    def refused(self, admission: Admission) -> None:
+        """The service refused to burn for want of credits: nothing is available until what is
+        in flight is done, then the balance is read again."""
+        account = self._close(admission)
+        account.balance = account.in_flight
+        account.read_at = None
+
+    def _close(self, admission: Admission) -> _Account:
+        account = self._account((admission.plan_id, admission.payer))
+        account.in_flight = max(account.in_flight - admission.amount, 0)
+        return account
+
+    def _account(self, key: tuple[str, str]) -> _Account:
+        account = self._accounts.get(key)
+        if account is None:
+            account = self._accounts[key] = _Account()
+            self._evict(keep=key)
+        else:
+            self._accounts.move_to_end(key)
+        return account
+
+    def _evict(self, keep: tuple[str, str]) -> None:
+        if len(self._accounts) <= self._max_accounts:
+            return
+        for key, account in list(self._accounts.items()):
+            if account.in_flight == 0 and key != keep and key not in self._loading:
+                del self._accounts[key]
+                if len(self._accounts) <= self._max_accounts:
+                    return
+
+    async def _load(self, key: tuple[str, str], account: _Account) -> None:
+        """Read the balance; concurrent callers for one payer share one read."""
+        pending = self._loading.get(key)
+        if pending is not None:
+            try:
+                await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this request was cancelled, not the shared read
+                await self._load(key, account)  # the reader was cancelled: read ourselves
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loading[key] = future
+        try:
+            self.reads += 1
+            balance = await self._read_balance(*key)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: each waiter re-raises it itself
+            raise
+        else:
+            # credits in flight were admitted against the old figure and are not burned yet
+            account.balance = balance
+            account.read_at = self._clock()
+            future.set_result(None)
+        finally:
+            del self._loading[key]

@@ -1,0 +1,139 @@
+"""Deadlines (issue 10): the paid path has a total budget, the handler its own timeout, and the
+endpoint's own server bounds how long a connection may take to send its headers.
+
+No test asserts a duration: each waits with a bound, and the client's own timeout is far above
+the budget under test, so a missing deadline shows as a client timeout (a failure)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from .conftest import StubMarketFactory
+from .stub_service import StubService, make_token
+from .support import LogCollector
+
+PAYER = "0x" + "aa" * 20
+
+
+async def post(http: httpx.AsyncClient, url: str, token: str, prompt: str = "hi") -> httpx.Response:
+    return await http.post(url, json={"prompt": prompt}, headers={"payment-signature": token})
+
+
+async def test_a_hung_service_gets_503_within_the_paid_budget(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(
+        stub=StubService(balance=10), config={"paidBudgetSecs": 0.5, "requestTimeoutSecs": 60}
+    )
+    market.stub.hang.set()  # every service call waits forever
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await post(http, market.url, make_token(PAYER))
+    assert response.status_code == 503
+    assert response.headers["Retry-After"].isdigit()
+    assert "nothing was charged" in response.json()["message"]
+    assert market.stub.burned == 0 and market.stub.calls["settle"] == 0
+    assert market.endpoint.stats.unavailable == 1
+
+
+async def test_a_settle_that_hangs_delivers_and_queues_within_the_budget(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(
+        stub=StubService(balance=10), config={"paidBudgetSecs": 0.5, "requestTimeoutSecs": 60}
+    )
+    market.stub.hang_calls.add("settle")
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await post(http, market.url, make_token(PAYER), "the answer")
+    assert response.status_code == 200 and "the answer" in response.text
+    assert "payment-response" not in response.headers
+    assert market.endpoint.stats.settle_deferred == 1
+    assert market.endpoint.stats.settle_queue == 1
+
+
+async def test_a_slow_handler_gets_504_and_is_not_charged(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: dict[str, Any]) -> Any:
+        await release.wait()
+        return {"late": True}
+
+    market = await make_stub_market(
+        stub=StubService(balance=10), handler=slow, config={"handlerTimeoutSecs": 0.3}
+    )
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await post(http, market.url, make_token(PAYER))
+    release.set()
+    assert response.status_code == 504
+    assert "nothing was charged" in response.json()["message"]
+    assert market.stub.calls["settle"] == 0 and market.stub.burned == 0
+    assert market.endpoint.stats.handler_timeouts == 1
+    assert market.endpoint.flow.book.known("plan-1", PAYER) == (10, 0)  # the claim is released
+
+
+async def test_a_handler_raising_timeout_itself_is_a_500_not_a_504(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    async def broken(request: dict[str, Any]) -> Any:
+        raise TimeoutError("the agent's own call timed out")
+
+    market = await make_stub_market(stub=StubService(balance=10), handler=broken)
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await post(http, market.url, make_token(PAYER))
+    assert response.status_code == 500
+    assert market.endpoint.stats.handler_timeouts == 0
+    assert market.endpoint.stats.handler_failures == 1
+    assert market.stub.burned == 0
+
+
+async def _read_until_closed(reader: asyncio.StreamReader) -> bytes:
+    data = b""
+    while chunk := await reader.read(4096):
+        data += chunk
+    return data
+
+
+async def test_connections_that_never_finish_their_headers_are_closed(
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
+) -> None:
+    market = await make_stub_market(config={"paidHeaderTimeoutSecs": 0.5})
+    where = urlsplit(market.url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+    streams = []
+    for _ in range(300):
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(f"POST {where.path} HTTP/1.1\r\nHost: {host}\r\nX-Slow: ".encode())
+        streams.append((reader, writer))
+    trickler_reader, trickler = await asyncio.open_connection(host, port)
+    trickler.write(b"POST / HTTP/1.1\r\n")
+
+    async def trickle() -> None:
+        for _ in range(100):  # one byte every 0.1 s: a bound per read would never fire
+            await asyncio.sleep(0.1)
+            if trickler.is_closing():
+                return
+            trickler.write(b"X")
+
+    trickling = asyncio.create_task(trickle())
+    try:
+        closed = await asyncio.wait_for(
+            asyncio.gather(
+                *(_read_until_closed(r) for r, _ in streams), _read_until_closed(trickler_reader)
+            ),
+            timeout=15,
+        )
+    finally:
+        trickling.cancel()
+        for _, writer in streams:
+            writer.close()
+        trickler.close()
+    assert all(data == b"" for data in closed)  # closed without an answer, not answered
+    # and the endpoint still serves
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await http.post(market.url, json={"prompt": "hi"})
+    assert response.status_code == 402
