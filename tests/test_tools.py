@@ -180,8 +180,16 @@ async def test_access_token_fiat_uses_card_delegation(
         "payment_method_not_found",
     )
     assert "svc_listPaymentMethods" in wrong_card["hint"]
-    mismatch = err(await gateway.call_tool("svc_getAccessToken", {"planId": fiat_plan}))
-    assert mismatch["code"] != "internal_error"
+    # no paymentType: the plan's own kind decides (issue 7: it used to fail with no useful hint)
+    inferred = ok(await gateway.call_tool("svc_getAccessToken", {"planId": fiat_plan}))
+    assert inferred["scheme"] == "svc:card-delegation"
+    mismatch = err(
+        await gateway.call_tool(
+            "svc_getAccessToken", {"planId": fiat_plan, "paymentType": "crypto"}
+        ),
+        "payment_type_mismatch",
+    )
+    assert "paymentType: fiat" in mismatch["hint"]
 
 
 async def test_list_payment_methods(make_host: HostFactory, subscriber: dict[str, str]) -> None:
@@ -210,7 +218,7 @@ async def test_register_agent_sets_defaults_and_converts_prices(
             },
         )
     )
-    assert data["price"] == ["1500000"]
+    assert data["price"] == "1.5 USDC" and data["priceAmounts"] == ["1500000"]
     assert handle.core.agent_id == data["agentId"] and handle.core.plan_id == data["planId"]
     client = ServiceClient(sandbox.base_url)
     plan = await client.get_plan(data["planId"])
@@ -228,19 +236,20 @@ async def test_register_agent_sets_defaults_and_converts_prices(
                 "name": "Native",
                 "agentUrl": "http://127.0.0.1:9/a",
                 "planName": "n",
-                "priceAmounts": ["$0.000000000000000001", "$2"],
+                "priceAmounts": ["1", str(2 * 10**18)],
                 "priceReceivers": [builder["address"], builder["address"]],
                 "creditsAmount": 5,
             },
         )
     )
-    assert native["price"] == ["1", str(2 * 10**18)]
+    assert native["priceAmounts"] == ["1", str(2 * 10**18)]
+    assert native["price"] == "2.000000000000000001 ETH (native token, 18 decimals)"
 
 
 @pytest.mark.parametrize(
     ("params", "field"),
     [
-        ({"priceAmounts": "abc"}, "abc"),
+        ({"priceAmounts": "abc"}, "$1,000.00"),
         ({"priceAmounts": "$1.0000001"}, "decimal"),
         ({"priceReceivers": ["0xnope"]}, "0xnope"),
         ({"agentUrl": "ftp://x"}, "agentUrl"),
@@ -279,7 +288,7 @@ async def test_create_plan_kinds(
             },
         )
     )
-    assert credits["price"] == ["3000000"]
+    assert credits["price"] == "3 USDC" and credits["priceAmounts"] == ["3000000"]
     time_plan = ok(
         await gateway.call_tool(
             "svc_createPlan",
