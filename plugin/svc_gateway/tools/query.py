@@ -195,7 +195,7 @@ def _normalise(url: str) -> str:
     try:
         port = parts.port
     except ValueError:
-        port = None
+        return "invalid:" + url  # matches nothing well-formed
     netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
     if ":" in host:
         netloc = f"[{host}]" if port in (None, _DEFAULT_PORTS.get(scheme)) else f"[{host}]:{port}"
