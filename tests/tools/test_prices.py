@@ -12,7 +12,15 @@ from svc_gateway.models import Plan
 from svc_gateway.pricing import (
     USDC_ADDRESSES,
     PriceError,
+    crypto_price,
+    dynamic_credits,
+    erc20_price,
+    expirable_credits,
+    fiat_price,
+    fixed_credits,
     format_price,
+    free_price,
+    native_price,
     parse_amounts,
     split_amounts,
     to_minor_units,
@@ -192,3 +200,85 @@ async def test_thousands_separators_and_units_in_every_result(
     assert crypto_quote["quote"]["price"] == "1,000 USDC"
     card_quote = ok(await buyer.call_tool("svc_orderFiatPlan", {"planId": fiat["planId"]}))
     assert card_quote["quote"]["price"] == "$1,234.50"
+
+
+def test_price_and_credits_helpers_refuse_what_the_service_would() -> None:
+    owner = "0x" + "ab" * 20
+    with pytest.raises(PriceError, match="negative"):
+        to_minor_units("-5", 6)
+    with pytest.raises(PriceError, match="one receiver per price"):
+        crypto_price([1, 2, 3], [owner, owner])
+    assert crypto_price([1, 2], [owner]).receivers == [owner, owner]
+    with pytest.raises(PriceError, match="wallet address"):
+        crypto_price([1], ["0xnope"])
+    with pytest.raises(PriceError, match="contract address"):
+        crypto_price([1], [owner], "0x1")
+    assert native_price([1], [owner]).token_address == "0x" + "0" * 40
+    assert erc20_price([1], [owner], USDC).token_address == USDC
+    with pytest.raises(PriceError, match=r"\$1.00"):
+        fiat_price([999_999], [owner])
+    assert fiat_price([1_000_000], [owner]).currency == "usd"
+    with pytest.raises(PriceError):
+        fixed_credits(0)
+    with pytest.raises(PriceError):
+        fixed_credits(5, 0)
+    with pytest.raises(PriceError):
+        dynamic_credits(5, 3, 2)
+    with pytest.raises(PriceError):
+        dynamic_credits(0, 1, 2)
+    with pytest.raises(PriceError):
+        expirable_credits(0)
+    assert expirable_credits(60).duration_secs == 60
+    assert free_price().amounts == []
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"paymentType": "fiat", "tokenAddress": USDC, "priceAmounts": "$2"}, "tokenAddress"),
+        ({"creditsPerRequest": 9, "priceAmounts": "0"}, "creditsPerRequest"),
+        ({"priceAmounts": "$2", "paymentType": "fiat", "priceReceivers": "0x1, 0x2"}, "receiver"),
+    ],
+)
+async def test_register_agent_refusals(
+    make_host: HostFactory, builder: dict[str, str], params: dict[str, Any], words: str
+) -> None:
+    gateway, _ = await make_host(builder["apiKey"])
+    base = {"name": "A", "agentUrl": "http://127.0.0.1:9/a", "planName": "p", "creditsAmount": 5}
+    error = err(await gateway.call_tool("svc_registerAgent", {**base, **params}), "invalid_params")
+    assert words in error["message"]
+
+
+async def test_receivers_as_text_and_a_credits_plan_with_a_duration(
+    make_host: HostFactory, builder: dict[str, str]
+) -> None:
+    gateway, _ = await make_host(builder["apiKey"])
+    two = [builder["address"], "0x" + "ef" * 20]
+    data = ok(
+        await gateway.call_tool(
+            "svc_createPlan",
+            {
+                "name": "Split",
+                "creditsAmount": 5,
+                "priceAmounts": "$1, $2",
+                "paymentType": "fiat",
+                "priceReceivers": ", ".join(two),
+            },
+        )
+    )
+    assert data["price"] == "$3.00" and data["priceAmounts"] == ["1000000", "2000000"]
+    error = err(
+        await gateway.call_tool(
+            "svc_createPlan", {"name": "X", "creditsAmount": 5, "durationSecs": 60}
+        ),
+        "invalid_params",
+    )
+    assert "durationSecs" in error["message"]
+
+
+async def test_a_token_for_an_unknown_plan_is_a_clear_error(
+    make_host: HostFactory, subscriber: dict[str, str]
+) -> None:
+    gateway, _ = await make_host(subscriber["apiKey"])
+    error = err(await gateway.call_tool("svc_getAccessToken", {"planId": "424242"}))
+    assert error["code"] != "internal_error"
