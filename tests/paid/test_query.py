@@ -494,3 +494,30 @@ async def test_spending_invalidates_the_balance_context(make_market: MarketFacto
     assert not failed, data
     # within the 60 s TTL: only the invalidation after spending can explain the new number
     assert ": 8 credits" in await market.subscriber_gw.context_text()
+
+
+async def test_an_agent_id_the_service_does_not_know_is_refused(
+    make_market: MarketFactory,
+) -> None:
+    async with registered_fake(make_market, card=False) as (market, agent):
+        failed, data = await query(market, agent.url, agentId="987654321")
+        assert agent.posts == []
+    assert failed and data["error"]["code"] == "unknown_agent"
+    assert "987654321" in data["error"]["message"]
+
+
+async def test_a_dropped_connection_is_unreachable_and_refreshes_the_balance(
+    make_market: MarketFactory,
+) -> None:
+    async def drop(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "1000"})
+        await response.prepare(request)
+        await response.write(b"partial")
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    async with registered_fake(make_market, drop) as (market, agent):
+        failed, data = await query(market, agent.url)
+        assert len(agent.posts) == 1
+    assert failed and data["error"]["code"] == "agent_unreachable"
