@@ -9,7 +9,7 @@ import pytest
 
 from svc_gateway.sandbox import SandboxServer, start_sandbox
 
-from .support import HOLD_TTL, Actor, Api, FakeClock
+from .support import REQUEST_TTL, Actor, Api, FakeClock
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 async def server(clock: FakeClock) -> AsyncIterator[SandboxServer]:
-    running = await start_sandbox(clock=clock, hold_ttl_secs=HOLD_TTL)
+    running = await start_sandbox(clock=clock, request_ttl_secs=REQUEST_TTL)
     yield running
     await running.close()
 

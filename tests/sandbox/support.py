@@ -10,7 +10,7 @@ import httpx
 from svc_gateway.sandbox import SandboxServer
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
-HOLD_TTL = 60.0
+REQUEST_TTL = 60.0
 CRYPTO = "svc:erc4337"
 CARD = "svc:card-delegation"
 
@@ -227,5 +227,5 @@ class Api:
         return {
             k: int(v)
             for k, v in answer.json().items()
-            if k in ("granted", "burned", "held", "balance", "expired")
+            if k in ("granted", "burned", "balance", "expired", "auditGranted", "auditBurned")
         }

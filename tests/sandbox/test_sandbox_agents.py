@@ -5,7 +5,7 @@ from __future__ import annotations
 from .support import Actor, Api, plan_body
 
 
-async def test_register_agent_with_both_endpoint_shapes(api: Api, owner: Actor) -> None:
+async def test_agent_endpoints_are_kept_as_registered(api: Api, owner: Actor) -> None:
     plan_id = await api.plan(owner)
     agent_id = await api.agent(
         owner,
@@ -23,8 +23,8 @@ async def test_register_agent_with_both_endpoint_shapes(api: Api, owner: Actor) 
     assert agent["metadata"]["main"]["name"] == "Agent"
     assert agent["registry"]["plans"] == [plan_id]
     assert agent["endpoints"] == [
-        {"verb": "POST", "url": "https://agent.example/run"},
-        {"verb": "GET", "url": "mcp://a/tools/*"},
+        {"POST": "https://agent.example/run"},
+        {"verb": "get", "url": "mcp://a/tools/*"},
     ]
     assert "agent-secret-token" not in str(agent)
 

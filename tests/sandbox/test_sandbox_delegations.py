@@ -101,15 +101,18 @@ async def test_create_and_list_delegations(api: Api, buyer: Actor, clock: FakeCl
     )
     assert card.status_code == 201
     listed = (await api.http.get("/delegation", headers=buyer.headers)).json()
-    assert listed["totalResults"] == 2 and listed["page"] == 1
-    items = {d["delegationId"]: d for d in listed["delegations"]}
+    assert isinstance(listed, list) and len(listed) == 2  # a bare array, as payments-py reads it
+    items = {d["id"]: d for d in listed}
     first = items[crypto.json()["delegationId"]]
+    assert first["delegationId"] == first["id"] and first["cardId"] is None
     assert first["provider"] == "erc4337" and first["currency"] == "usdc"
     assert first["providerPaymentMethodId"] == buyer.address
     assert first["spendingLimitCents"] == "10000" and first["status"] == "Active"
-    assert items[card.json()["delegationId"]]["providerPaymentMethodId"] == card_id
+    assert first["spentCents"] == "0" and first["durationSecs"] == 3600
+    card_item = items[card.json()["delegationId"]]
+    assert card_item["providerPaymentMethodId"] == card_id and card_item["cardId"] == card_id
     clock.advance(3601)
-    expired = (await api.http.get("/delegation", headers=buyer.headers)).json()["delegations"]
+    expired = (await api.http.get("/delegation", headers=buyer.headers)).json()
     assert {d["status"] for d in expired} == {"Expired"}
     other = await api.account("other")
-    assert (await api.http.get("/delegation", headers=other.headers)).json()["totalResults"] == 0
+    assert (await api.http.get("/delegation", headers=other.headers)).json() == []

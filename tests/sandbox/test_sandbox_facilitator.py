@@ -1,4 +1,5 @@
-"""Verify (reserve, burn nothing) and settle (burn once, idempotent) under concurrency."""
+"""Verify (a dry run: reserves and burns nothing) and settle (re-checks, burns once,
+idempotent on agentRequestId) under concurrency."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import base64
 import json
 
-from .support import CARD, HOLD_TTL, Actor, Api, FakeClock, envelope
+from .support import CARD, REQUEST_TTL, Actor, Api, FakeClock, envelope
 
 
 async def funded(api: Api, owner: Actor, buyer: Actor, credits: int, **plan: object) -> str:
@@ -15,19 +16,24 @@ async def funded(api: Api, owner: Actor, buyer: Actor, credits: int, **plan: obj
     return plan_id
 
 
-async def test_verify_approves_reserves_and_burns_nothing(
-    api: Api, owner: Actor, buyer: Actor
-) -> None:
-    plan_id = await funded(api, owner, buyer, 3)
+async def mint(api: Api, owner: Actor, plan_id: str, receiver: Actor, amount: int) -> None:
+    body = {"planId": plan_id, "amount": amount, "creditsReceiver": receiver.address}
+    answer = await api.http.post("/protocol/plans/mint", json=body, headers=owner.headers)
+    assert answer.status_code == 200, answer.text
+
+
+async def test_verify_is_a_repeatable_dry_run(api: Api, owner: Actor, buyer: Actor) -> None:
+    plan_id = await funded(api, owner, buyer, 1)
     token = await api.token(buyer, plan_id)
-    result = await api.verify(owner, token, plan_id)
-    assert result["isValid"] is True
-    assert result["payer"] == buyer.address and result["network"] == "eip155:84532"
-    request = result["agentRequest"]
-    assert request["agentRequestId"] == result["agentRequestId"]
-    assert request["balance"]["balance"] == "3"
-    assert await api.credits(plan_id, buyer) == 3  # the shown balance ignores holds
-    assert (await api.ledger(plan_id, buyer))["held"] == 1
+    results = await asyncio.gather(*(api.verify(owner, token, plan_id) for _ in range(10)))
+    assert all(r["isValid"] for r in results)  # nothing reserved: all ten pass on 1 credit
+    assert len({r["agentRequestId"] for r in results}) == 10
+    first = results[0]
+    assert first["payer"] == buyer.address and first["network"] == "eip155:84532"
+    assert first["agentRequest"]["agentRequestId"] == first["agentRequestId"]
+    assert first["agentRequest"]["balance"]["balance"] == "1"
+    assert await api.credits(plan_id, buyer) == 1
+    assert (await api.ledger(plan_id, buyer))["burned"] == 0
     # a base64 envelope works too, and any valid key may verify (here the subscriber's)
     encoded = base64.b64encode(json.dumps(envelope(plan_id)).encode()).decode()
     again = await api.http.post(
@@ -36,11 +42,28 @@ async def test_verify_approves_reserves_and_burns_nothing(
         headers=buyer.headers,
     )
     assert again.status_code == 200 and again.json()["isValid"] is True
+    assert await api.credits(plan_id, buyer) == 1
+
+
+async def test_max_amount_is_optional_and_defaults_to_credits_per_request(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await funded(api, owner, buyer, 5, low=2, high=4)
+    token = await api.token(buyer, plan_id)
+    body = {"paymentRequired": envelope(plan_id), "x402AccessToken": token}
+    verified = await api.http.post("/x402/verify", json=body, headers=owner.headers)
+    assert verified.status_code == 200 and verified.json()["isValid"] is True
+    request_id = verified.json()["agentRequestId"]
+    settled = await api.http.post(
+        "/x402/settle", json={**body, "agentRequestId": request_id}, headers=owner.headers
+    )
+    assert settled.status_code == 200, settled.text
+    assert settled.json()["creditsRedeemed"] == "2"  # the plan's minAmount
     assert await api.credits(plan_id, buyer) == 3
 
 
 async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeClock) -> None:
-    plan_id = await funded(api, owner, buyer, 5, low=2, high=4)
+    plan_id = await funded(api, owner, buyer, 3, low=2, high=4)
     other_plan = await api.plan(owner)
     agent_id = await api.agent(owner, [plan_id])
     token = await api.token(buyer, plan_id)
@@ -50,7 +73,8 @@ async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeC
         "agent mismatch": (envelope(plan_id, agent_id=agent_id), "2", "different agent"),
         "below min": (envelope(plan_id), "1", "outside the plan's range"),
         "above max": (envelope(plan_id), "5", "outside the plan's range"),
-        "too many": (envelope(plan_id), "4", None),
+        "more than the balance": (envelope(plan_id), "4", "insufficient credits: 3 available"),
+        "within the balance": (envelope(plan_id), "3", None),
     }
     for name, (paid, amount, reason) in cases.items():
         result = await api.verify(owner, token, plan_id, amount, paid)
@@ -59,8 +83,6 @@ async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeC
         else:
             assert result["isValid"] is False, name
             assert reason in result["invalidReason"], (name, result["invalidReason"])
-    short = await api.verify(owner, token, plan_id, "2")  # 5 - 4 held = 1 left
-    assert short["isValid"] is False and "insufficient credits" in short["invalidReason"]
     clock.advance(3601)
     late = await api.verify(owner, token, plan_id, "2")
     assert late["isValid"] is False and "expired" in late["invalidReason"]
@@ -82,15 +104,35 @@ async def test_verify_enforces_the_agent_endpoint_allow_list(
     assert ok["isValid"] is True
     assert ok["agentRequest"]["agentId"] == agent_id and ok["agentRequest"]["agentName"] == "Agent"
     assert ok["agentRequest"]["verbMatching"] == "POST"
+    assert ok["urlMatching"] == "http://127.0.0.1:8402/svc/agent/:task"
     relative = await api.verify(owner, token, plan_id, paid=paid("/svc/agent/y"))
     assert relative["isValid"] is True
+    no_url = await api.verify(owner, token, plan_id, paid=paid(""))  # nothing to check
+    assert no_url["isValid"] is True and no_url["urlMatching"] is None
     for url, verb in (
         ("http://127.0.0.1:8402/other", "POST"),
-        ("", "POST"),
         ("http://127.0.0.1:8402/svc/agent/x", "GET"),
     ):
-        refused = await api.verify(owner, token, plan_id, paid=paid(url, verb))
-        assert refused["isValid"] is False and "endpoint" in refused["invalidReason"]
+        body = {"paymentRequired": paid(url, verb), "x402AccessToken": token, "maxAmount": "1"}
+        refused = await api.http.post("/x402/verify", json=body, headers=owner.headers)
+        assert refused.status_code == 400, (url, verb)
+        assert refused.json()["code"] == "BCK.PROTOCOL.0031"
+    assert await api.credits(plan_id, buyer) == 10
+
+
+async def test_verb_url_endpoint_items_never_match(api: Api, owner: Actor, buyer: Actor) -> None:
+    """The service reads an item as ``{VERB: url}``; ``{verb, url}`` items match nothing."""
+    plan_id = await funded(api, owner, buyer, 10)
+    url = "http://127.0.0.1:8402/svc/agent"
+    agent_id = await api.agent(owner, [plan_id], endpoints=[{"verb": "POST", "url": url}])
+    token = await api.token(buyer, plan_id, agent_id=agent_id)
+    paid = envelope(plan_id, agent_id=agent_id, url=url, verb="POST")
+    body = {"paymentRequired": paid, "x402AccessToken": token, "maxAmount": "1"}
+    refused = await api.http.post("/x402/verify", json=body, headers=owner.headers)
+    assert refused.status_code == 400 and refused.json()["code"] == "BCK.PROTOCOL.0031"
+    settled = await api.http.post("/x402/settle", json=body, headers=owner.headers)
+    assert settled.status_code == 400 and settled.json()["code"] == "BCK.PROTOCOL.0031"
+    assert await api.credits(plan_id, buyer) == 10
 
 
 async def test_malformed_verify_bodies_are_400(api: Api, owner: Actor, buyer: Actor) -> None:
@@ -103,22 +145,56 @@ async def test_malformed_verify_bodies_are_400(api: Api, owner: Actor, buyer: Ac
         ("x402AccessToken", 12),
         ("maxAmount", "one"),
         ("maxAmount", -1),
-        ("maxAmount", None),
+        ("agentRequestId", 7),
     ):
         body = {**good, field: value}
         answer = await api.http.post("/x402/verify", json=body, headers=owner.headers)
         assert answer.status_code == 400, (field, value)
+        assert "Traceback" not in answer.text
     assert (await api.http.post("/x402/verify", json=good)).status_code == 401
 
 
-async def test_concurrent_verifies_never_approve_more_than_the_balance(
+async def test_concurrent_settles_never_spend_more_than_the_balance(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 5)
     token = await api.token(buyer, plan_id)
-    results = await asyncio.gather(*(api.verify(owner, token, plan_id) for _ in range(20)))
-    assert sum(r["isValid"] for r in results) == 5
-    assert await api.credits(plan_id, buyer) == 5
+    verified = await asyncio.gather(*(api.verify(owner, token, plan_id) for _ in range(20)))
+    assert all(v["isValid"] for v in verified)
+    answers = await asyncio.gather(
+        *(api.settle_answer(owner, token, plan_id, v["agentRequestId"]) for v in verified)
+    )
+    bodies = [a.json() for a in answers]
+    assert sum(b["success"] for b in bodies) == 5
+    refused = [b for b in bodies if not b["success"]]
+    assert all("insufficient credits" in b["errorReason"] for b in refused)
+    assert all(b["transaction"] == "" for b in refused)
+    ledger = await api.ledger(plan_id, buyer)
+    assert (ledger["balance"], ledger["burned"]) == (0, 5)
+
+
+async def test_settle_rechecks_the_balance_spent_since_verify(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await funded(api, owner, buyer, 2, low=2, high=2)
+    token = await api.token(buyer, plan_id)
+    verified = await api.verify(owner, token, plan_id, "2")
+    assert verified["isValid"] is True
+    spent = await api.http.post(  # the buyer spends a credit between verify and settle
+        "/protocol/plans/burn",
+        json={"planId": plan_id, "creditsAmount": "1"},
+        headers=buyer.headers,
+    )
+    assert spent.status_code == 200, spent.text
+    late = await api.settle_answer(owner, token, plan_id, verified["agentRequestId"], "2")
+    assert late.status_code == 200
+    assert late.json() == {
+        "success": False,
+        "errorReason": "insufficient credits: 1 available, 2 requested",
+        "transaction": "",
+        "payer": buyer.address,
+    }
+    assert await api.credits(plan_id, buyer) == 1
 
 
 async def test_settle_is_idempotent_under_concurrent_replays(
@@ -139,7 +215,14 @@ async def test_settle_is_idempotent_under_concurrent_replays(
     assert first["payer"] == buyer.address
     assert await api.credits(plan_id, buyer) == 7
     ledger = await api.ledger(plan_id, buyer)
-    assert ledger == {"granted": 10, "burned": 3, "held": 0, "balance": 7, "expired": 0}
+    assert ledger == {
+        "granted": 10,
+        "burned": 3,
+        "balance": 7,
+        "expired": 0,
+        "auditGranted": 10,
+        "auditBurned": 3,
+    }
 
 
 async def test_settle_errors(api: Api, owner: Actor, buyer: Actor) -> None:
@@ -153,31 +236,48 @@ async def test_settle_errors(api: Api, owner: Actor, buyer: Actor) -> None:
     assert unknown.status_code == 404
     mismatch = await api.settle_answer(owner, other_token, plan_id, request_id, "2")
     assert mismatch.status_code == 400 and mismatch.json()["code"] == "BCK.X402.0041"
-    too_much = await api.settle_answer(owner, token, plan_id, request_id, "3")
-    assert too_much.status_code == 400 and too_much.json()["code"] == "BCK.X402.0042"
+    beyond_plan = (await api.settle_answer(owner, token, plan_id, request_id, "6")).json()
+    assert (
+        beyond_plan["success"] is False and "outside the plan's range" in beyond_plan["errorReason"]
+    )
     assert await api.credits(plan_id, buyer) == 10
     less = await api.settle_answer(owner, token, plan_id, request_id, "1")
     assert less.json()["success"] is True and less.json()["creditsRedeemed"] == "1"
     assert await api.credits(plan_id, buyer) == 9
 
 
-async def test_hold_expiry(api: Api, owner: Actor, buyer: Actor, clock: FakeClock) -> None:
+async def test_verified_request_expiry(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
     plan_id = await funded(api, owner, buyer, 1)
     token = await api.token(buyer, plan_id)
     request_id = (await api.verify(owner, token, plan_id))["agentRequestId"]
-    assert (await api.verify(owner, token, plan_id))["isValid"] is False  # the hold reserves it
-    clock.advance(HOLD_TTL + 1)
+    clock.advance(REQUEST_TTL + 1)
     late = await api.settle_answer(owner, token, plan_id, request_id)
     assert late.status_code == 200
     assert late.json() == {
         "success": False,
-        "errorReason": "hold expired",
+        "errorReason": "agent request expired: verify the token again",
         "transaction": "",
         "payer": buyer.address,
     }
     assert await api.credits(plan_id, buyer) == 1
-    fresh = await api.verify(owner, token, plan_id)  # the expired hold frees the credit
+    fresh = await api.verify(owner, token, plan_id)
     assert fresh["isValid"] is True
+
+
+async def test_a_request_verified_in_time_settles_after_the_token_expires(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    plan_id = await funded(api, owner, buyer, 2)
+    delegation_id = await api.delegation(buyer, duration=30)
+    token = (await api.token_answer(buyer, plan_id, delegation_id)).json()["accessToken"]
+    request_id = (await api.verify(owner, token, plan_id))["agentRequestId"]
+    clock.advance(31)  # token and delegation expire while the agent works
+    settled = (await api.settle_answer(owner, token, plan_id, request_id)).json()
+    assert settled["success"] is True and settled["remainingBalance"] == "1"
+    fresh = (await api.settle_answer(owner, token, plan_id, None)).json()
+    assert fresh["success"] is False and "expired" in fresh["errorReason"]
 
 
 async def test_settle_without_request_id_verifies_and_burns(
@@ -210,11 +310,7 @@ async def test_time_plan_settles_for_zero_while_access_lasts(
 
 async def test_fiat_plan_pays_with_a_card_delegation(api: Api, owner: Actor, buyer: Actor) -> None:
     plan_id = await api.plan(owner, fiat=True, price=2_000_000, credits=4)
-    await api.http.post(
-        f"/protocol/plans/{plan_id}/mint",
-        json={"amount": "4", "receiver": buyer.address},
-        headers=owner.headers,
-    )
+    await mint(api, owner, plan_id, buyer, 4)
     token = await api.token(buyer, plan_id, scheme=CARD)
     paid = envelope(plan_id, CARD)
     result = await api.verify(owner, token, plan_id, paid=paid)
@@ -227,26 +323,22 @@ async def test_conservation_after_a_mixed_run(
     api: Api, owner: Actor, buyer: Actor, clock: FakeClock
 ) -> None:
     plan_id = await funded(api, owner, buyer, 8, low=1, high=2)
-    await api.http.post(
-        f"/protocol/plans/{plan_id}/mint",
-        json={"amount": "4", "receiver": buyer.address},
-        headers=owner.headers,
-    )
+    await mint(api, owner, plan_id, buyer, 4)
     token = await api.token(buyer, plan_id)
     verified = await asyncio.gather(*(api.verify(owner, token, plan_id, "2") for _ in range(8)))
-    ids = [v["agentRequestId"] for v in verified if v["isValid"]]
-    assert len(ids) == 6  # 12 credits, 2 reserved each
+    ids = [v["agentRequestId"] for v in verified]
+    assert len(ids) == 8  # verify reserves nothing
     settles = [api.settle_answer(owner, token, plan_id, rid, "2") for rid in ids[:3] * 4]
     settles.append(api.settle_answer(owner, token, plan_id, ids[3], "1"))
     await asyncio.gather(*settles)
-    clock.advance(HOLD_TTL + 1)  # ids[4:] are never settled
+    clock.advance(REQUEST_TTL + 1)  # ids[4:] are never settled
     expired = await api.settle_answer(owner, token, plan_id, ids[4], "2")
     assert expired.json()["success"] is False
     extra = await api.settle_answer(owner, token, plan_id, None, "2")
     assert extra.json()["success"] is True
     await api.order(buyer, plan_id)
     ledger = await api.ledger(plan_id, buyer)
-    assert ledger["granted"] == 8 + 4 + 8
-    assert ledger["burned"] == 3 * 2 + 1 + 2
+    assert ledger["granted"] == ledger["auditGranted"] == 8 + 4 + 8
+    assert ledger["burned"] == ledger["auditBurned"] == 3 * 2 + 1 + 2
     assert ledger["granted"] == ledger["balance"] + ledger["burned"]
     assert await api.credits(plan_id, buyer) == ledger["balance"] == 11

@@ -210,22 +210,27 @@ async def test_max_orders_caps_the_number_of_orders(api: Api, owner: Actor, buye
 
 async def test_mint_is_owner_only(api: Api, owner: Actor, buyer: Actor) -> None:
     plan_id = await api.plan(owner)
-    body = {"amount": "7", "receiver": buyer.address}
-    stolen = await api.http.post(
-        f"/protocol/plans/{plan_id}/mint", json=body, headers=buyer.headers
-    )
+    body = {"planId": plan_id, "amount": 7, "creditsReceiver": buyer.address}  # the SDK's body
+    stolen = await api.http.post("/protocol/plans/mint", json=body, headers=buyer.headers)
     assert stolen.status_code == 403 and stolen.json()["code"] == "BCK.PROTOCOL.0003"
     assert await api.credits(plan_id, buyer) == 0
-    minted = await api.http.post(
-        f"/protocol/plans/{plan_id}/mint", json=body, headers=owner.headers
-    )
+    minted = await api.http.post("/protocol/plans/mint", json=body, headers=owner.headers)
     assert minted.status_code == 200 and minted.json()["success"] is True
+    assert minted.json()["txHash"].startswith("0x")
     assert await api.credits(plan_id, buyer) == 7
-    for bad in ({"amount": "0", "receiver": buyer.address}, {"amount": "3", "receiver": "bob"}):
-        rejected = await api.http.post(
-            f"/protocol/plans/{plan_id}/mint", json=bad, headers=owner.headers
-        )
-        assert rejected.status_code == 400
+    for bad in (
+        {**body, "amount": "0"},
+        {**body, "creditsReceiver": "bob"},
+        {"amount": "3", "creditsReceiver": buyer.address},
+    ):
+        rejected = await api.http.post("/protocol/plans/mint", json=bad, headers=owner.headers)
+        assert rejected.status_code == 400, bad
+    unknown = await api.http.post(
+        "/protocol/plans/mint", json={**body, "planId": "42"}, headers=owner.headers
+    )
+    assert unknown.status_code == 404
+    invented = await api.http.post(f"/protocol/plans/{plan_id}/mint", json=body)
+    assert invented.status_code in (404, 405)  # the old per-plan route is not the service's
 
 
 async def test_mint_expirable_credits_expire(
@@ -233,21 +238,99 @@ async def test_mint_expirable_credits_expire(
 ) -> None:
     plan_id = await api.plan(owner)
     await api.http.post(
-        f"/protocol/plans/{plan_id}/mint",
-        json={"amount": "5", "receiver": buyer.address},
+        "/protocol/plans/mint",
+        json={"planId": plan_id, "amount": 5, "creditsReceiver": buyer.address},
         headers=owner.headers,
     )
     answer = await api.http.post(
-        f"/protocol/plans/{plan_id}/mint-expirable",
-        json={"amount": "10", "receiver": buyer.address, "duration": "100"},
+        "/protocol/plans/mintExpirable",
+        json={
+            "planId": plan_id,
+            "creditsAmount": 10,
+            "creditsReceiver": buyer.address,
+            "creditsDuration": 100,
+        },
         headers=owner.headers,
     )
-    assert answer.status_code == 200
+    assert answer.status_code == 200, answer.text
     assert await api.credits(plan_id, buyer) == 15
     clock.advance(101)
     assert await api.credits(plan_id, buyer) == 5
     ledger = await api.ledger(plan_id, buyer)
+    assert (ledger["granted"], ledger["expired"]) == (15, 10)
     assert ledger["granted"] == ledger["balance"] + ledger["burned"] + ledger["expired"]
+
+
+async def test_burns_spend_the_soonest_expiring_credits_first(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    plan_id = await api.plan(owner)
+
+    async def mint(amount: int, duration: int) -> None:
+        body = {
+            "planId": plan_id,
+            "creditsAmount": amount,
+            "creditsReceiver": buyer.address,
+            "creditsDuration": duration,
+        }
+        answer = await api.http.post(
+            "/protocol/plans/mintExpirable", json=body, headers=owner.headers
+        )
+        assert answer.status_code == 200, answer.text
+
+    await mint(4, 0)  # duration 0: never expires
+    await mint(3, 500)
+    await mint(2, 100)
+    assert await api.credits(plan_id, buyer) == 9
+
+    async def burn(amount: int) -> int:
+        body = {"planId": plan_id, "creditsAmount": str(amount)}
+        answer = await api.http.post("/protocol/plans/burn", json=body, headers=buyer.headers)
+        return answer.status_code
+
+    assert await burn(3) == 200  # the 2 expiring at +100, then 1 of the 3 expiring at +500
+    clock.advance(101)
+    assert await api.credits(plan_id, buyer) == 6  # nothing was lost to the first expiry
+    clock.advance(400)
+    assert await api.credits(plan_id, buyer) == 4  # the 2 left of the +500 grant expired
+    assert await burn(5) == 400  # more than the balance: refused, nothing burned
+    assert await burn(4) == 200
+    ledger = await api.ledger(plan_id, buyer)
+    assert ledger == {
+        "granted": 9,
+        "burned": 7,
+        "expired": 2,
+        "balance": 0,
+        "auditGranted": 9,
+        "auditBurned": 7,
+    }
+
+
+async def test_redeem_burns_a_holders_credits_once_per_request(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, credits=10)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    body = {
+        "agentRequestId": "req-1",
+        "planId": plan_id,
+        "redeemFrom": buyer.address,
+        "amount": "3",
+    }
+    stolen = await api.http.post("/protocol/plans/redeem", json=body, headers=buyer.headers)
+    assert stolen.status_code == 403
+    first = await api.http.post("/protocol/plans/redeem", json=body, headers=owner.headers)
+    again = await api.http.post("/protocol/plans/redeem", json=body, headers=owner.headers)
+    assert first.status_code == again.status_code == 200
+    assert first.json() == again.json() and first.json()["success"] is True
+    assert await api.credits(plan_id, buyer) == 7  # the replay burned nothing
+    other = await api.http.post(
+        "/protocol/plans/redeem",
+        json={**body, "agentRequestId": "req-2", "amount": "8"},
+        headers=owner.headers,
+    )
+    assert other.status_code == 400 and "Insufficient credits" in other.json()["message"]
+    assert await api.credits(plan_id, buyer) == 7
 
 
 async def test_balance_rejects_bad_address_and_unknown_plan(

@@ -7,6 +7,7 @@ tests run offline against the same HTTP the hosted service sees.
 from __future__ import annotations
 
 from .app import create_app
+from .clock import ManualClock
 from .server import SandboxServer, main_sandbox, start_sandbox
 
-__all__ = ["SandboxServer", "create_app", "main_sandbox", "start_sandbox"]
+__all__ = ["ManualClock", "SandboxServer", "create_app", "main_sandbox", "start_sandbox"]

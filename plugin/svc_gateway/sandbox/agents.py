@@ -1,7 +1,11 @@
 """Agents, their API description and their plan associations (WIRE.md §2, §2.5, §2.6).
 
-Endpoint items arrive in two shapes (``{"POST": url}`` and ``{"verb", "url"}``) and are
-stored in the second; credentials given for calling the agent are checked, never stored.
+Endpoint items are stored as registered. Only ``{"<VERB>": url}`` items take part in the
+allow-list, as on the service: it reads each item as ``Object.entries(ep)[0]``, so a
+``{"verb": "POST", "url": ...}`` item (the Python SDK's ``Endpoint`` model) is accepted at
+registration but never matches, and an agent whose endpoints all look like that refuses
+every ``resource.url`` with ``BCK.PROTOCOL.0031`` (payments_py ``common/types.py``
+``Endpoint``). Credentials given for calling the agent are checked, never stored.
 """
 
 from __future__ import annotations
@@ -9,10 +13,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import validation as v
 from .db import Row, Store
-from .errors import PLAN_NOT_ASSOCIATED, ApiError, agent_not_found, bad_request, not_owner
+from .errors import (
+    ENDPOINT_NOT_ALLOWED,
+    PLAN_NOT_ASSOCIATED,
+    ApiError,
+    agent_not_found,
+    bad_request,
+    not_owner,
+)
 from .plan_input import metadata
 from .plans import Plan, iso, order_clause, require_plan
 from .tokens import random_hex
@@ -41,7 +53,51 @@ class Agent:
 
     @property
     def endpoints(self) -> list[dict[str, str]]:
+        """The endpoint items as registered."""
         return list(self.doc["api"]["endpoints"])
+
+    @property
+    def allow_list(self) -> list[tuple[str, str]]:
+        """``(VERB, url pattern)`` of the items the service can match (``{"POST": url}``)."""
+        out: list[tuple[str, str]] = []
+        for item in self.endpoints:
+            if len(item) == 1:
+                ((verb, url),) = item.items()
+                if verb.upper() in VERBS:
+                    out.append((verb.upper(), url))
+        return out
+
+    def match(self, url: str, verb: str | None) -> tuple[str, str] | None:
+        """The allow-list entry ``url`` (and ``verb`` when given) falls under."""
+        for item_verb, pattern in self.allow_list:
+            if verb and verb.upper() != item_verb:
+                continue
+            if url_matches(pattern, url):
+                return pattern, item_verb
+        return None
+
+
+def _path_matches(pattern: str, path: str) -> bool:
+    """``:name`` matches one segment; a final ``*`` matches the rest."""
+    want = pattern.rstrip("/").split("/")
+    got = path.rstrip("/").split("/")
+    for i, segment in enumerate(want):
+        if segment == "*" and i == len(want) - 1:
+            return len(got) >= i
+        if i >= len(got) or not (segment.startswith(":") or segment == got[i]):
+            return False
+    return len(got) == len(want)
+
+
+def url_matches(pattern: str, url: str) -> bool:
+    """An absolute URL must match scheme, host and path; a relative one the path only."""
+    want, got = urlsplit(pattern), urlsplit(url)
+    if got.scheme or got.netloc:
+        if (want.scheme, want.netloc.lower()) != (got.scheme, got.netloc.lower()):
+            return False
+    elif not url.startswith("/"):
+        return False
+    return _path_matches(want.path or "/", got.path or "/")
 
 
 def _url(value: object, name: str) -> str:
@@ -51,18 +107,20 @@ def _url(value: object, name: str) -> str:
 
 
 def _endpoint(item: object, name: str) -> dict[str, str]:
-    if isinstance(item, dict) and "url" in item:
-        verb = item.get("verb")
-        if not isinstance(verb, str) or verb.upper() not in VERBS:
-            raise bad_request(f"{name}.verb must be one of {', '.join(VERBS)}")
-        return {"verb": verb.upper(), "url": _url(item["url"], f"{name}.url")}
+    """``{"POST": url}`` (matched) or ``{"verb", "url"}`` (stored, never matched)."""
     if isinstance(item, dict) and len(item) == 1:
         ((verb, url),) = item.items()
         if verb.upper() in VERBS:
-            return {"verb": verb.upper(), "url": _url(url, f"{name}.{verb}")}
+            return {verb.upper(): _url(url, f"{name}.{verb}")}
+    if (
+        isinstance(item, dict)
+        and set(item) == {"verb", "url"}
+        and all(isinstance(value, str) and len(value) <= 2048 for value in item.values())
+    ):
+        return {"verb": item["verb"], "url": item["url"]}
     raise bad_request(
-        f'{name} must look like {{"POST": "https://..."}} or '
-        '{"verb": "POST", "url": "https://..."}'
+        f'{name} must look like {{"POST": "https://..."}} (the verb as the key)',
+        code=ENDPOINT_NOT_ALLOWED,
     )
 
 
@@ -217,3 +275,24 @@ def remove_plan(store: Store, caller: str, agent_id: str, plan_id: str) -> None:
         raise ApiError(
             404, PLAN_NOT_ASSOCIATED, f"Plan {plan_id!r} is not associated with this agent"
         )
+
+
+def add_plan(store: Store, caller: str, agent_id: str, plan_id: str) -> bool:
+    """``POST /protocol/agents/{agentId}/plan/{planId}``: both must be the caller's.
+
+    Returns ``False`` when the plan was already associated (nothing changes).
+    """
+    agent = require_agent(store, agent_id)
+    if agent.owner != caller:
+        raise not_owner("agent")
+    plan = require_plan(store, plan_id)
+    if plan.owner != caller:
+        raise not_owner(f"plan ({plan.id})")
+    with store.tx():
+        if is_associated(store, agent.id, plan.id):
+            return False
+        store.run(
+            "INSERT INTO agent_plans (agent_id, plan_id, added_at) VALUES (?, ?, ?)",
+            (agent.id, plan.id, store.now()),
+        )
+    return True

@@ -74,11 +74,16 @@ def create_app(
     db: str = ":memory:",
     *,
     clock: Callable[[], float] = time.time,
-    hold_ttl_secs: float = 300.0,
+    request_ttl_secs: float = 300.0,
 ) -> web.Application:
-    """The sandbox service over a SQLite file (or a private in-memory database)."""
+    """The sandbox service over a SQLite file (or a private in-memory database).
+
+    ``clock`` is the sandbox's only notion of time (token, delegation, checkout, time-plan
+    and expirable-credit expiry): pass a :class:`~svc_gateway.sandbox.clock.ManualClock`
+    to move it by hand in tests.
+    """
     app = web.Application(middlewares=[service_middleware], client_max_size=MAX_BODY_BYTES)
-    app[STORE] = Store(db, clock=clock, hold_ttl_secs=hold_ttl_secs)
+    app[STORE] = Store(db, clock=clock, request_ttl_secs=request_ttl_secs)
     app.on_response_prepare.append(_version_headers)
     app.on_cleanup.append(_close_store)
     app.add_routes(routes_protocol.routes)

@@ -1,14 +1,20 @@
 """The SQLite database behind the sandbox: schema, transactions, the signing secret.
 
 All calls are synchronous on the event-loop thread. A check and the write that depends on
-it run inside one :meth:`Store.tx` with no ``await`` between them, which is what makes
-verify holds and settle burns atomic under concurrent requests.
+it run inside one :meth:`Store.tx` with no ``await`` between them, which is what makes a
+settle's balance check and its burn atomic under concurrent requests.
+
+The file holds the signing secret, so it is created owner-only (0600) and tightened to
+0600 when an existing file is opened; a world-writable directory is logged as a warning.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import secrets
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -46,7 +52,7 @@ CREATE TABLE IF NOT EXISTS grants (
 CREATE INDEX IF NOT EXISTS grants_holding ON grants(plan_id, holder);
 CREATE TABLE IF NOT EXISTS burns (
     id INTEGER PRIMARY KEY AUTOINCREMENT, plan_id TEXT NOT NULL, holder TEXT NOT NULL,
-    amount TEXT NOT NULL, hold_id TEXT, tx TEXT NOT NULL, created_at REAL NOT NULL);
+    amount TEXT NOT NULL, request_id TEXT, tx TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS burns_holding ON burns(plan_id, holder);
 CREATE TABLE IF NOT EXISTS checkouts (
     id TEXT PRIMARY KEY, plan_id TEXT NOT NULL, buyer TEXT NOT NULL, client_ref TEXT NOT NULL,
@@ -57,35 +63,104 @@ CREATE TABLE IF NOT EXISTS delegations (
     plan_id TEXT, max_transactions INTEGER, transaction_count INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL, expires_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS delegations_owner ON delegations(owner);
-CREATE TABLE IF NOT EXISTS holds (
-    id TEXT PRIMARY KEY, plan_id TEXT NOT NULL, payer TEXT NOT NULL, token_jti TEXT NOT NULL,
-    delegation_id TEXT NOT NULL, amount TEXT NOT NULL, network TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS balances (
+    plan_id TEXT NOT NULL, holder TEXT NOT NULL, plain TEXT NOT NULL, granted TEXT NOT NULL,
+    burned TEXT NOT NULL, access_until REAL, PRIMARY KEY (plan_id, holder));
+CREATE TABLE IF NOT EXISTS buckets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, plan_id TEXT NOT NULL, holder TEXT NOT NULL,
+    expires_at REAL NOT NULL, remaining TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS buckets_live ON buckets(plan_id, holder, expires_at);
+CREATE TABLE IF NOT EXISTS agent_requests (
+    id TEXT PRIMARY KEY, token_id TEXT NOT NULL, plan_id TEXT NOT NULL, payer TEXT NOT NULL,
     created_at REAL NOT NULL, expires_at REAL NOT NULL, answer TEXT);
-CREATE INDEX IF NOT EXISTS holds_holding ON holds(plan_id, payer);
+CREATE TABLE IF NOT EXISTS spent_nonces (
+    nonce TEXT PRIMARY KEY, agent_request_id TEXT, spent_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS redemptions (
+    agent_request_id TEXT PRIMARY KEY, plan_id TEXT NOT NULL, holder TEXT NOT NULL,
+    answer TEXT NOT NULL);
 """
 
 Row = sqlite3.Row
+#: Bumped when the schema changes in a way an old file cannot follow.
+SCHEMA_VERSION = "2"
+log = logging.getLogger("svc_gateway.sandbox")
+
+
+class StoreError(sqlite3.DatabaseError):
+    """The database file cannot be used (wrong schema generation)."""
+
+
+def is_memory(path: str) -> bool:
+    return path == ":memory:" or path.startswith("file::memory:") or path == ""
+
+
+def prepare_file(path: str) -> None:
+    """Create the database file 0600 (or tighten an existing one) before SQLite opens it."""
+    if is_memory(path) or path.startswith("file:"):
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    directory = os.path.dirname(os.path.abspath(path))
+    mode = os.stat(directory).st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        log.warning(
+            "sandbox database directory %s is world-writable: anyone on this machine could "
+            "replace the database; keep it in a private directory",
+            directory,
+        )
 
 
 class Store:
     """One SQLite connection plus the clock and limits every ledger rule reads."""
 
     def __init__(
-        self, path: str, *, clock: Callable[[], float], hold_ttl_secs: float = 300.0
+        self, path: str, *, clock: Callable[[], float], request_ttl_secs: float = 300.0
     ) -> None:
         self.path = path
         self.clock = clock
-        self.hold_ttl_secs = hold_ttl_secs
+        #: How long a verified agent request may still be settled by its ``agentRequestId``.
+        self.request_ttl_secs = request_ttl_secs
+        try:
+            prepare_file(path)
+        except OSError as error:
+            raise StoreError(f"{error.strerror or error}") from error
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.conn.row_factory = sqlite3.Row
-        if path != ":memory:" and not path.startswith("file::memory:"):
+        if not is_memory(path):
             self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.executescript(SCHEMA)
         self._depth = 0
+        try:
+            self._check_generation()
+            self.conn.executescript(SCHEMA)
+        except BaseException:
+            self.conn.close()
+            raise
         secret = self._secret()
         self.key_signing = derive_key(secret, "svc-sandbox/api-key")
         self.token_signing = derive_key(secret, "svc-sandbox/x402-token")
+
+    def _check_generation(self) -> None:
+        """Refuse a file written by an older sandbox (its balances would read as zero)."""
+        has_meta = self.one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+        if has_meta is None:
+            self.conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,)
+            )
+            return
+        row = self.one("SELECT value FROM meta WHERE key = 'schema'")
+        if row is None or row["value"] != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by an older sandbox (schema "
+                f"{row['value'] if row else '1'}, this one needs {SCHEMA_VERSION}); "
+                "start with a new --db file"
+            )
 
     def _secret(self) -> bytes:
         """The signing secret, created on first open so a file DB keeps keys valid."""

@@ -174,12 +174,16 @@ def count_transaction(store: Store, delegation_id: str) -> None:
 def delegation_item(store: Store, delegation: Delegation) -> dict[str, Any]:
     active = delegation.expires_at > store.now()
     return {
+        "id": delegation.id,
         "delegationId": delegation.id,
+        "cardId": None if delegation.provider == "erc4337" else delegation.payment_method_id,
         "provider": delegation.provider,
         "providerPaymentMethodId": delegation.payment_method_id,
         "status": "Active" if active else "Expired",
         "spendingLimitCents": str(delegation.spending_limit_cents),
         "amountSpentCents": "0",
+        "spentCents": "0",
+        "durationSecs": round(delegation.expires_at - delegation.created_at),
         "remainingBudgetCents": str(delegation.spending_limit_cents),
         "currency": delegation.currency,
         "transactionCount": delegation.transaction_count,
@@ -191,16 +195,10 @@ def delegation_item(store: Store, delegation: Delegation) -> dict[str, Any]:
     }
 
 
-def list_delegations(store: Store, owner: str, paging: v.Paging) -> dict[str, Any]:
-    total = store.one("SELECT COUNT(*) AS n FROM delegations WHERE owner = ?", (owner,))
+def list_delegations(store: Store, owner: str, limit: int = 1000) -> list[dict[str, Any]]:
+    """``GET /delegation``: a bare array, newest first, as the Python SDK reads it."""
     rows = store.all(
-        "SELECT * FROM delegations WHERE owner = ? ORDER BY created_at DESC, rowid DESC "
-        "LIMIT ? OFFSET ?",
-        (owner, paging.size, paging.skip),
+        "SELECT * FROM delegations WHERE owner = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+        (owner, limit),
     )
-    return {
-        "delegations": [delegation_item(store, Delegation.from_row(r)) for r in rows],
-        "totalResults": int(total["n"]) if total else 0,
-        "page": paging.page,
-        "offset": paging.size,
-    }
+    return [delegation_item(store, Delegation.from_row(r)) for r in rows]

@@ -1,9 +1,18 @@
-"""The facilitator: ``POST /x402/verify`` (reserve, burn nothing) and ``/x402/settle`` (burn).
+"""The facilitator: ``POST /x402/verify`` (a dry run) and ``POST /x402/settle`` (the burn).
 
-Verify records a hold of ``maxAmount`` under a new ``agentRequestId``; holds lower what the
-next verify may approve, so concurrent verifies never approve more than the balance. Each
-check-and-write runs synchronously inside one transaction, which makes it atomic. Settle is
-idempotent on ``agentRequestId``: the first answer is stored and replayed verbatim.
+Verify checks a token against the PaymentRequired envelope and the payer's balance and
+reserves nothing: a seller may repeat it, and N verifies against a balance of 1 all pass.
+It records the agent request (no amount) under a new ``agentRequestId`` for settle to name.
+Settle re-checks everything, the balance included, and burns inside one transaction, so
+concurrent settles never spend more than the balance. Settle is idempotent on
+``agentRequestId``: the first successful answer is stored and replayed verbatim, burning
+nothing more. A version 3 token is single use: its first settle spends its nonce and any
+later settle under another ``agentRequestId`` fails with ``BCK.X402.0059``. Verify never
+consults the spent nonces (as on the service, payments_py ``x402/fastapi/middleware.py``):
+a replayed v3 token passes verify and the seller learns it was spent at settle.
+
+``maxAmount`` is optional on both (as in the SDK); when absent the plan's credits per
+request (``creditsConfig.minAmount``, which equals ``maxAmount`` on fixed plans) is used.
 """
 
 from __future__ import annotations
@@ -20,26 +29,27 @@ from .agents import Agent, get_agent, is_associated
 from .db import Store
 from .delegations import count_transaction, get_delegation
 from .errors import (
+    ENDPOINT_NOT_ALLOWED,
     ENVELOPE_INVALID,
     REQUEST_MISMATCH,
     REQUEST_NOT_FOUND,
-    SETTLE_AMOUNT_INVALID,
+    TOKEN_ALREADY_USED,
     ApiError,
     bad_request,
     not_owner,
 )
-from .ledger import balance_view, burn, held, holding
+from .ledger import balance_view, burn, holding
 from .permissions import InvalidToken, TokenInfo, read_token
 from .plans import Plan, get_plan
 
 
 @dataclass(frozen=True)
 class PaymentCall:
-    """A checked verify/settle body."""
+    """A checked verify/settle body; ``amount`` is ``None`` when ``maxAmount`` was left out."""
 
     envelope: dict[str, Any]
     token: str
-    amount: int
+    amount: int | None
     agent_request_id: str | None
 
 
@@ -50,6 +60,7 @@ class Approval:
     info: TokenInfo
     plan: Plan
     agent: Agent | None
+    amount: int
     url_matching: str | None
     verb_matching: str | None
 
@@ -69,43 +80,34 @@ def parse_call(body: dict[str, Any]) -> PaymentCall:
     request_id = body.get("agentRequestId")
     if request_id is not None and (not isinstance(request_id, str) or len(request_id) > 200):
         raise bad_request("agentRequestId must be the string verify returned")
-    return PaymentCall(envelope, token.strip(), v.bigint(body, "maxAmount"), request_id or None)
+    amount = None if body.get("maxAmount") is None else v.bigint(body, "maxAmount")
+    return PaymentCall(envelope, token.strip(), amount, request_id or None)
 
 
-def _path_matches(pattern: str, path: str) -> bool:
-    """``:name`` matches one segment; a final ``*`` matches the rest."""
-    want = pattern.rstrip("/").split("/")
-    got = path.rstrip("/").split("/")
-    for i, segment in enumerate(want):
-        if segment == "*" and i == len(want) - 1:
-            return len(got) >= i
-        if i >= len(got) or not (segment.startswith(":") or segment == got[i]):
-            return False
-    return len(got) == len(want)
-
-
-def _url_matches(pattern: str, url: str) -> bool:
-    want, got = urlsplit(pattern), urlsplit(url)
-    if got.scheme or got.netloc:
-        if (want.scheme, want.netloc.lower()) != (got.scheme, got.netloc.lower()):
-            return False
-    elif not url.startswith("/"):
-        return False
-    return _path_matches(want.path or "/", got.path or "/")
-
-
-def _endpoint(agent: Agent, envelope: dict[str, Any], verb: object) -> tuple[str, str] | None:
-    """The registered endpoint the envelope's ``resource.url`` (and verb) falls under."""
+def _resource_url(envelope: dict[str, Any]) -> str | None:
     resource = envelope.get("resource")
     url = resource.get("url") if isinstance(resource, dict) else None
-    if not isinstance(url, str) or not url:
-        return None
-    for item in agent.endpoints:
-        if isinstance(verb, str) and verb and verb.upper() != item["verb"]:
-            continue
-        if _url_matches(item["url"], url):
-            return item["url"], item["verb"]
-    return None
+    return url if isinstance(url, str) and url else None
+
+
+def _same_resource(bound: str, url: str) -> bool:
+    """A v3 token's URL against the envelope's (a relative envelope URL compares paths)."""
+    if bound == url:
+        return True
+    got = urlsplit(url)
+    if got.scheme or got.netloc:
+        return bound.rstrip("/") == url.rstrip("/")
+    return (urlsplit(bound).path or "/").rstrip("/") == (got.path or "/").rstrip("/")
+
+
+def _check_binding(info: TokenInfo, url: str | None, verb: object) -> None:
+    """A v3 token pays only for the resource URL and verb it was minted for."""
+    if info.version != 3:
+        return
+    if url is None or info.resource_url is None or not _same_resource(info.resource_url, url):
+        raise InvalidToken("the access token is bound to another resource URL")
+    if not isinstance(verb, str) or verb.upper() != (info.http_verb or "").upper():
+        raise InvalidToken("the access token is bound to another HTTP verb")
 
 
 def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) -> Approval:
@@ -144,37 +146,46 @@ def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) ->
     agent = get_agent(store, info.agent_id) if info.agent_id else None
     if info.agent_id and (agent is None or not is_associated(store, agent.id, plan.id)):
         raise InvalidToken("the token's agent no longer sells this plan")
+    url = _resource_url(call.envelope)
+    verb = extra.get("httpVerb")
     matched: tuple[str, str] | None = None
-    if agent is not None and agent.endpoints:
-        matched = _endpoint(agent, call.envelope, extra.get("httpVerb"))
+    if agent is not None and agent.endpoints and url is not None:
+        matched = agent.match(url, verb if isinstance(verb, str) else None)
         if matched is None:
-            raise InvalidToken(
-                "resource.url of the envelope matches no endpoint registered for the agent"
+            raise ApiError(
+                400,
+                ENDPOINT_NOT_ALLOWED,
+                f"resource.url {url!r} matches no endpoint registered for agent {agent.id}",
+                'Register the endpoint as {"POST": "<url>"} or send the registered URL',
             )
-    if not plan.min_amount <= call.amount <= plan.max_amount:
+    _check_binding(info, url, verb)
+    amount = plan.min_amount if call.amount is None else call.amount
+    if not plan.min_amount <= amount <= plan.max_amount:
         raise InvalidToken(
-            f"maxAmount {call.amount} is outside the plan's range "
-            f"[{plan.min_amount}, {plan.max_amount}]"
+            f"maxAmount {amount} is outside the plan's range [{plan.min_amount}, {plan.max_amount}]"
         )
-    return Approval(info, plan, agent, *(matched or (None, None)))
+    return Approval(info, plan, agent, amount, *(matched or (None, None)))
 
 
-def _has_credit(store: Store, approval: Approval, amount: int) -> None:
+def _credit_problem(store: Store, approval: Approval) -> str | None:
+    """Why the payer cannot pay ``approval.amount`` now, or ``None`` when they can."""
     plan, payer = approval.plan, approval.info.payer
     state = holding(store, plan, payer)
     if plan.is_time:
-        if not state.active:
-            raise InvalidToken("no active access to this time plan: order it first")
-        return
-    available = state.balance - held(store, plan.id, payer)
-    if available < amount:
-        raise InvalidToken(
-            f"insufficient credits: {max(available, 0)} available, {amount} requested"
-        )
+        return None if state.active else "no active access to this time plan: order it first"
+    if state.balance < approval.amount:
+        return f"insufficient credits: {state.balance} available, {approval.amount} requested"
+    return None
+
+
+def _nonce_spent(store: Store, info: TokenInfo) -> bool:
+    if info.nonce is None:
+        return False
+    return store.one("SELECT 1 FROM spent_nonces WHERE nonce = ?", (info.nonce,)) is not None
 
 
 def verify(store: Store, body: dict[str, Any]) -> dict[str, Any]:
-    """Check the token and reserve ``maxAmount``; burns nothing."""
+    """Check the token, the envelope and the balance; reserve and burn nothing."""
     call = parse_call(body)
     try:
         info = read_token(store, call.token)
@@ -184,24 +195,16 @@ def verify(store: Store, body: dict[str, Any]) -> dict[str, Any]:
     with store.tx():
         try:
             approval = approve(store, info, call, fresh=True)
-            _has_credit(store, approval, call.amount)
+            problem = _credit_problem(store, approval)
+            if problem is not None:
+                raise InvalidToken(problem)
         except InvalidToken as error:
             return {"isValid": False, "invalidReason": str(error), "payer": info.payer}
         request_id = str(uuid.uuid4())
         store.run(
-            "INSERT INTO holds (id, plan_id, payer, token_jti, delegation_id, amount, network, "
-            "created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                request_id,
-                info.plan_id,
-                info.payer,
-                info.jti,
-                info.delegation_id,
-                str(call.amount),
-                info.network,
-                now,
-                now + store.hold_ttl_secs,
-            ),
+            "INSERT INTO agent_requests (id, token_id, plan_id, payer, created_at, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (request_id, info.jti, info.plan_id, info.payer, now, now + store.request_ttl_secs),
         )
     agent = approval.agent
     return {
@@ -229,21 +232,6 @@ def _failure(reason: str, payer: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _burn(store: Store, approval: Approval, amount: int, hold_id: str | None) -> dict[str, Any]:
-    plan, info = approval.plan, approval.info
-    redeemed = 0 if plan.is_time else amount
-    tx = burn(store, plan, info.payer, redeemed, hold_id)
-    count_transaction(store, info.delegation_id)
-    return {
-        "success": True,
-        "payer": info.payer,
-        "network": info.network,
-        "transaction": tx,
-        "creditsRedeemed": str(redeemed),
-        "remainingBalance": str(holding(store, plan, info.payer).balance),
-    }
-
-
 def settle(store: Store, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     """Burn credits for a verified request; only the plan's owner may settle."""
     call = parse_call(body)
@@ -257,54 +245,70 @@ def settle(store: Store, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     if plan.owner != caller:
         raise not_owner("plan (only the plan owner settles its requests)")
     with store.tx():
-        if call.agent_request_id is None:
-            try:
-                approval = approve(store, info, call, fresh=True)
-                _has_credit(store, approval, call.amount)
-            except InvalidToken as error:
-                return _failure(str(error), info.payer)
-            return _burn(store, approval, call.amount, None)
-        return _settle_hold(store, info, call)
+        request = None
+        if call.agent_request_id is not None:
+            request = _known_request(store, info, call.agent_request_id)
+            if request["answer"] is not None:
+                stored: dict[str, Any] = json.loads(request["answer"])
+                return stored
+            if request["expires_at"] <= store.now():
+                return _failure("agent request expired: verify the token again", info.payer)
+        try:
+            # A request verified in time stays payable even if the token expires meanwhile.
+            approval = approve(store, info, call, fresh=request is None)
+        except InvalidToken as error:
+            return _failure(str(error), info.payer)
+        if _nonce_spent(store, info):
+            raise ApiError(
+                403,
+                TOKEN_ALREADY_USED,
+                "This access token was already settled (version 3 tokens are single use)",
+                "Withhold the answer; the buyer must mint a new access token",
+            )
+        problem = _credit_problem(store, approval)
+        if problem is not None:
+            return _failure(problem, info.payer)
+        answer = _burn(store, approval, call.agent_request_id)
+        if call.agent_request_id is not None:
+            store.run(
+                "UPDATE agent_requests SET answer = ? WHERE id = ?",
+                (json.dumps(answer), call.agent_request_id),
+            )
+    return answer
 
 
-def _settle_hold(store: Store, info: TokenInfo, call: PaymentCall) -> dict[str, Any]:
-    hold = store.one("SELECT * FROM holds WHERE id = ?", (call.agent_request_id,))
-    if hold is None:
+def _known_request(store: Store, info: TokenInfo, request_id: str) -> Any:
+    request = store.one("SELECT * FROM agent_requests WHERE id = ?", (request_id,))
+    if request is None:
         raise ApiError(
             404,
             REQUEST_NOT_FOUND,
             "Unknown agentRequestId",
             "Send the agentRequestId that verify returned",
         )
-    if hold["token_jti"] != info.jti or hold["plan_id"] != info.plan_id:
+    if request["token_id"] != info.jti or request["plan_id"] != info.plan_id:
         raise bad_request(
             "This agentRequestId was verified for a different token or plan",
             code=REQUEST_MISMATCH,
         )
-    if hold["answer"] is not None:
-        stored: dict[str, Any] = json.loads(hold["answer"])
-        return stored
-    if hold["expires_at"] <= store.now():
-        return _failure("hold expired", info.payer)
-    reserved = int(hold["amount"])
-    plan = get_plan(store, info.plan_id)
-    minimum = plan.min_amount if plan else 1
-    if not minimum <= call.amount <= reserved:
-        raise bad_request(
-            f"maxAmount {call.amount} must be between the plan's minAmount {minimum} "
-            f"and the {reserved} credits verify reserved",
-            "Settle at most the maxAmount you verified; verify again to charge more",
-            code=SETTLE_AMOUNT_INVALID,
+    return request
+
+
+def _burn(store: Store, approval: Approval, request_id: str | None) -> dict[str, Any]:
+    plan, info = approval.plan, approval.info
+    redeemed = 0 if plan.is_time else approval.amount
+    tx = burn(store, plan, info.payer, redeemed, request_id)
+    count_transaction(store, info.delegation_id)
+    if info.nonce is not None:
+        store.run(
+            "INSERT INTO spent_nonces (nonce, agent_request_id, spent_at) VALUES (?, ?, ?)",
+            (info.nonce, request_id, store.now()),
         )
-    try:
-        approval = approve(store, info, call, fresh=False)
-    except InvalidToken as error:
-        return _failure(str(error), info.payer)
-    if (
-        not approval.plan.is_time
-        and holding(store, approval.plan, info.payer).balance < call.amount
-    ):
-        return _failure("insufficient credits", info.payer)
-    answer = _burn(store, approval, call.amount, hold["id"])
-    store.run("UPDATE holds SET answer = ? WHERE id = ?", (json.dumps(answer), hold["id"]))
-    return answer
+    return {
+        "success": True,
+        "payer": info.payer,
+        "network": info.network,
+        "transaction": tx,
+        "creditsRedeemed": str(redeemed),
+        "remainingBalance": str(holding(store, plan, info.payer).balance),
+    }

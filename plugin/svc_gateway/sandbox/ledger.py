@@ -1,12 +1,16 @@
 """The credits ledger: orders, fiat checkouts, mints, balances and burns.
 
-Credits are rows, never a mutable counter: a grant adds a row, a burn adds a row, and the
-balance is their difference, so "granted = balance + burned" holds by construction. Time
-plans grant access until a moment instead; their balance reads 1 while access lasts.
+Each holder of a plan has one ``balances`` row (non-expiring credits left, granted and burned
+totals, time-plan access) and one ``buckets`` row per live expiring grant. Every grant and
+burn updates them in the same transaction, so reading or spending a balance costs the same
+after a million settles as after one. The append-only ``grants`` and ``burns`` tables are
+the audit trail: written on every change, read only by :func:`audit` (never on a hot path),
+so "granted = balance + burned + expired" stays checkable.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +22,8 @@ from .errors import (
     CRYPTO_PLAN_NOT_FIAT,
     FIAT_PLAN_NEEDS_CHECKOUT,
     MAX_ORDERS_REACHED,
+    NO_CREDITS,
+    REQUEST_MISMATCH,
     TRIAL_ALREADY_USED,
     ApiError,
     bad_request,
@@ -56,54 +62,37 @@ class Holding:
         return self.remaining
 
 
+def _row(store: Store, plan_id: str, holder: str) -> tuple[int, int, int, float | None]:
+    row = store.one(
+        "SELECT plain, granted, burned, access_until FROM balances "
+        "WHERE plan_id = ? AND holder = ?",
+        (plan_id, holder),
+    )
+    if row is None:
+        return 0, 0, 0, None
+    return int(row["plain"]), int(row["granted"]), int(row["burned"]), row["access_until"]
+
+
+def _live_buckets(store: Store, plan_id: str, holder: str, now: float) -> list[tuple[int, int]]:
+    """``(bucket id, credits left)`` of unexpired expiring grants, soonest expiry first."""
+    rows = store.all(
+        "SELECT id, remaining FROM buckets WHERE plan_id = ? AND holder = ? AND expires_at > ? "
+        "ORDER BY expires_at, id",
+        (plan_id, holder, now),
+    )
+    return [(int(r["id"]), int(r["remaining"])) for r in rows]
+
+
 def holding(store: Store, plan: Plan, holder: str) -> Holding:
-    """Replay grants and burns in order; a burn spends the soonest-expiring credits first."""
+    """One row plus the holder's live buckets: O(1) in the number of past settles."""
     now = store.now()
-    events: list[tuple[float, int, int, float | None]] = []
-    for row in store.all(
-        "SELECT amount, expires_at, created_at FROM grants WHERE plan_id = ? AND holder = ?",
-        (plan.id, holder),
-    ):
-        events.append((row["created_at"], 0, int(row["amount"]), row["expires_at"]))
-    for row in store.all(
-        "SELECT amount, created_at FROM burns WHERE plan_id = ? AND holder = ?",
-        (plan.id, holder),
-    ):
-        events.append((row["created_at"], 1, int(row["amount"]), None))
-    events.sort(key=lambda e: (e[0], e[1]))
-    buckets: list[list[Any]] = []  # [expires_at or None, amount left]
-    granted = burned = 0
-    access_until: float | None = None
-    for at, kind, amount, expires in events:
-        if kind == 0:
-            granted += amount
-            buckets.append([expires, amount])
-            if expires is not None:
-                access_until = expires if access_until is None else max(access_until, expires)
-            continue
-        burned += amount
-        buckets = [b for b in buckets if b[0] is None or b[0] > at]
-        buckets.sort(key=lambda b: (b[0] is None, b[0] or 0.0))
-        for bucket in buckets:
-            spent = min(bucket[1], amount)
-            bucket[1] -= spent
-            amount -= spent
-    remaining = sum(b[1] for b in buckets if b[0] is None or b[0] > now)
+    plain, granted, burned, access_until = _row(store, plan.id, holder)
+    remaining = plain + sum(left for _, left in _live_buckets(store, plan.id, holder, now))
     return Holding(granted, burned, remaining, access_until, plan.is_time, now)
 
 
-def held(store: Store, plan_id: str, payer: str) -> int:
-    """Credits reserved by unsettled, unexpired verify holds."""
-    rows = store.all(
-        "SELECT amount FROM holds WHERE plan_id = ? AND payer = ? AND answer IS NULL "
-        "AND expires_at > ?",
-        (plan_id, payer, store.now()),
-    )
-    return sum(int(r["amount"]) for r in rows)
-
-
 def balance_view(store: Store, plan: Plan, holder: str) -> dict[str, Any]:
-    """The balance object (WIRE.md §2.2); verify holds do not lower the shown balance."""
+    """The balance object (WIRE.md §2.2)."""
     state = holding(store, plan, holder)
     return {
         "planId": plan.id,
@@ -118,8 +107,13 @@ def balance_view(store: Store, plan: Plan, holder: str) -> dict[str, Any]:
 
 
 def ledger_view(store: Store, plan: Plan, holder: str) -> dict[str, Any]:
-    """Sandbox-only audit numbers: ``granted = balance + burned + expired`` (credits plans)."""
+    """Sandbox-only audit numbers: ``granted = balance + burned + expired`` (credits plans).
+
+    ``auditGranted`` and ``auditBurned`` are summed from the append-only trail, so a test
+    can check the running totals against the history they summarise.
+    """
     state = holding(store, plan, holder)
+    trail = audit(store, plan.id, holder)
     return {
         "planId": plan.id,
         "holderAddress": holder,
@@ -127,39 +121,114 @@ def ledger_view(store: Store, plan: Plan, holder: str) -> dict[str, Any]:
         "granted": str(state.granted),
         "expired": str(state.expired),
         "burned": str(state.burned),
-        "held": str(held(store, plan.id, holder)),
         "balance": str(state.balance),
+        "auditGranted": str(trail[0]),
+        "auditBurned": str(trail[1]),
     }
 
 
-def _grant(
+def audit(store: Store, plan_id: str, holder: str) -> tuple[int, int]:
+    """Granted and burned totals summed from the append-only trail (slow; audits only)."""
+    granted = sum(
+        int(r["amount"])
+        for r in store.all(
+            "SELECT amount FROM grants WHERE plan_id = ? AND holder = ?", (plan_id, holder)
+        )
+    )
+    burned = sum(
+        int(r["amount"])
+        for r in store.all(
+            "SELECT amount FROM burns WHERE plan_id = ? AND holder = ?", (plan_id, holder)
+        )
+    )
+    return granted, burned
+
+
+def _save_row(
+    store: Store, plan_id: str, holder: str, row: tuple[int, int, int, float | None]
+) -> None:
+    plain, granted, burned, access_until = row
+    store.run(
+        "INSERT INTO balances (plan_id, holder, plain, granted, burned, access_until) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (plan_id, holder) DO UPDATE SET "
+        "plain = excluded.plain, granted = excluded.granted, burned = excluded.burned, "
+        "access_until = excluded.access_until",
+        (plan_id, holder, str(plain), str(granted), str(burned), access_until),
+    )
+
+
+def grant(
     store: Store, plan: Plan, holder: str, amount: int, source: str, duration: int | None
 ) -> str:
-    """Add credits (or, for time plans, extend access); returns the transaction hash."""
+    """Add credits (or, for time plans, extend access); returns the transaction hash.
+
+    ``duration`` makes the credits expire that many seconds from now (a bucket); a time
+    plan's access is extended from its current end when still active.
+    """
     now = store.now()
-    expires: float | None = None
-    if duration:
-        expires = now + duration
-        if plan.is_time:
-            current = holding(store, plan, holder)
-            if current.active and current.access_until is not None:
-                expires = current.access_until + duration
     tx = tx_hash()
-    store.run(
-        "INSERT INTO grants (plan_id, holder, amount, expires_at, source, tx, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (plan.id, holder, str(amount), expires, source, tx, now),
-    )
+    with store.tx():
+        plain, granted, burned, access_until = _row(store, plan.id, holder)
+        expires: float | None = None
+        if duration:
+            expires = now + duration
+            if plan.is_time:
+                if access_until is not None and access_until > now:
+                    expires = access_until + duration
+                access_until = expires
+            else:
+                store.run(
+                    "INSERT INTO buckets (plan_id, holder, expires_at, remaining) "
+                    "VALUES (?, ?, ?, ?)",
+                    (plan.id, holder, expires, str(amount)),
+                )
+        elif not plan.is_time:
+            plain += amount
+        _save_row(store, plan.id, holder, (plain, granted + amount, burned, access_until))
+        store.run(
+            "INSERT INTO grants (plan_id, holder, amount, expires_at, source, tx, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (plan.id, holder, str(amount), expires, source, tx, now),
+        )
     return tx
 
 
-def burn(store: Store, plan: Plan, holder: str, amount: int, hold_id: str | None) -> str:
+def burn(store: Store, plan: Plan, holder: str, amount: int, request_id: str | None) -> str:
+    """Spend ``amount`` credits, soonest-expiring first; the caller checked the balance.
+
+    Raises :class:`ValueError` if the holder has fewer credits (never a negative balance).
+    """
     tx = tx_hash()
-    if amount > 0:
+    if amount <= 0:
+        return tx
+    now = store.now()
+    with store.tx():
+        plain, granted, burned, access_until = _row(store, plan.id, holder)
+        left = amount
+        for bucket_id, remaining in _live_buckets(store, plan.id, holder, now):
+            spent = min(remaining, left)
+            left -= spent
+            if spent == remaining:
+                store.run("DELETE FROM buckets WHERE id = ?", (bucket_id,))
+            else:
+                store.run(
+                    "UPDATE buckets SET remaining = ? WHERE id = ?",
+                    (str(remaining - spent), bucket_id),
+                )
+            if not left:
+                break
+        if left > plain:
+            raise ValueError("insufficient credits")
+        plain -= left
         store.run(
-            "INSERT INTO burns (plan_id, holder, amount, hold_id, tx, created_at) "
+            "DELETE FROM buckets WHERE plan_id = ? AND holder = ? AND expires_at <= ?",
+            (plan.id, holder, now),
+        )
+        _save_row(store, plan.id, holder, (plain, granted, burned + amount, access_until))
+        store.run(
+            "INSERT INTO burns (plan_id, holder, amount, request_id, tx, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (plan.id, holder, str(amount), hold_id, tx, store.now()),
+            (plan.id, holder, str(amount), request_id, tx, now),
         )
     return tx
 
@@ -188,7 +257,7 @@ def _check_orderable(store: Store, plan: Plan, buyer: str) -> None:
 
 def _record_order(store: Store, plan: Plan, buyer: str, kind: str) -> str:
     _check_orderable(store, plan, buyer)
-    tx = _grant(store, plan, buyer, plan.credits_amount, kind, plan.duration_secs or None)
+    tx = grant(store, plan, buyer, plan.credits_amount, kind, plan.duration_secs or None)
     store.run(
         "INSERT INTO orders (plan_id, buyer, kind, tx, created_at) VALUES (?, ?, ?, ?, ?)",
         (plan.id, buyer, kind, tx, store.now()),
@@ -264,5 +333,57 @@ def mint(
         raise not_owner("plan")
     if duration is None and plan.is_time:
         duration = plan.duration_secs
+    return grant(store, plan, receiver, amount, "mint", duration)
+
+
+def _spend_checked(store: Store, plan: Plan, holder: str, amount: int, request: str | None) -> str:
+    state = holding(store, plan, holder)
+    if plan.is_time:
+        raise bad_request(
+            "Time plans have no credits to burn or redeem", "Use a credits plan", code=NO_CREDITS
+        )
+    if state.balance < amount:
+        raise ApiError(
+            400,
+            NO_CREDITS,
+            f"Insufficient credits: {state.balance} available, {amount} requested",
+            "Order the plan or mint credits first",
+        )
+    return burn(store, plan, holder, amount, request)
+
+
+def burn_own(store: Store, plan: Plan, holder: str, amount: int) -> str:
+    """``POST /protocol/plans/burn``: the caller burns credits it holds on the plan."""
     with store.tx():
-        return _grant(store, plan, receiver, amount, "mint", duration)
+        return _spend_checked(store, plan, holder, amount, None)
+
+
+def redeem(
+    store: Store, plan: Plan, caller: str, request_id: str, holder: str, amount: int
+) -> dict[str, Any]:
+    """``POST /protocol/plans/redeem``: the plan owner burns a holder's credits for one
+    agent request; a replay of the same ``agentRequestId`` returns the first answer."""
+    if plan.owner != caller:
+        raise not_owner("plan (only the plan owner redeems its credits)")
+    with store.tx():
+        row = store.one(
+            "SELECT plan_id, holder, answer FROM redemptions WHERE agent_request_id = ?",
+            (request_id,),
+        )
+        if row is not None:
+            if (row["plan_id"], row["holder"]) != (plan.id, holder):
+                raise bad_request(
+                    "This agentRequestId was already redeemed for another plan or holder",
+                    "Use a new agentRequestId for a new request",
+                    code=REQUEST_MISMATCH,
+                )
+            stored: dict[str, Any] = json.loads(row["answer"])
+            return stored
+        tx = _spend_checked(store, plan, holder, amount, request_id)
+        answer = {"success": True, "txHash": tx, "amount": str(amount)}
+        store.run(
+            "INSERT INTO redemptions (agent_request_id, plan_id, holder, answer) "
+            "VALUES (?, ?, ?, ?)",
+            (request_id, plan.id, holder, json.dumps(answer)),
+        )
+    return answer

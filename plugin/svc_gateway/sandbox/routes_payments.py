@@ -15,7 +15,8 @@ from .facilitator import settle, verify
 from .ledger import create_checkout, ledger_view
 from .permissions import issue_token
 from .plans import require_plan
-from .versioning import discovery
+from .tokens import contract_address
+from .versioning import CURRENT, discovery
 
 routes = web.RouteTableDef()
 A = API_PREFIX
@@ -64,10 +65,7 @@ async def create_delegation(request: web.Request) -> web.Response:
 @routes.get(A + "/delegation")
 async def list_delegations(request: web.Request) -> web.Response:
     account = caller(request)
-    paging = v.paging(
-        {"page": request.query.get("page", ""), "offset": request.query.get("offset", "") or "100"}
-    )
-    return ok(dg.list_delegations(store_of(request), account.address, paging))
+    return ok(dg.list_delegations(store_of(request), account.address))
 
 
 @routes.post(A + "/x402/permissions")
@@ -91,6 +89,13 @@ async def settle_permissions(request: web.Request) -> web.Response:
     return ok(settle(store_of(request), account.address, body))
 
 
+@routes.get("/")
+async def info(request: web.Request) -> web.Response:
+    """``GET /`` (public): deployment info with contract addresses (payments_py
+    ``ContractsAPI.get_deployment_info``)."""
+    return ok(deployment_info())
+
+
 @routes.get(A + "/meta/versions")
 async def versions(request: web.Request) -> web.Response:
     account = caller(request)
@@ -111,8 +116,42 @@ async def create_account(request: web.Request) -> web.Response:
 
 @routes.get(A + "/sandbox/ledger/{planId}/{holderAddress}")
 async def audit(request: web.Request) -> web.Response:
-    """Granted, burned, held and balance for one holder: lets tests check conservation."""
+    """Granted, burned, expired and balance for one holder: lets tests check conservation."""
     store = store_of(request)
     holder = v.address(request.match_info["holderAddress"], "holderAddress")
     plan = require_plan(store, v.identifier(request.match_info["planId"], "planId"))
     return ok(ledger_view(store, plan, holder))
+
+
+#: Contract names the SDK's ``Contracts`` model requires (payments_py ``api/contracts_api.py``).
+CONTRACT_NAMES = (
+    "AccessManager",
+    "AgreementsStore",
+    "AssetsRegistry",
+    "DistributePaymentsCondition",
+    "FiatPaymentTemplate",
+    "FiatSettlementCondition",
+    "FixedPaymentTemplate",
+    "LinearPricing",
+    "LockPaymentCondition",
+    "NFT1155Credits",
+    "NFT1155ExpirableCredits",
+    "NFT1155ExpirableCreditsV2",
+    "NVMConfig",
+    "OneTimeCreatorHook",
+    "PayAsYouGoTemplate",
+    "PaymentsVault",
+    "ProtocolStandardFees",
+    "TokenUtils",
+    "TransferCreditsCondition",
+)
+
+
+def deployment_info() -> dict[str, object]:
+    """Stable made-up addresses (derived from each name) on the sandbox test network."""
+    contracts = {name: contract_address(f"contract:{name}") for name in CONTRACT_NAMES}
+    return {
+        "name": "svc-sandbox",
+        "apiVersion": CURRENT,
+        "deployment": {"version": CURRENT, "chainId": 84532, "contracts": contracts},
+    }

@@ -60,32 +60,67 @@ async def order_plan(request: web.Request) -> web.Response:
     return ok({"success": True, "txHash": tx})
 
 
-async def _mint(request: web.Request, *, expirable: bool) -> web.Response:
+def _body_plan(body: dict[str, object]) -> str:
+    if body.get("planId") is None:
+        raise bad_request("planId is required")
+    return v.identifier(body.get("planId"), "planId")
+
+
+@routes.post(P + "/plans/mint")
+async def mint(request: web.Request) -> web.Response:
+    """``{planId, amount, creditsReceiver}`` (payments_py ``mint_plan_credits``)."""
     account = caller(request)
     body = await v.read_json(request)
     store = store_of(request)
+    plan_id = _body_plan(body)
     amount = v.bigint(body, "amount", low=1)
-    receiver = v.address(body.get("receiver"), "receiver")
-    duration = None
-    if expirable and body.get("duration") is not None:
-        duration = v.bigint(body, "duration", low=1, high=2**63 - 1)
-    plan = require_plan(store, _plan_id(request))
-    if expirable and duration is None and not plan.is_time:
-        raise bad_request(
-            "duration (seconds) is required to mint expirable credits on a credits plan"
-        )
-    tx = ledger.mint(store, plan, account.address, receiver, amount, duration)
+    receiver = v.address(body.get("creditsReceiver"), "creditsReceiver")
+    plan = require_plan(store, plan_id)
+    tx = ledger.mint(store, plan, account.address, receiver, amount, None)
     return ok({"success": True, "txHash": tx})
 
 
-@routes.post(P + "/plans/{planId}/mint")
-async def mint(request: web.Request) -> web.Response:
-    return await _mint(request, expirable=False)
-
-
-@routes.post(P + "/plans/{planId}/mint-expirable")
+@routes.post(P + "/plans/mintExpirable")
 async def mint_expirable(request: web.Request) -> web.Response:
-    return await _mint(request, expirable=True)
+    """``{planId, creditsAmount, creditsReceiver, creditsDuration}``; duration 0 = no expiry
+    (a time plan then grants its own duration)."""
+    account = caller(request)
+    body = await v.read_json(request)
+    store = store_of(request)
+    plan_id = _body_plan(body)
+    amount = v.bigint(body, "creditsAmount", low=1)
+    receiver = v.address(body.get("creditsReceiver"), "creditsReceiver")
+    duration = v.bigint(body, "creditsDuration", default=0, high=2**63 - 1)
+    plan = require_plan(store, plan_id)
+    tx = ledger.mint(store, plan, account.address, receiver, amount, duration or None)
+    return ok({"success": True, "txHash": tx})
+
+
+@routes.post(P + "/plans/burn")
+async def burn(request: web.Request) -> web.Response:
+    """``{planId, creditsAmount}``: burn credits the caller holds."""
+    account = caller(request)
+    body = await v.read_json(request)
+    store = store_of(request)
+    plan_id = _body_plan(body)
+    amount = v.bigint(body, "creditsAmount", low=1)
+    plan = require_plan(store, plan_id)
+    tx = ledger.burn_own(store, plan, account.address, amount)
+    return ok({"success": True, "txHash": tx})
+
+
+@routes.post(P + "/plans/redeem")
+async def redeem(request: web.Request) -> web.Response:
+    """``{agentRequestId, planId, redeemFrom, amount}``: the owner redeems a holder's credits."""
+    account = caller(request)
+    body = await v.read_json(request)
+    store = store_of(request)
+    plan_id = _body_plan(body)
+    request_id = v.req_text(body, "agentRequestId", max_len=200)
+    holder = v.address(body.get("redeemFrom"), "redeemFrom")
+    amount = v.bigint(body, "amount", low=1)
+    plan = require_plan(store, plan_id)
+    return ok(ledger.redeem(store, plan, account.address, request_id, holder, amount))
 
 
 @routes.get(P + "/plans/{planId}/balance/{holderAddress}")
@@ -157,6 +192,15 @@ async def plans_of_agent(request: web.Request) -> web.Response:
     agent = ag.require_agent(store, request.match_info["agentId"])
     total, items = ag.plans_of_agent(store, agent.id, paging)
     return ok(paging.envelope(total, "plans", [plan_view(p) for p in items]))
+
+
+@routes.post(P + "/agents/{agentId}/plan/{planId}")
+async def add_plan(request: web.Request) -> web.Response:
+    """Associate one of the caller's plans with one of the caller's agents (idempotent)."""
+    account = caller(request)
+    plan_id = v.identifier(request.match_info["planId"], "planId")
+    ag.add_plan(store_of(request), account.address, request.match_info["agentId"], plan_id)
+    return ok({"success": True, "txHash": tx_hash()})
 
 
 @routes.delete(P + "/agents/{agentId}/plan/{planId}")

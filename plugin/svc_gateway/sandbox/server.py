@@ -59,10 +59,14 @@ async def start_sandbox(
     db: str = ":memory:",
     *,
     clock: Callable[[], float] = time.time,
-    hold_ttl_secs: float = 300.0,
+    request_ttl_secs: float = 300.0,
 ) -> SandboxServer:
-    """Serve the sandbox on the caller's running loop; ``port=0`` picks a free port."""
-    app = create_app(db, clock=clock, hold_ttl_secs=hold_ttl_secs)
+    """Serve the sandbox on the caller's running loop; ``port=0`` picks a free port.
+
+    ``clock`` drives every expiry (see :func:`create_app`); ``request_ttl_secs`` is how long
+    a verified ``agentRequestId`` can still be settled.
+    """
+    app = create_app(db, clock=clock, request_ttl_secs=request_ttl_secs)
     runner = web.AppRunner(app, access_log_class=PathOnlyAccessLogger, access_log=log)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -85,10 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
     parser.add_argument("--db", default=":memory:", help="SQLite file (default: in memory)")
     parser.add_argument(
-        "--hold-ttl",
+        "--request-ttl",
         type=float,
         default=300.0,
-        help="seconds a verify hold stays reserved (default 300)",
+        help="seconds a verified agentRequestId can still be settled (default 300)",
     )
     return parser
 
@@ -102,7 +106,9 @@ async def _serve(args: argparse.Namespace) -> int:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-POSIX loops
             signal.signal(signum, lambda *_: loop.call_soon_threadsafe(stop.set))
     try:
-        server = await start_sandbox(args.host, args.port, args.db, hold_ttl_secs=args.hold_ttl)
+        server = await start_sandbox(
+            args.host, args.port, args.db, request_ttl_secs=args.request_ttl
+        )
     except sqlite3.Error as error:
         print(f"svc-gateway sandbox: cannot open database {args.db!r}: {error}", file=sys.stderr)
         return 2
