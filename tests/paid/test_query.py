@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from aiohttp import web
+from aiohttp import ClientSession, web
 
 from svc_gateway.client import ServiceClient
 from svc_gateway.config import PluginConfig
@@ -23,6 +23,7 @@ from svc_gateway.core import PluginCore
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.pricing import crypto_price, fixed_credits
+from svc_gateway.sandbox import SandboxServer
 from svc_gateway.tools import TOOLS
 from svc_gateway.tools import query as query_module
 from svc_gateway.tools.query import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, is_loopback_host
@@ -158,7 +159,7 @@ async def test_answer_receipt_and_service_balance_from_the_real_endpoint(market:
         assert "warnings" not in data
 
 
-async def test_the_token_is_bound_to_the_url_and_its_version_is_reported(
+async def test_the_token_is_single_use_and_bound_to_agent_url_and_verb(
     make_market: MarketFactory,
 ) -> None:
     async with registered_fake(make_market) as (market, agent):
@@ -166,10 +167,12 @@ async def test_the_token_is_bound_to_the_url_and_its_version_is_reported(
     assert not failed, data
     (token,) = agent.tokens
     decoded = decode_access_token(token) or {}
-    nonce = token_authorization(decoded).get("nonce")
-    expected = 3 if isinstance(nonce, str) and nonce else 2
-    assert data["tokenVersion"] == expected
-    assert any("reusable (v2)" in w for w in data["warnings"]) == (expected == 2)
+    assert data["tokenVersion"] == 3
+    assert token_authorization(decoded).get("nonce")  # single use: settle consumes it
+    assert decoded["resource"]["url"] == agent.url
+    assert decoded["accepted"]["extra"]["httpVerb"] == "POST"
+    assert decoded["accepted"]["extra"]["agentId"] == market.agent_id
+    assert not any("reusable (v2)" in w for w in data["warnings"])
 
 
 async def test_a_402_becomes_guidance(market: Market) -> None:
@@ -521,3 +524,57 @@ async def test_a_dropped_connection_is_unreachable_and_refreshes_the_balance(
         failed, data = await query(market, agent.url)
         assert len(agent.posts) == 1
     assert failed and data["error"]["code"] == "agent_unreachable"
+
+
+@asynccontextmanager
+async def pre_v3_service(base_url: str) -> AsyncIterator[str]:
+    """A proxy on 127.0.0.1 in front of the sandbox that behaves like a deployment predating
+    v3 tokens: it drops ``tokenVersion``, ``resource`` and ``httpVerb`` from token requests
+    (the real service's validation pipe strips unknown fields the same way)."""
+    origin = base_url.split("/api/v1")[0]
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.method == "POST" and request.path.endswith("/x402/permissions"):
+            doc = json.loads(body)
+            doc.pop("tokenVersion", None)
+            doc.pop("resource", None)
+            doc.get("accepted", {}).get("extra", {}).pop("httpVerb", None)
+            body = json.dumps(doc).encode()
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
+        }
+        async with (
+            ClientSession() as session,
+            session.request(
+                request.method, origin + request.path_qs, data=body or None, headers=headers
+            ) as answer,
+        ):
+            return web.Response(
+                status=answer.status,
+                body=await answer.read(),
+                content_type=answer.content_type,
+            )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/api/v1"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_service_that_only_issues_v2_tokens_is_a_warning_not_a_failure(
+    make_market: MarketFactory, sandbox: SandboxServer
+) -> None:
+    async with pre_v3_service(sandbox.base_url) as old_service:
+        market = await make_market(subscriber_config=lambda m: {"baseUrl": old_service})
+        await market.order()
+        failed, data = await query(market, market.endpoint.url)
+    assert not failed, data
+    assert data["tokenVersion"] == 2
+    assert any("reusable (v2)" in w for w in data["warnings"])
+    assert data["balanceAfter"] == "8"
