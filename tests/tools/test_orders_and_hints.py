@@ -56,6 +56,24 @@ async def test_false_quotes_and_true_buys(
     assert bought["balance"] == "100"
 
 
+async def test_a_fiat_quote_opens_no_checkout(
+    make_host: HostFactory,
+    subscriber: dict[str, str],
+    builder_client: ServiceClient,
+    builder: dict[str, str],
+) -> None:
+    fiat_plan = await make_plan(builder_client, builder["address"], fiat=True)
+    gateway, _ = await make_host(subscriber["apiKey"])
+    for params in ({"planId": fiat_plan}, {"planId": fiat_plan, "confirm": False}):
+        quote = ok(await gateway.call_tool("svc_orderFiatPlan", params))
+        assert quote["confirmRequired"] is True and "checkoutUrl" not in quote
+        assert "Nothing was bought" in quote["message"]
+    bought = ok(
+        await gateway.call_tool("svc_orderFiatPlan", {"planId": fiat_plan, "confirm": True})
+    )
+    assert bought["checkoutUrl"].startswith("http://127.0.0.1")
+
+
 async def test_a_crypto_order_refreshes_the_balance_context(
     make_host: HostFactory, subscriber: dict[str, str], plan_id: str
 ) -> None:

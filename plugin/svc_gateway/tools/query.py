@@ -308,14 +308,7 @@ async def decide_purchase(
     """Steps 3-5 of the module docstring: refuse (``ToolFailure``) or say what to buy with."""
     card = found.card if found is not None else {}
     named = card.get("agentId") if isinstance(card.get("agentId"), str) else None
-    if p.agent_id and named and named != p.agent_id:
-        raise ToolFailure(
-            "agent_mismatch",
-            f"The agent card at {found.url if found else p.agent_url} names agent {named}, not "
-            f"{p.agent_id}; nothing was paid",
-            "Check agentUrl and agentId: you may be talking to a different agent.",
-        )
-    agent_id = p.agent_id or named or core.agent_id
+    agent_id = p.agent_id or named or core.agent_id  # a card naming another: check_card refuses
     if not agent_id:
         raise ToolFailure(
             "unknown_agent",
