@@ -53,7 +53,7 @@ async def test_false_quotes_and_true_buys(
     assert quote["confirmRequired"] is True and quote["quote"]["price"] == "1 USDC"
     assert ok(await gateway.call_tool("svc_checkBalance", {"planId": plan_id}))["balance"] == "0"
     bought = ok(await gateway.call_tool("svc_orderPlan", {"planId": plan_id, "confirm": True}))
-    assert bought["balance"] == "100"
+    assert bought["balance"] == "100" and bought["price"] == "1 USDC"
 
 
 async def test_a_fiat_quote_opens_no_checkout(
@@ -72,6 +72,7 @@ async def test_a_fiat_quote_opens_no_checkout(
         await gateway.call_tool("svc_orderFiatPlan", {"planId": fiat_plan, "confirm": True})
     )
     assert bought["checkoutUrl"].startswith("http://127.0.0.1")
+    assert bought["price"] == "$2.00"
 
 
 async def test_a_crypto_order_refreshes_the_balance_context(

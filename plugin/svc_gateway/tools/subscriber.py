@@ -176,6 +176,7 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
         "ordered": True,
         "planId": plan_id,
         "planName": plan.name,
+        "price": describe_price(plan),
         "txHash": result.tx_hash,
         "balance": str(balance.balance),
     }
@@ -198,6 +199,7 @@ async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
         "checkoutUrl": checkout.checkout_url,
         "planId": plan_id,
         "planName": plan.name,
+        "price": describe_price(plan),
         "message": "Open the checkout URL to pay; credits arrive once payment completes.",
     }
 
