@@ -210,10 +210,6 @@ class ServiceClient(ApiTransport):
             raise errors.ProtocolError("The registration answer lacks agentId or planId")
         return ids
 
-    async def get_agent(self, agent_id: str) -> Agent:
-        path = f"protocol/agents/{seg(agent_id)}"
-        return parse_model(Agent, await self._request("GET", path, auth=False, retry=True))
-
     async def get_agent_document(self, agent_id: str) -> dict[str, Any]:
         """The agent object as the service sends it, for fields the models do not name (the
         registered endpoints svc_queryAgent checks a URL against)."""
@@ -222,6 +218,10 @@ class ServiceClient(ApiTransport):
         if not isinstance(data, dict):
             raise errors.ProtocolError("The agent answer is not a JSON object")
         return data
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        path = f"protocol/agents/{seg(agent_id)}"
+        return parse_model(Agent, await self._request("GET", path, auth=False, retry=True))
 
     async def list_agents(self, page: int = 1, page_size: int = 10) -> AgentPage:
         params = {"page": page, "offset": page_size}
