@@ -217,7 +217,7 @@ def test_price_and_credits_helpers_refuse_what_the_service_would() -> None:
     assert erc20_price([1], [owner], USDC).token_address == USDC
     with pytest.raises(PriceError, match=r"\$1.00"):
         fiat_price([999_999], [owner])
-    assert fiat_price([1_000_000], [owner]).currency == "usd"
+    assert (fiat_price([1_000_000], [owner]).currency or "").lower() == "usd"
     with pytest.raises(PriceError):
         fixed_credits(0)
     with pytest.raises(PriceError):
