@@ -188,6 +188,12 @@ def test_agent_errors_by_status() -> None:
     assert "https://a/x" in gone.value.hint and "later" not in gone.value.hint
 
 
+def test_a_redirect_is_an_error_that_says_it_was_not_followed() -> None:
+    with pytest.raises(ToolFailure) as moved:
+        q.interpret(reply(307, b"", location="https://b/x"), purchase(), PAYER, "https://a/x")
+    assert moved.value.code == "agent_error" and "redirect" in moved.value.hint
+
+
 def test_a_json_answer_that_does_not_parse_is_text() -> None:
     result = q.interpret(
         reply(200, b"{not json", content_type="application/json"), purchase(), PAYER, "u"

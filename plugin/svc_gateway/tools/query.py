@@ -531,7 +531,12 @@ def _answer(headers: dict[str, str], body: bytes, truncated: bool) -> tuple[Any,
 
 def _agent_error(status: int, message: str | None, url: str) -> ToolFailure:
     said = f"The agent answered HTTP {status}" + (f": {message[:300]}" if message else "")
-    if status in (404, 405, 410):
+    if 300 <= status < 400:
+        hint = (
+            "The agent sent the request elsewhere; svc_queryAgent does not follow redirects with "
+            "a payment token. Use the agent's registered URL directly."
+        )
+    elif status in (404, 405, 410):
         hint = (
             f"There is no paid endpoint at {url} (wrong path or method): check agentUrl; "
             "retrying the same URL will not help."
