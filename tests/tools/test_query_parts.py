@@ -284,3 +284,106 @@ async def test_a_failing_head_says_nothing_and_a_card_size_within_the_limit_pass
     async with httpx.AsyncClient(transport=httpx.MockTransport(big)) as http:
         with pytest.raises(ToolFailure, match="nothing was paid"):
             await q.check_answer_size(http, "https://a.example/x", None)
+
+
+async def test_allow_list_details(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def private(host: str, port: int) -> list[str]:
+        return ["10.1.2.3"]
+
+    monkeypatch.setattr(q, "resolver", private)
+    await q.check_agent_address(
+        core_with(allowedAgentHosts=["agent.internal"]), "https://agent.internal./a"
+    )
+    await q.check_agent_address(core_with(allowedAgentHosts=["10.1.2.3/8"]), "https://x.internal/a")
+
+    async def garbage(host: str, port: int) -> list[str]:
+        return ["not-an-address"]
+
+    monkeypatch.setattr(q, "resolver", garbage)
+    with pytest.raises(ToolFailure) as refused:
+        await q.check_agent_address(core_with(), "https://x.example/a")
+    assert refused.value.code == "private_agent_address"
+
+
+def test_an_endpoint_entry_named_url_alone_is_read_as_a_verb() -> None:
+    assert q.registered_endpoints({"endpoints": [{"url": "https://a/x"}]}) == [
+        ("URL", "https://a/x")
+    ]
+
+
+def test_answers_json_scalars_long_text_and_the_300_boundary() -> None:
+    scalar = q.interpret(
+        reply(200, b'"hello"', content_type="application/json"), purchase(), PAYER, "u"
+    )
+    assert scalar["answer"] == "hello"
+    long_text = q.interpret(
+        reply(200, b"y" * (q.MAX_TEXT_CHARS + 1), content_type="text/plain"), purchase(), PAYER, "u"
+    )
+    assert long_text["answer"] == "y" * q.MAX_TEXT_CHARS
+    assert any("cut short" in w for w in long_text["warnings"])
+    exact = q.interpret(
+        reply(200, b"y" * q.MAX_TEXT_CHARS, content_type="text/plain"), purchase(), PAYER, "u"
+    )
+    assert not any("cut short" in w for w in exact["warnings"])
+    with pytest.raises(ToolFailure):
+        q.interpret(reply(300, b""), purchase(), PAYER, "u")
+    with pytest.raises(ToolFailure) as odd:
+        q.interpret(
+            reply(500, b'{"message": {"x": 1}}', content_type="application/json"),
+            purchase(),
+            PAYER,
+            "u",
+        )
+    assert odd.value.message == "The agent answered HTTP 500"
+
+
+@pytest.mark.parametrize(("status", "soon"), [(500, False), (502, True), (503, True), (504, True)])
+def test_server_errors_say_when_to_retry(status: int, soon: bool) -> None:
+    with pytest.raises(ToolFailure) as failed:
+        q.interpret(reply(status), purchase(), PAYER, "u")
+    assert ("after a few seconds" in failed.value.hint) is soon
+
+
+def test_a_402_for_our_own_plan_and_agent_adds_no_redirections() -> None:
+    envelope = {"error": "insufficient", "accepts": [{"planId": "p1", "extra": {"agentId": "a1"}}]}
+    with pytest.raises(ToolFailure) as refused:
+        q.interpret(reply(402, payment_required=b64(envelope)), purchase(), PAYER, "u")
+    assert "insufficient" in refused.value.message
+    assert "with planId" not in refused.value.hint and "pass agentId" not in refused.value.hint
+    assert "plan(s) p1" in refused.value.hint
+    no_agent = {"accepts": [{"planId": "p1", "extra": {}}]}
+    with pytest.raises(ToolFailure) as bare:
+        q.interpret(
+            reply(402, b'{"message": "why"}', payment_required=b64(no_agent)),
+            purchase(),
+            PAYER,
+            "u",
+        )
+    assert "why" in bare.value.message and "pass agentId" not in bare.value.hint
+
+
+def test_counts_and_shown_values() -> None:
+    assert q._count(0) == "0" and q._count("0") == "0"
+    assert q._count(10**78 - 1) == str(10**78 - 1)
+    assert q._count(10**78) is None and q._count(-1) is None and q._count(True) is None
+    assert q._shown("abc") == "'abc'"
+    assert q._shown({"a": 1}) == '{"a": 1}'
+    assert q._shown(b"x") == "\"b'x'\""
+    assert q._shown("z" * 38) == "'" + "z" * 38 + "'"
+    assert q._shown("z" * 39) == "'" + "z" * 39 + "..."
+    good = {"success": True, "creditsRedeemed": "1", "remainingBalance": "0", "payer": PAYER}
+    assert q.check_receipt({**good, "transaction": "t" * 200}, PAYER)[0]["transaction"]
+    assert q.check_receipt({**good, "transaction": "t" * 201}, PAYER)[0]["transaction"] is None
+
+
+async def test_head_answers_that_fail_say_nothing_and_the_card_alone_refuses() -> None:
+    def not_found(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, headers={"content-length": str(q.MAX_ANSWER_BYTES * 9)})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(not_found)) as http:
+        await q.check_answer_size(http, "https://a.example/x", None)
+        exact = FoundCard({"maxAnswerBytes": q.MAX_ANSWER_BYTES}, "c")
+        await q.check_answer_size(http, "https://a.example/x", exact)
+        with pytest.raises(ToolFailure):
+            big = FoundCard({"maxAnswerBytes": q.MAX_ANSWER_BYTES + 1}, "c")
+            await q.check_answer_size(http, "https://a.example/x", big)

@@ -169,7 +169,10 @@ async def check_agent_address(core: PluginCore, url: str) -> None:
         ) from None
     allow = core.config.allowed_agent_hosts
     for text in addresses or ["0.0.0.0"]:
-        address: IpAddress = ipaddress.ip_address(text.split("%", 1)[0])
+        try:
+            address: IpAddress = ipaddress.ip_address(text)  # a scope id (%eth0) is kept
+        except ValueError:
+            address = ipaddress.ip_address("0.0.0.0")  # unreadable: refused below
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
         if address.is_loopback or _allowed(address, host, allow):
