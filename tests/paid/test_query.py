@@ -22,7 +22,7 @@ from svc_gateway.config import PluginConfig
 from svc_gateway.core import PluginCore
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.pricing import crypto_price, fixed_credits
+from svc_gateway.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.tools import TOOLS
 from svc_gateway.tools import query as query_module
@@ -578,3 +578,85 @@ async def test_a_service_that_only_issues_v2_tokens_is_a_warning_not_a_failure(
     assert data["tokenVersion"] == 2
     assert any("reusable (v2)" in w for w in data["warnings"])
     assert data["balanceAfter"] == "8"
+
+
+@asynccontextmanager
+async def two_plan_agent(
+    market: Market, *, fiat: bool = False
+) -> AsyncIterator[tuple[FakeAgent, list[str]]]:
+    """A fake agent registered with two plans of the market's builder (crypto or card)."""
+    builder = ServiceClient(market.server.base_url, market.builder_key)
+    try:
+        owner = builder.address
+        assert owner is not None
+        price = (
+            fiat_price([2_000_000], [owner])
+            if fiat
+            else crypto_price([1_000_000], [owner], DEMO_TOKEN)
+        )
+        plans = [
+            await builder.register_plan(PlanMetadata(name=f"P{i}"), price, fixed_credits(10, 1))
+            for i in range(2)
+        ]
+        async with fake_agent(None) as agent:
+            market.agent_id = await builder.register_agent(
+                AgentMetadata(name="Two plans"), AgentApi(endpoints=[{"POST": agent.url}]), plans
+            )
+            yield agent, plans
+    finally:
+        await builder.aclose()
+
+
+async def buy(market: Market, plan_id: str) -> None:
+    result = await market.subscriber_gw.call_tool(
+        "svc_orderPlan", {"planId": plan_id, "confirm": True}
+    )
+    assert not result.isError, result.structuredContent
+
+
+async def test_the_cards_plan_is_used_among_several_and_an_explicit_plan_wins(
+    make_market: MarketFactory,
+) -> None:
+    market = await make_market(register_agent=False)
+    async with two_plan_agent(market) as (agent, plans):
+        for plan in plans:
+            await buy(market, plan)
+        agent.card = {"agentId": market.agent_id, "planId": plans[1], "schemes": ["svc:erc4337"]}
+        failed, by_card = await query(market, agent.url, planId=None)
+        explicit_failed, explicit = await query(market, agent.url, planId=plans[0])
+    assert not failed and not explicit_failed, (by_card, explicit)
+    assert by_card["planId"] == plans[1]
+    assert explicit["planId"] == plans[0]
+    assert any(f"names plan {plans[1]}" in w for w in explicit["warnings"])
+
+
+async def test_a_card_paid_agent_is_paid_by_card_without_being_told(
+    make_market: MarketFactory,
+) -> None:
+    market = await make_market(
+        register_agent=False, subscriber_config=lambda m: {"defaultSpendingLimitCents": 4321}
+    )
+    async with two_plan_agent(market, fiat=True) as (agent, plans):
+        agent.card = {
+            "agentId": market.agent_id,
+            "planId": plans[0],
+            "schemes": ["svc:card-delegation"],
+        }
+        failed, data = await query(market, agent.url, planId=None)
+        wrong, refused = await query(market, agent.url, planId=None, paymentType="crypto")
+        no_card, missing = await query(market, agent.url, planId=None, paymentMethodId="pm_nope")
+        assert len(agent.tokens) == 1
+    assert not failed, data
+    (token,) = agent.tokens
+    decoded = decode_access_token(token) or {}
+    assert decoded["accepted"]["scheme"] == "svc:card-delegation"
+    assert wrong and refused["error"]["code"] == "payment_type_mismatch"
+    assert "paymentType: fiat" in refused["error"]["hint"]
+    assert no_card and missing["error"]["code"] == "payment_method_not_found"
+    subscriber = ServiceClient(market.server.base_url, market.subscriber_key)
+    try:
+        delegations = await subscriber._request("GET", "delegation")
+    finally:
+        await subscriber.aclose()
+    listed = delegations if isinstance(delegations, list) else delegations["delegations"]
+    assert [int(d["spendingLimitCents"]) for d in listed] == [4321]
