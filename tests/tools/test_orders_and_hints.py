@@ -169,3 +169,30 @@ def test_for_chat_strips_rest_paths_and_keeps_the_rest() -> None:
     assert for_chat(plain) == ("Plan not found", "Check the id.")
     known = ServiceError("x", code="BCK.X402.0035", hint="Fiat plans take svc:card-delegation")
     assert "paymentType: fiat" in for_chat(known)[1]
+
+
+async def test_quotes_for_time_and_free_plans(
+    make_host: HostFactory, builder: dict[str, str], subscriber: dict[str, str]
+) -> None:
+    owner, _ = await make_host(builder["apiKey"])
+    timed = ok(
+        await owner.call_tool(
+            "svc_createPlan",
+            {
+                "name": "Month",
+                "planType": "time",
+                "durationSecs": 2592000,
+                "priceAmounts": "$5",
+                "paymentType": "fiat",
+            },
+        )
+    )["planId"]
+    free = ok(await owner.call_tool("svc_createPlan", {"name": "Free", "creditsAmount": 3}))[
+        "planId"
+    ]
+    buyer, _ = await make_host(subscriber["apiKey"])
+    quote = ok(await buyer.call_tool("svc_orderFiatPlan", {"planId": timed}))["quote"]
+    assert quote["grants"] == "access for 2592000 s" and quote["price"] == "$5.00"
+    for tool in ("svc_orderPlan", "svc_orderFiatPlan"):  # a free plan is neither kind
+        free_quote = ok(await buyer.call_tool(tool, {"planId": free}))["quote"]
+        assert free_quote["price"] == "free" and free_quote["grants"] == "3 credits"

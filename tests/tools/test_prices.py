@@ -282,3 +282,14 @@ async def test_a_token_for_an_unknown_plan_is_a_clear_error(
     gateway, _ = await make_host(subscriber["apiKey"])
     error = err(await gateway.call_tool("svc_getAccessToken", {"planId": "424242"}))
     assert error["code"] != "internal_error"
+
+
+def test_a_card_price_in_euros_shows_the_euro_sign() -> None:
+    plan = Plan.model_validate(
+        {
+            "id": "1",
+            "metadata": {"main": {"name": "P"}, "plan": {"currency": "EUR"}},
+            "registry": {"price": {"isCrypto": False, "amounts": ["2000000"]}},
+        }
+    )
+    assert describe_price(plan) == "€2.00"
