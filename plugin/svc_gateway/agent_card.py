@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 CARD_PATH = "/.well-known/agent.json"
 CARD_MAX_BYTES = 64 * 1024
@@ -29,6 +30,7 @@ def build_card(
     scheme: str,
     network: str,
     credits_per_request: int,
+    max_answer_bytes: int | None = None,
 ) -> dict[str, Any]:
     """The card the paid endpoint serves (both at ``<path>`` + CARD_PATH and at the root)."""
     return {
@@ -41,6 +43,7 @@ def build_card(
         "networks": [network],
         "creditsPerRequest": credits_per_request,
         "x402Version": 2,
+        **({"maxAnswerBytes": max_answer_bytes} if max_answer_bytes is not None else {}),
     }
 
 
@@ -53,21 +56,22 @@ def card_urls(agent_url: str) -> list[str]:
 
 
 class TooLarge(Exception):
-    """A response body went past the size cap (reading stopped there)."""
+    """A response body went past the size cap; ``head`` holds the first ``limit`` bytes."""
+
+    def __init__(self, head: bytes) -> None:
+        super().__init__(f"more than {len(head)} bytes")
+        self.head = head
 
 
 async def read_limited(response: httpx.Response, limit: int) -> bytes:
     """Read a streamed body, stopping as soon as it passes ``limit`` bytes."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"{declared} bytes declared")
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"more than {limit} bytes")
         chunks.append(chunk)
+        if size > limit:
+            raise TooLarge(b"".join(chunks)[:limit])
     return b"".join(chunks)
 
 
@@ -79,6 +83,8 @@ class FoundCard:
 
 async def fetch_card(http: httpx.AsyncClient, agent_url: str) -> FoundCard | None:
     """The first card that answers 200 with a JSON object; ``None`` when there is none."""
+    import httpx  # lazily: only svc_queryAgent reads cards, with its own one-off client
+
     for url in card_urls(agent_url):
         try:
             async with http.stream("GET", url, headers={"Accept": "application/json"}) as resp:

@@ -221,6 +221,15 @@ class ServiceClient(ApiTransport):
             raise errors.ProtocolError("The registration answer lacks agentId or planId")
         return ids
 
+    async def get_agent_document(self, agent_id: str) -> dict[str, Any]:
+        """The agent object as the service sends it, for fields the models do not name (the
+        registered endpoints svc_queryAgent checks a URL against)."""
+        path = f"protocol/agents/{seg(agent_id)}"
+        data = await self._request("GET", path, auth=False, retry=True)
+        if not isinstance(data, dict):
+            raise errors.ProtocolError("The agent answer is not a JSON object")
+        return data
+
     async def get_agent(self, agent_id: str) -> Agent:
         path = f"protocol/agents/{seg(agent_id)}"
         return parse_model(Agent, await self._request("GET", path, auth=False, retry=True))
@@ -297,19 +306,33 @@ class ServiceClient(ApiTransport):
         agent_id: str | None = None,
         scheme: Scheme = SCHEME_CRYPTO,
         network: str | None = None,
+        resource_url: str | None = None,
+        http_verb: str = "POST",
     ) -> str:
-        """``POST /x402/permissions`` with an existing delegation (never retried)."""
+        """``POST /x402/permissions`` with an existing delegation (never retried).
+
+        With ``resource_url`` it asks for a v3 token: single use, bound to the agent, the URL and
+        the verb (WIRE.md §3.1). The three travel together; a service that predates v3 answers
+        with a v2 token, so callers check the nonce of what came back.
+        """
         if not delegation_id.strip():
             raise ValueError("a delegationId is required")
-        body = {
+        extra: dict[str, Any] = {"agentId": agent_id} if agent_id else {}
+        body: dict[str, Any] = {
             "accepted": {
                 "scheme": scheme,
                 "network": network or default_network(scheme, self.environment),
                 "planId": plan_id,
-                "extra": {"agentId": agent_id} if agent_id else {},
+                "extra": extra,
             },
             "delegationConfig": {"delegationId": delegation_id},
         }
+        if resource_url is not None:
+            if not resource_url.strip() or not http_verb.strip():
+                raise ValueError("a bound token needs a resource URL and an HTTP verb")
+            extra["httpVerb"] = http_verb.strip().upper()
+            body["resource"] = {"url": resource_url}
+            body["tokenVersion"] = 3
         data = await self._request("POST", "x402/permissions", body=body)
         return require_str(data, "accessToken")
 
@@ -322,8 +345,11 @@ class ServiceClient(ApiTransport):
         payment_method_id: str | None = None,
         spending_limit_cents: int = 10000,
         duration_secs: int = 7 * 24 * 3600,
+        resource_url: str | None = None,
+        http_verb: str = "POST",
     ) -> str:
-        """The create-first flow: reuse (or create) a delegation, then mint a token."""
+        """The create-first flow: reuse (or create) a delegation, then mint a token (a v3 token
+        bound to ``resource_url`` and ``http_verb`` when a URL is given)."""
         fiat = payment_type == "fiat"
         scheme: Scheme = SCHEME_CARD if fiat else SCHEME_CRYPTO
         network: str | None = None
@@ -344,6 +370,8 @@ class ServiceClient(ApiTransport):
                     agent_id=agent_id,
                     scheme=scheme,
                     network=network,
+                    resource_url=resource_url,
+                    http_verb=http_verb,
                 )
             except errors.ServiceError as exc:
                 spent = exc.code in ("BCK.X402.0013", "BCK.X402.0023")

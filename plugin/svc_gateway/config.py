@@ -6,6 +6,7 @@ the two agree). Errors name the field and never echo a value, so a key can't lea
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -243,6 +244,27 @@ class PluginConfig(BaseModel):
         description="File of settles to retry after an outage (default: settle-queue.json in "
         "the plugin's config directory)",
     )
+
+    allowed_agent_hosts: list[str] = Field(
+        default_factory=list,
+        alias="allowedAgentHosts",
+        description="Private-network hosts, IP addresses or CIDR ranges svc_queryAgent may pay "
+        "(e.g. agent.internal, 10.0.0.0/8); loopback is always allowed, other private, "
+        "link-local and unspecified addresses are refused",
+    )
+
+    @field_validator("allowed_agent_hosts")
+    @classmethod
+    def _agent_hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})", entry):
+                    raise ValueError(
+                        f"{entry[:60]!r} is neither a host name nor an IP address or range"
+                    ) from None
+        return [entry.lower() for entry in value]
 
     @field_validator("base_url", "frontend_url", "paid_endpoint_public_url")
     @classmethod

@@ -7,6 +7,7 @@ raises into the host.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -17,6 +18,7 @@ from ..config import ConfigError
 from ..core import PluginCore
 from ..errors import ServiceError
 from ..host import ToolResult, ToolSpec
+from ..models import SCHEME_CARD
 from ..pricing import PriceError
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
@@ -76,6 +78,48 @@ def tool(
     return decorate
 
 
+#: text written for someone calling the REST API, not for a chat user: an HTTP verb and path
+_API_SPEAK = re.compile(r"\b(?:GET|POST|PUT|PATCH|DELETE)\s+/|/api/v\d|/protocol/|/x402/|/meta/")
+_API_ASIDE = re.compile(r"\s*\([^()]*(?:\b(?:GET|POST|PUT|PATCH|DELETE)\s+/|/api/v\d)[^()]*\)")
+#: hints for service errors whose own hint is about the REST API
+CHAT_HINTS: dict[str, str] = {
+    "BCK.X402.0035": "The plan is paid another way: pass paymentType: fiat for a card-paid plan "
+    "(or crypto for a crypto plan), or leave paymentType out to follow the plan.",
+    "BCK.X402.0036": "This agent does not sell that plan: leave planId out to use the agent's own "
+    "plan, or pass one of the agent's plans.",
+    "BCK.PROTOCOL.0031": "That URL is not one of the agent's registered endpoints: use the URL the "
+    "agent registered.",
+    "BCK.APIKEY.0004": "The service refused the API key: log in again with /svc_login (create a "
+    "key in the dashboard under Settings, API keys).",
+    "BCK.VERSION.0001": "Set apiVersion in the plugin config to a version the service supports "
+    "(for example 1.1).",
+}
+_STATUS_HINTS = {
+    401: "Log in again with /svc_login.",
+    403: "This account may not do that; use the account that owns it.",
+    404: "Check the id; svc_listPlans lists your plans.",
+}
+
+
+def for_chat(exc: ServiceError) -> tuple[str, str]:
+    """The error's message and hint, worded for a chat user: never a REST path or verb."""
+    message, hint = exc.message, exc.hint
+    if _API_SPEAK.search(message):
+        message = _API_ASIDE.sub("", message)
+        if _API_SPEAK.search(message):
+            message = f"The service refused the request ({exc.code})"
+    if exc.code in CHAT_HINTS:
+        hint = CHAT_HINTS[exc.code]
+    elif _API_SPEAK.search(hint):
+        default = type(exc).default_hint
+        hint = (
+            default
+            if not _API_SPEAK.search(default)
+            else _STATUS_HINTS.get(exc.status or 0, "Fix what the message names and try again.")
+        )
+    return message, hint
+
+
 def describe_validation(error: ValidationError) -> str:
     parts = []
     for item in error.errors(include_url=False, include_input=False):
@@ -100,7 +144,7 @@ async def execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None)
     except ToolFailure as exc:
         return ToolResult.error(exc.code, exc.message, exc.hint)
     except ServiceError as exc:
-        return ToolResult.error(exc.code, exc.message, exc.hint)
+        return ToolResult.error(exc.code, *for_chat(exc))
     except (PriceError, ConfigError) as exc:
         return ToolResult.error("invalid_params", str(exc), "Fix the value and call again.")
     except Exception:
@@ -141,3 +185,22 @@ def require_plan(core: PluginCore, plan_id: str | None) -> str:
 
 def require_agent(core: PluginCore, agent_id: str | None) -> str | None:
     return agent_id or core.agent_id
+
+
+async def plan_payment_type(core: PluginCore, plan_id: str, given: str | None) -> str:
+    """The parameter, else the plan's own kind, else config ``paymentType``. The plan wins over
+    config because the service refuses a card token for a crypto plan and vice versa; a
+    parameter that contradicts the plan is refused here, before anything is minted."""
+    try:
+        plan = await core.public_client().get_plan(plan_id)
+    except ServiceError:
+        return given or core.config.payment_type
+    kind = "fiat" if plan.scheme == SCHEME_CARD else "crypto"
+    if given and given != kind and plan.price_total > 0:
+        paid = "by card" if kind == "fiat" else "in crypto"
+        raise ToolFailure(
+            "payment_type_mismatch",
+            f"Plan {plan.name} is paid {paid}, but paymentType {given} was given",
+            f"Pass paymentType: {kind} (or leave paymentType out to follow the plan).",
+        )
+    return kind

@@ -9,21 +9,27 @@ from pydantic import Field, model_validator
 from ..core import PluginCore
 from ..models import AgentApi, AgentMetadata, CreditsConfig, PlanMetadata, PriceConfig
 from ..pricing import (
+    USDC_ADDRESSES,
     crypto_price,
     decimals_for,
     dynamic_credits,
     expirable_credits,
     fiat_price,
     fixed_credits,
+    format_price,
     free_price,
+    is_dollar_amount,
     parse_amounts,
 )
 from .base import Params, ToolFailure, tool
 from .subscriber import describe_price
 
 AMOUNTS_DOC = (
-    "Prices: a list or comma-separated string, in minor units (1000000 = 1 USDC) or dollars "
-    "('$1.50'); one per receiver"
+    "Prices, one per receiver: a list, or text separated by commas. A bare number is in the "
+    "smallest unit of the plan's currency: with paymentType fiat, 1000000 = $1.00 (6 decimals); "
+    "with a USDC tokenAddress, 1000000 = 1 USDC (6 decimals); with no tokenAddress the price is "
+    "in the network's native token, ETH, with 18 decimals (1000000000000000000 = 1 ETH). "
+    "A dollar text such as '$1.50' or '$1,000.00' needs paymentType fiat or a USDC tokenAddress"
 )
 RECEIVERS_DOC = "Wallet addresses paid, one per price; defaults to the logged-in account"
 ADDRESS = r"^0x[a-fA-F0-9]{40}$"
@@ -39,6 +45,23 @@ def _receivers(core: PluginCore, given: list[str] | str | None, count: int) -> l
     return [address] * count
 
 
+def _refuse_dollars_in_native_token(core: PluginCore, amounts_in: object) -> None:
+    """``$`` means dollars; the native token is not a dollar token, so say which one is."""
+    items = amounts_in if isinstance(amounts_in, list) else [amounts_in]
+    if any(is_dollar_amount(item) for item in items) or (
+        isinstance(amounts_in, str) and "$" in amounts_in
+    ):
+        usdc = USDC_ADDRESSES.get(core.environment, USDC_ADDRESSES["sandbox"])
+        raise ToolFailure(
+            "invalid_params",
+            "A dollar price needs a dollar currency, but without tokenAddress the price is in "
+            "the native token (ETH, 18 decimals)",
+            f"To charge in USDC pass tokenAddress {usdc} (then '$1.50' = 1500000); to charge by "
+            "card pass paymentType fiat; for an ETH price give a whole number of wei "
+            "(1000000000000000000 = 1 ETH).",
+        )
+
+
 def build_price(
     core: PluginCore,
     payment_type: str,
@@ -47,6 +70,8 @@ def build_price(
     token_address: str | None,
 ) -> PriceConfig:
     fiat = payment_type == "fiat"
+    if not fiat and not token_address:
+        _refuse_dollars_in_native_token(core, amounts_in)
     amounts = parse_amounts(amounts_in, decimals_for(token_address, fiat))
     if sum(amounts) == 0:
         return free_price()
@@ -60,6 +85,19 @@ def build_price(
             )
         return fiat_price(amounts, receivers)
     return crypto_price(amounts, receivers, token_address)
+
+
+def price_fields(price: PriceConfig) -> dict[str, Any]:
+    """The price as a person reads it (with its unit) and as the service stores it."""
+    return {
+        "price": format_price(
+            price.amounts,
+            is_crypto=price.is_crypto,
+            token_address=price.token_address,
+            currency=price.currency,
+        ),
+        "priceAmounts": [str(a) for a in price.amounts],
+    }
 
 
 class RegisterAgentParams(Params):
@@ -81,7 +119,8 @@ class RegisterAgentParams(Params):
         default=None,
         alias="tokenAddress",
         pattern=ADDRESS,
-        description="ERC20 token contract (e.g. USDC); omit for the native token",
+        description="ERC20 token contract the price is paid in (e.g. USDC); omit for the "
+        "network's native token (ETH, 18 decimals)",
     )
     payment_type: Literal["crypto", "fiat"] = Field(
         default="crypto", alias="paymentType", description="crypto price, or fiat (card) price"
@@ -122,7 +161,7 @@ async def register_agent(core: PluginCore, p: RegisterAgentParams) -> dict[str, 
         "agentId": ids.agent_id,
         "planId": ids.plan_id,
         "agentUrl": p.agent_url,
-        "price": [str(a) for a in price.amounts],
+        **price_fields(price),
         "creditsAmount": p.credits_amount,
         "creditsPerRequest": per_request,
         "message": "Registered; these ids are now this gateway's default agentId and planId.",
@@ -151,7 +190,8 @@ class CreatePlanParams(Params):
         default=None,
         alias="tokenAddress",
         pattern=ADDRESS,
-        description="ERC20 token contract; omit for the native token",
+        description="ERC20 token contract the price is paid in (e.g. USDC); omit for the "
+        "network's native token (ETH, 18 decimals)",
     )
     credits_amount: int | None = Field(
         default=None, alias="creditsAmount", ge=1, description="Credits per purchase (credits)"
@@ -214,7 +254,7 @@ async def create_plan(core: PluginCore, p: CreatePlanParams) -> dict[str, Any]:
         "name": p.name,
         "planType": p.plan_type,
         "trial": p.trial,
-        "price": [str(a) for a in price.amounts],
+        **price_fields(price),
         "isCrypto": price.is_crypto,
         "credits": credits.wire(),
         "accessLimit": p.access_limit,

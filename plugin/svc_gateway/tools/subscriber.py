@@ -9,8 +9,8 @@ from pydantic import Field
 from ..core import PluginCore
 from ..encoding import decode_access_token
 from ..models import Plan
-from ..pricing import USDC_DECIMALS, decimals_for
-from .base import Params, ToolFailure, require_agent, require_plan, tool
+from ..pricing import format_price
+from .base import Params, ToolFailure, plan_payment_type, require_agent, require_plan, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
 
@@ -56,7 +56,8 @@ class AccessTokenParams(Params):
     payment_type: Literal["crypto", "fiat"] | None = Field(
         default=None,
         alias="paymentType",
-        description="crypto (svc:erc4337) or fiat (svc:card-delegation); default from config",
+        description="crypto (svc:erc4337) or fiat (svc:card-delegation, a card-paid plan); "
+        "defaults to the plan's own kind",
     )
     payment_method_id: str | None = Field(
         default=None,
@@ -74,8 +75,9 @@ class AccessTokenParams(Params):
 async def get_access_token(core: PluginCore, p: AccessTokenParams) -> dict[str, Any]:
     plan_id = require_plan(core, p.plan_id)
     agent_id = require_agent(core, p.agent_id)
-    payment_type = p.payment_type or core.config.payment_type
-    token = await core.client().get_access_token(
+    client = core.client()  # NotLoggedIn before any traffic
+    payment_type = await plan_payment_type(core, plan_id, p.payment_type)
+    token = await client.get_access_token(
         plan_id,
         agent_id=agent_id,
         payment_type=payment_type,
@@ -103,21 +105,21 @@ class OrderParams(Params):
     )
     confirm: bool = Field(
         default=False,
-        description="false (default) returns a quote; true places the order and spends money",
+        strict=True,
+        description="false (default) returns a quote; JSON true (nothing else) places the order "
+        "and spends money",
     )
 
 
 def describe_price(plan: Plan) -> str:
-    if plan.metadata.main.price:
-        return plan.metadata.main.price
-    total = plan.price_total
-    if total == 0:
-        return "free"
-    if not plan.is_crypto:
-        return f"${total / 10**6:,.2f}"
-    decimals = decimals_for(plan.registry.price.token_address, is_fiat=False)
-    unit = "USDC" if decimals == USDC_DECIMALS else "native token"
-    return f"{total} minor units ({unit}, {decimals} decimals)"
+    """The plan's price with its unit, formatted here (never the service's own text)."""
+    price = plan.registry.price
+    return format_price(
+        list(price.amounts),
+        is_crypto=plan.is_crypto,
+        token_address=price.token_address,
+        currency=plan.metadata.plan.currency,
+    )
 
 
 def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
@@ -176,6 +178,7 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
         "ordered": True,
         "planId": plan_id,
         "planName": plan.name,
+        "price": describe_price(plan),
         "txHash": result.tx_hash,
         "balance": str(balance.balance),
     }
@@ -198,6 +201,7 @@ async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
         "checkoutUrl": checkout.checkout_url,
         "planId": plan_id,
         "planName": plan.name,
+        "price": describe_price(plan),
         "message": "Open the checkout URL to pay; credits arrive once payment completes.",
     }
 

@@ -1,0 +1,1 @@
+"""Tests of the nine svc_* tools: prices, orders, hints and a property-based fuzz."""
