@@ -65,5 +65,7 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         "svc_gateway.paid",
         "keyring",
         "webbrowser",
+        "httpx",  # only svc_queryAgent's calls to other agents use it, imported there
+        "rich",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"
