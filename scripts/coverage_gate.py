@@ -101,14 +101,16 @@ def gate(report: dict[str, Any], minimum: float) -> tuple[list[str], bool]:
                     continue
                 for data in functions.values():
                     counts.add(data["summary"])
-                name = f"{rel} ({', '.join(sorted(functions))})"
+                name = f"{rel} ({len(functions)} functions)"
             below = counts.branch_pct < minimum
             ok = ok and not below
             verdict = "  FAIL" if below else ""
             lines.append(
-                f"{name[:44]:<44} {counts.branch_pct:5.1f}% {counts.covered_branches:>3}/"
+                f"{name:<44} {counts.branch_pct:5.1f}% {counts.covered_branches:>3}/"
                 f"{counts.branches:<3} {counts.line_pct:5.1f}%{verdict}"
             )
+            if target.functions is not None:
+                lines.append(f"    ({', '.join(sorted(functions))})")
     return lines, ok
 
 

@@ -106,7 +106,6 @@ def test_pre_llm_call_returns_the_balance_context(host: ChildRun, expected_balan
     assert set(result) == {"context"} and result["context"].strip()
     assert str(expected_balance) in result["context"]
     assert hook["again"] == hook["results"]  # the second prompt is served from the cache
-    assert hook["again_secs"] < 0.5
 
 
 @pytest.mark.parametrize("turn", ["agent_turn", "agent_turn_executor"])
