@@ -142,6 +142,10 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     return str(longrepr)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _skipped.clear()  # one process may run several sessions (mutmut does)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         _skipped.append((report.nodeid, _skip_reason(report)))
@@ -158,7 +162,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.ensure_newline()
+        reporter.write("\n")
         reporter.write_sep("=", f"{len(_skipped)} skipped with {REQUIRE_ALL_ENV}=1", red=True)
         for nodeid, reason in _skipped:
             reporter.write_line(f"SKIPPED {nodeid}: {reason}")
