@@ -1,10 +1,10 @@
 """Summarise a mutmut 3 run: score per module and every surviving mutant with its diff line.
 
-Run by scripts/mutation.sh after ``mutmut run``; reads the ``*.meta`` files mutmut writes beside
+Run by scripts/mutation.py after ``mutmut run``; reads the ``*.meta`` files mutmut writes beside
 each mutated module in ``mutants/``. Score = (killed + timeout + caught by type check) / all
 mutants that were checked; "no tests" (code no selected test reaches) counts as surviving.
 
-    python scripts/mutation_report.py --mutants build/mutation/mutants [--out report.md]
+    python scripts/mutation_report.py --mutants build/mutation/paid/mutants [...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -49,22 +49,22 @@ def describe(stage: Path, mutant: str, source: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mutants", type=Path, default=Path("build/mutation/mutants"))
+    parser.add_argument("--mutants", type=Path, action="append", help="a mutants/ dir (repeatable)")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")
     parser.add_argument("--seconds", type=int, help="wall time of the run, for the report")
     parser.add_argument("--no-diffs", action="store_true", help="skip the per-mutant diff text")
     args = parser.parse_args(argv)
 
-    mutants_dir: Path = args.mutants.resolve()
-    metas = sorted(mutants_dir.rglob("*.py.meta"))
-    if not metas:
-        print(f"no mutmut results under {mutants_dir}: run scripts/mutation.sh first")
+    dirs: list[Path] = [d.resolve() for d in (args.mutants or [Path("build/mutation/mutants")])]
+    found = [(d, meta) for d in dirs for meta in sorted(d.rglob("*.py.meta"))]
+    if not found:
+        print(f"no mutmut results under {', '.join(map(str, dirs))}: run scripts/mutation.sh")
         return 2
-    stage = mutants_dir.parent
     rows: list[tuple[str, Counter[str]]] = []
     survivors: list[tuple[str, str, str]] = []
     total: Counter[str] = Counter()
-    for meta in metas:
+    for mutants_dir, meta in found:
+        stage = mutants_dir.parent
         source = meta.relative_to(mutants_dir).with_suffix("")  # src/svc_gateway/x.py
         module = str(source).removeprefix("src/")
         data = json.loads(meta.read_text())
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {c['timeout']} | {not_run} | {pct:.1f}% |"
         )
     lines += ["", f"## Surviving mutants ({len(survivors)})", ""]
-    lines += ["Show one with `cd build/mutation && mutmut show NAME`.", ""]
+    lines += ["Show one with `cd build/mutation/GROUP && mutmut show NAME`.", ""]
     current = None
     for module, name, text in survivors:
         if module != current:

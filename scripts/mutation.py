@@ -1,0 +1,176 @@
+"""Mutation testing of the money-moving modules with mutmut 3 (``pip install -e '.[mutation]'``).
+
+    scripts/mutation.sh                  # every group, then the report
+    scripts/mutation.sh --group paid     # one group (repeatable)
+    scripts/mutation.sh --fresh          # forget cached results first
+    scripts/mutation.sh --report         # only print/write the report of the last runs
+
+Why a script: mutmut 3 imports mutated code from ``./src`` or ``./`` while our package lives in
+``plugin/``, so each group is staged as ``build/mutation/<group>/{src/svc_gateway,tests,...}``
+and mutmut runs there. For each mutant mutmut runs only the tests that called the mutated
+function; a group also narrows the test selection to its area's tests, because nearly every test
+passes through the sandbox and the client, and running them all for each surviving mutant does
+not fit on 2 cores. Results stay cached in the staging tree: a rerun only tests mutants of
+functions whose source changed. The report (score per module, every surviving mutant with its
+changed line) goes to ``build/mutation/report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build" / "mutation"
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    mutate: tuple[str, ...]  # paths under plugin/svc_gateway (globs allowed)
+    tests: tuple[str, ...]  # test paths; missing ones are left out
+
+
+GROUPS = (
+    Group("paid", ("paid/*",), ("tests/paid",)),
+    Group(
+        "sandbox",
+        ("sandbox/ledger.py", "sandbox/facilitator.py"),
+        ("tests/sandbox", "tests/conformance"),
+    ),
+    Group(
+        "tools",
+        ("tools/subscriber.py", "tools/query.py"),
+        (
+            "tests/test_tools.py",
+            "tests/tools",
+            "tests/paid/test_query.py",
+            "tests/test_commands_context.py",
+        ),
+    ),
+    Group(
+        "client",
+        ("transport.py",),
+        (
+            "tests/test_client_faults.py",
+            "tests/test_client_e2e.py",
+            "tests/client",
+            "tests/conformance/test_wire_equality.py",
+        ),
+    ),
+)
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value + "'" if "'" not in value else '"' + value.replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def staged_pyproject(text: str, group: Group) -> str:
+    """The repository's pyproject.toml with [tool.mutmut] narrowed to one group."""
+    settings = dict(tomllib.loads(text)["tool"]["mutmut"])
+    settings["only_mutate"] = [f"src/svc_gateway/{path}" for path in group.mutate]
+    selection = [path for path in group.tests if (ROOT / path).exists()]
+    if not selection:
+        raise SystemExit(f"group {group.name}: none of its tests exist: {group.tests}")
+    base = settings.get("pytest_add_cli_args_test_selection", [])
+    settings["pytest_add_cli_args_test_selection"] = selection + [
+        arg for arg in base if arg.startswith("-") or arg in ("not hermes",)
+    ]
+    section = "[tool.mutmut]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in settings.items())
+    return re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", lambda _m: section + "\n", text)
+
+
+def stage(group: Group, fresh: bool) -> Path:
+    where = BUILD / group.name
+    if fresh:
+        shutil.rmtree(where, ignore_errors=True)
+    (where / "src").mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    # copytree keeps modification times, so mutmut skips files whose source did not change.
+    shutil.rmtree(where / "src" / "svc_gateway", ignore_errors=True)
+    shutil.copytree(ROOT / "plugin" / "svc_gateway", where / "src" / "svc_gateway", ignore=ignore)
+    shutil.rmtree(where / "tests", ignore_errors=True)
+    shutil.copytree(ROOT / "tests", where / "tests", ignore=ignore)
+    shutil.rmtree(where / "mutants" / "tests", ignore_errors=True)  # stale copies of old tests
+    for name in ("manifest.json", "README.md"):
+        shutil.copy2(ROOT / name, where / name)
+    (where / "pyproject.toml").write_text(
+        staged_pyproject((ROOT / "pyproject.toml").read_text(), group)
+    )
+    return where
+
+
+def run_group(group: Group, jobs: int, fresh: bool) -> tuple[int, float]:
+    where = stage(group, fresh)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SVC_REQUIRE_ALL")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    mutmut = shutil.which("mutmut") or "mutmut"
+    print(f"== mutation group {group.name}: {', '.join(group.mutate)}", flush=True)
+    started = time.monotonic()
+    log = where / "mutmut.log"
+    with log.open("w") as out:
+        # mutmut draws a spinner with carriage returns; keep it in a log file, not in the terminal
+        done = subprocess.run(
+            [mutmut, "run", "--max-children", str(jobs)],
+            cwd=where,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    seconds = time.monotonic() - started
+    tail = log.read_text(errors="replace").replace("\r", "\n").strip().splitlines()[-3:]
+    print(f"   exit {done.returncode} after {seconds:.0f} s; {' | '.join(tail)[-300:]}")
+    return done.returncode, seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    names = [g.name for g in GROUPS]
+    parser.add_argument("--group", action="append", choices=names, help="default: all")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATION_JOBS", "0")))
+    parser.add_argument("--fresh", action="store_true", help="drop cached results first")
+    parser.add_argument("--report", action="store_true", help="only write the report")
+    args = parser.parse_args(argv)
+    chosen = [g for g in GROUPS if g.name in (args.group or names)]
+    jobs = args.jobs or os.cpu_count() or 2
+    status = 0
+    seconds: dict[str, float] = {}
+    if not args.report:
+        for group in chosen:
+            code, seconds[group.name] = run_group(group, jobs, args.fresh)
+            status = status or code
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from mutation_report import main as report
+
+    mutants = [str(BUILD / g.name / "mutants") for g in chosen if (BUILD / g.name).exists()]
+    report_args = [
+        *(a for m in mutants for a in ("--mutants", m)),
+        "--out",
+        str(BUILD / "report.md"),
+    ]
+    if seconds:
+        report_args += ["--seconds", str(round(sum(seconds.values())))]
+    code = report(report_args)
+    return status or code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
