@@ -41,8 +41,8 @@ class Group:
 
 
 GROUPS = (
-    # the 200-request concurrency test takes 7 s; rerun for every surviving mutant it would
-    # double the run, and admission control is also tested request by request.
+    # The 200-request concurrency test takes 7 s: rerun for every surviving mutant it would
+    # double the run. Mutants only it could kill show up as survivors.
     Group("paid", ("paid/*",), ("tests/paid",), ("tests/paid/test_concurrency.py",)),
     Group(
         "sandbox",
