@@ -127,7 +127,9 @@ def stage(group: Group, fresh: bool) -> Path:
 def mutmut_run(where: Path, jobs: int, names: list[str], log: Path) -> int:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SVC_REQUIRE_ALL")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    mutmut = shutil.which("mutmut") or "mutmut"
+    mutmut = shutil.which("mutmut")
+    if mutmut is None:
+        raise SystemExit("mutmut is not installed: pip install -e '.[mutation]'")
     with log.open("a") as out:
         # mutmut draws a spinner with carriage returns; keep it in a log file, not in the terminal
         done = subprocess.run(
