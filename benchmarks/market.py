@@ -15,9 +15,11 @@ from typing import Any
 
 import aiohttp
 
+from svc_gateway.sandbox.seed import envelope
+from svc_gateway.sandbox.seed import plan_body as seed_plan_body
+
 from . import procs
 
-USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 #: credits granted by one order: enough for every benchmark request of a run
 CREDITS = 1_000_000_000
 SANDBOX_CODE = (
@@ -45,24 +47,7 @@ def sandbox(db: str = ":memory:") -> Iterator[dict[str, Any]]:
 
 
 def plan_body(owner: str, credits: int = CREDITS) -> dict[str, Any]:
-    return {
-        "metadataAttributes": {"name": "Bench credits"},
-        "priceConfig": {
-            "tokenAddress": USDC,
-            "amounts": ["1000000"],
-            "receivers": [owner],
-            "isCrypto": True,
-        },
-        "creditsConfig": {
-            "isRedemptionAmountFixed": True,
-            "redemptionType": 4,
-            "onchainMirror": False,
-            "durationSecs": "0",
-            "amount": str(credits),
-            "minAmount": "1",
-            "maxAmount": "1",
-        },
-    }
+    return seed_plan_body(owner, name="Bench credits", credits=credits)
 
 
 async def _call(
@@ -162,22 +147,6 @@ async def seeded_market(ready: dict[str, Any], seeded: dict[str, Any]) -> Market
         plan_id=str(seeded["planId"]),
         token=token,
     )
-
-
-def envelope(plan_id: str) -> dict[str, Any]:
-    return {
-        "x402Version": 2,
-        "resource": {"url": ""},
-        "accepts": [
-            {
-                "scheme": "svc:erc4337",
-                "network": "eip155:84532",
-                "planId": plan_id,
-                "extra": {"version": "1"},
-            }
-        ],
-        "extensions": {},
-    }
 
 
 async def _settle_loop(market: Market, concurrency: int, duration: float) -> tuple[int, int]:

@@ -14,30 +14,13 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any
 
 import aiohttp
 
 from svc_gateway.sandbox import start_sandbox
-from svc_gateway.sandbox.seed import seed_settles
+from svc_gateway.sandbox.seed import envelope, seed_settles
 
 HISTORY = 50_000
-
-
-def _envelope(plan_id: str) -> dict[str, Any]:
-    return {
-        "x402Version": 2,
-        "resource": {"url": ""},
-        "accepts": [
-            {
-                "scheme": "svc:erc4337",
-                "network": "eip155:84532",
-                "planId": plan_id,
-                "extra": {"version": "1"},
-            }
-        ],
-        "extensions": {},
-    }
 
 
 async def pairs_per_second(history: int, seconds: float = 4.0) -> tuple[float, float]:
@@ -55,7 +38,7 @@ async def pairs_per_second(history: int, seconds: float = 4.0) -> tuple[float, f
             }
             async with http.post("x402/permissions", json=body, headers=buyer) as answer:
                 token = (await answer.json())["accessToken"]
-            call = {"paymentRequired": _envelope(seeded["planId"]), "x402AccessToken": token}
+            call = {"paymentRequired": envelope(seeded["planId"]), "x402AccessToken": token}
             done = 0
             start, cpu = time.perf_counter(), time.process_time()
             while time.perf_counter() - start < seconds:

@@ -29,9 +29,11 @@ from .tokens import time_ordered_uuid, tx_hash
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 
 
-def _plan_body(owner: str) -> dict[str, Any]:
+def plan_body(owner: str, *, name: str = "Seeded plan", credits: int = 100) -> dict[str, Any]:
+    """A fixed-credits USDC plan body (1 USDC, ``credits`` credits, 1 per request), as the REST
+    API takes it; the benchmarks register the same plan over HTTP."""
     return {
-        "metadataAttributes": {"name": "Seeded plan"},
+        "metadataAttributes": {"name": name},
         "priceConfig": {
             "tokenAddress": USDC,
             "amounts": ["1000000"],
@@ -43,10 +45,27 @@ def _plan_body(owner: str) -> dict[str, Any]:
             "redemptionType": 4,
             "onchainMirror": False,
             "durationSecs": "0",
-            "amount": "100",
+            "amount": str(credits),
             "minAmount": "1",
             "maxAmount": "1",
         },
+    }
+
+
+def envelope(plan_id: str) -> dict[str, Any]:
+    """The PaymentRequired envelope a seller of the seeded plan verifies and settles against."""
+    return {
+        "x402Version": 2,
+        "resource": {"url": ""},
+        "accepts": [
+            {
+                "scheme": "svc:erc4337",
+                "network": "eip155:84532",
+                "planId": plan_id,
+                "extra": {"version": "1"},
+            }
+        ],
+        "extensions": {},
     }
 
 
@@ -70,7 +89,7 @@ def seed_settles(
     try:
         owner = create_account(store, "seed-owner")
         buyer = create_account(store, "seed-buyer")
-        plan_id = insert_plan(store, owner["address"], plan_document(_plan_body(owner["address"])))
+        plan_id = insert_plan(store, owner["address"], plan_document(plan_body(owner["address"])))
         plan = require_plan(store, plan_id)
         delegation_id = create_delegation(
             store,
