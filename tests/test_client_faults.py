@@ -475,16 +475,6 @@ async def test_fiat_checkout_url_read_from_every_field_name(h: Harness) -> None:
         await h.client.order_fiat_plan("1")
 
 
-async def test_expired_delegation_is_replaced_once(h: Harness) -> None:
-    h.mock.post(f"{BASE}/delegation/create", payload={"delegationId": "d-1"})
-    h.mock.post(f"{BASE}/x402/permissions", status=403, payload={"code": "BCK.X402.0013"})
-    h.mock.post(f"{BASE}/delegation/create", payload={"delegationId": "d-2"})
-    h.mock.post(f"{BASE}/x402/permissions", payload={"accessToken": "tok-2"})
-    assert await h.client.get_access_token("1") == "tok-2"
-    tokens = [b for b in h.bodies() if "delegationConfig" in b]
-    assert [b["delegationConfig"]["delegationId"] for b in tokens] == ["d-1", "d-2"]
-
-
 async def test_concurrent_calls_share_the_session(h: Harness) -> None:
     h.mock.get(ANY, payload={"id": "1"}, repeat=True)
     plans = await asyncio.gather(*(h.client.get_plan("1") for _ in range(20)))
