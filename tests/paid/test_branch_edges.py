@@ -7,14 +7,18 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import Plan
+from svc_gateway.paid import endpoint as endpoint_module
 from svc_gateway.paid import flow as flow_module
 from svc_gateway.paid.billing import Admission, CreditBook
+from svc_gateway.paid.http import AGENT_NAME_FALLBACK
 from svc_gateway.paid.plans import PlanFacts, PlanFactsCache, build_envelope
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 
@@ -238,3 +242,124 @@ async def test_a_sync_credits_function_returning_a_coroutine_is_awaited(
     receipt = decode_b64_json(response.headers["payment-response"])
     assert receipt is not None and receipt["creditsRedeemed"] == "3"
     assert market.stub.burned == 3
+
+
+# -- the agent card and the routes -------------------------------------------------------------
+
+
+class StubWithAgents(StubService):
+    """The stub facilitator plus ``GET /protocol/agents/{id}`` (counted per agent id)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.agent_reads: Counter[str] = Counter()
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/api/v1/protocol/plans/{plan}", self._plan)
+        app.router.add_get("/api/v1/protocol/agents/{agent}", self._agent)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.base_url = f"http://127.0.0.1:{self.runner.addresses[0][1]}/api/v1"
+        return self.base_url
+
+    async def _agent(self, request: web.Request) -> web.Response:
+        agent_id = request.match_info["agent"]
+        self.agent_reads[agent_id] += 1
+        main = {"name": f"Agent {agent_id}", "description": f"sells {agent_id}"}
+        return web.json_response({"id": agent_id, "metadata": {"main": main}})
+
+
+async def card_of(market: StubMarket) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await http.get(market.endpoint.card_url)
+    assert response.status_code == 200, response.text
+    card: dict[str, Any] = response.json()
+    return card
+
+
+async def test_remembered_agent_names_are_bounded_and_reread_after_the_reset(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    stub = StubWithAgents()
+    market = await make_stub_market(stub=stub)
+    flow = market.endpoint.flow
+    for i in range(17):  # 16 are remembered; the 17th starts the memo afresh
+        flow.explicit_agent_id = f"a{i}"
+        card = await card_of(market)
+        assert card["name"] == f"Agent a{i}" and card["agentId"] == f"a{i}"
+    flow.explicit_agent_id = "a16"
+    assert (await card_of(market))["name"] == "Agent a16"
+    assert stub.agent_reads["a16"] == 1  # remembered after the reset
+    flow.explicit_agent_id = "a0"
+    assert (await card_of(market))["name"] == "Agent a0"
+    assert stub.agent_reads["a0"] == 2  # forgotten by the reset: read again
+
+
+async def test_without_an_agent_the_card_and_the_402_name_no_agent(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    stub = StubWithAgents()
+    market = await make_stub_market(stub=stub, config={"agentId": None})
+    assert market.endpoint.flow.agent_id() is None
+    card = await card_of(market)
+    assert card["name"] == AGENT_NAME_FALLBACK and card.get("agentId") is None
+    assert card["url"] == market.url
+    assert not stub.agent_reads  # no agent to look up
+    refused = await ask(market, None)
+    assert refused.status_code == 402
+    envelope = decode_b64_json(refused.headers["payment-required"])
+    assert envelope is not None
+    assert envelope["accepts"][0]["extra"].get("agentId") is None
+
+
+async def test_an_endpoint_at_the_root_serves_its_card_at_the_root(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubWithAgents(), config={"agentEndpointPath": "/"})
+    assert urlsplit(market.url).path == "/"
+    assert market.endpoint.card_url == market.url.rstrip("/") + "/.well-known/agent.json"
+    card = await card_of(market)
+    assert card["planId"] == PLAN_ID and card["name"] == "Agent agent-1"
+    refused = await ask(market, None)  # the paid route itself answers at "/"
+    assert refused.status_code == 402 and "payment-required" in refused.headers
+
+
+async def test_an_ipv6_bind_address_is_bracketed_in_the_endpoint_url(
+    make_stub_market: StubMarketFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class LoopbackSite(web.TCPSite):  # the tests bind 127.0.0.1 only, whatever is asked
+        def __init__(
+            self, runner: web.BaseRunner, host: Any = None, port: Any = None, **options: Any
+        ) -> None:
+            super().__init__(runner, "127.0.0.1", port, **options)
+
+    monkeypatch.setattr(endpoint_module.web, "TCPSite", LoopbackSite)
+    market = await make_stub_market(stub=StubService(balance=1), config={"paidEndpointHost": "::1"})
+    bound = market.endpoint.bound_url
+    assert bound is not None and bound.startswith("http://[::1]:")
+    parts = urlsplit(bound)
+    assert parts.hostname == "::1" and parts.port and parts.path == "/svc/agent"
+    loopback = f"http://127.0.0.1:{parts.port}{parts.path}"
+    refused = await ask(market, None, url=loopback)
+    envelope = decode_b64_json(refused.headers["payment-required"])
+    assert envelope is not None and envelope["resource"]["url"] == bound
+
+
+async def test_a_stray_timeout_while_admitting_is_a_500_not_a_payment_outage(
+    make_stub_market: StubMarketFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    flow = market.endpoint.flow
+
+    async def broken_facts(plan_id: str) -> PlanFacts:
+        raise TimeoutError("a bug's own timeout, not the paid budget")
+
+    monkeypatch.setattr(flow, "facts", broken_facts)
+    response = await ask(market, make_token(PAYER))
+    assert response.status_code == 500  # not 503 "retry shortly": retrying will not help
+    assert "nothing was charged" in response.json()["message"]
+    assert "Retry-After" not in response.headers
+    assert flow.stats.unavailable == 0
+    assert market.stub.calls["verify"] == 0 and market.stub.burned == 0
