@@ -15,7 +15,6 @@ from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import Plan
-from svc_gateway.paid import endpoint as endpoint_module
 from svc_gateway.paid import flow as flow_module
 from svc_gateway.paid.billing import Admission, CreditBook
 from svc_gateway.paid.http import AGENT_NAME_FALLBACK
@@ -335,7 +334,7 @@ async def test_an_ipv6_bind_address_is_bracketed_in_the_endpoint_url(
         ) -> None:
             super().__init__(runner, "127.0.0.1", port, **options)
 
-    monkeypatch.setattr(endpoint_module.web, "TCPSite", LoopbackSite)
+    monkeypatch.setattr(web, "TCPSite", LoopbackSite)  # the endpoint looks it up here
     market = await make_stub_market(stub=StubService(balance=1), config={"paidEndpointHost": "::1"})
     bound = market.endpoint.bound_url
     assert bound is not None and bound.startswith("http://[::1]:")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from svc_gateway.sandbox import SandboxServer, facilitator
-from svc_gateway.sandbox.app import STORE
+from svc_gateway.sandbox.context import STORE
 from svc_gateway.sandbox.db import Store
 
 from .support import Actor, Api, FakeClock, envelope
