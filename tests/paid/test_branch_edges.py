@@ -92,7 +92,7 @@ async def test_book_a_cancelled_waiter_leaves_the_shared_read_running() -> None:
     await asyncio.sleep(0)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await waiter  # the waiter's own cancellation reaches it ...
+        await asyncio.wait_for(waiter, 5)  # the waiter's own cancellation reaches it ...
     gate.set()
     claim = await asyncio.wait_for(reader, 5)  # ... and the reader still gets its answer
     assert isinstance(claim, Admission)
