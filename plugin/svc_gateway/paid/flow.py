@@ -369,7 +369,7 @@ class PaidFlow:
             async with budget:
                 outcome = await self._settle_attempts(call)
         except TimeoutError:
-            if not budget.expired():
+            if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
         self._record(call, outcome)
