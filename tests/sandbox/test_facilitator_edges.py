@@ -141,11 +141,6 @@ async def test_credits_expiring_between_check_and_burn_refuse_the_settle_and_bur
     assert ledger["granted"] == ledger["balance"] + ledger["burned"] + ledger["expired"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ledger bug: a burn refused after spending a live bucket is committed in part "
-    "(settle catches the ValueError inside its transaction), so those credits vanish",
-)
 async def test_a_refused_burn_leaves_the_credits_that_did_not_expire(
     api: Api, owner: Actor, buyer: Actor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

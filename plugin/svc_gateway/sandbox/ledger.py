@@ -200,7 +200,9 @@ def grant(
 def burn(store: Store, plan: Plan, holder: str, amount: int, request_id: str | None) -> str:
     """Spend ``amount`` credits, soonest-expiring first; the caller checked the balance.
 
-    Raises :class:`ValueError` if the holder has fewer credits (never a negative balance).
+    Raises :class:`ValueError` if the holder has fewer credits (never a negative balance),
+    before changing anything: a caller that catches it inside its own transaction (settle does)
+    must not commit half a burn.
     """
     tx = tx_hash()
     if amount <= 0:
@@ -208,8 +210,11 @@ def burn(store: Store, plan: Plan, holder: str, amount: int, request_id: str | N
     now = store.now()
     with store.tx():
         plain, granted, burned, access_until = _row(store, plan.id, holder)
+        live = list(_live_buckets(store, plan.id, holder, now))
+        if sum(remaining for _, remaining in live) + plain < amount:
+            raise ValueError("insufficient credits")
         left = amount
-        for bucket_id, remaining in _live_buckets(store, plan.id, holder, now):
+        for bucket_id, remaining in live:
             spent = min(remaining, left)
             left -= spent
             if spent == remaining:
@@ -221,9 +226,7 @@ def burn(store: Store, plan: Plan, holder: str, amount: int, request_id: str | N
                 )
             if not left:
                 break
-        if left > plain:
-            raise ValueError("insufficient credits")
-        plain -= left
+        plain -= left  # left <= plain: checked above
         store.run(
             "DELETE FROM buckets WHERE plan_id = ? AND holder = ? AND expires_at <= ?",
             (plan.id, holder, now),
