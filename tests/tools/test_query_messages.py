@@ -107,6 +107,7 @@ def test_the_canonical_form_of_an_endpoint_url() -> None:
     assert q._normalise("http://[::1]:80/x") == "http://[::1]/x"
     assert q._normalise("http://[::1]:81/x") == "http://[::1]:81/x"
     assert q._normalise("https://a.example:8443/x") == "https://a.example:8443/x"
+    assert q._normalise("https:///x") == "https:///x"
 
 
 @pytest.mark.parametrize(
@@ -289,6 +290,14 @@ async def test_the_token_asked_for_is_bound_to_the_url_and_verb_with_the_configu
     assert call["plan_id"] == "p1" and call["agent_id"] == "a1"
     assert call["resource_url"] == "https://a.example/x" and call["http_verb"] == "POST"
     assert call["duration_secs"] == 1234
+
+
+async def test_a_failed_balance_read_says_so_word_for_word() -> None:
+    from tests.tools.test_query_parts import stub_core
+
+    result: dict[str, Any] = {"receipt": None}
+    await q._balance_after(stub_core(ServiceError("down", status=503)), "p1", result)
+    assert result["warnings"] == ["Could not read your balance from the service after the call."]
 
 
 async def test_a_refused_mint_says_which_url_and_what_to_use() -> None:
