@@ -1,0 +1,125 @@
+"""The paid endpoint's building blocks, one behaviour each: handler loading, the settle queue
+file, plan facts and the credit book. Fast, in-process tests (no HTTP) for the edges the
+end-to-end tests do not reach."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.payload import StringPayload
+
+from svc_gateway import register
+from svc_gateway.config import ConfigError
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+from svc_gateway.paid.handlers import HandlerError, load_handler, to_answer
+from svc_gateway.paid.plans import PlanFactsCache
+from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+
+PAYER = "0x" + "aa" * 20
+
+
+def entry(n: int, queued_at: float = 1000.0, amount: int = 1) -> PendingSettle:
+    return PendingSettle(f"r{n}", "plan-1", PAYER, amount, f"tok{n}", {"x402Version": 2}, queued_at)
+
+
+# -- agentHandler loading --------------------------------------------------------------------
+
+
+def test_load_handler_follows_a_dotted_attribute_path() -> None:
+    assert load_handler("os:path.join") is os.path.join
+
+
+def test_load_handler_import_error_names_the_failure_kind() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_handler("no_such_module_x:f")
+    assert "(ModuleNotFoundError)" in str(raised.value)
+
+
+# -- the settle queue file -------------------------------------------------------------------
+
+
+def test_an_unreadable_queue_that_cannot_be_set_aside_still_starts_empty(tmp_path: Path) -> None:
+    path = tmp_path / "settle-queue.json"
+    path.write_text("{not json")
+    blocker = path.with_name("settle-queue.json.bad")
+    blocker.mkdir()
+    (blocker / "keep").write_text("x")  # a non-empty directory: the rename fails
+    queue = SettleQueue(path)
+    assert len(queue) == 0
+    assert path.read_text() == "{not json"  # left where it was, nothing lost
+    queue.add(entry(1))
+    assert [e.request_id for e in SettleQueue(path, clock=lambda: 1000.0).entries()] == ["r1"]
+
+
+def test_queue_file_round_trips_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "settle-queue.json"
+    SettleQueue(path, clock=lambda: 1000.0).add(entry(7, queued_at=999.5, amount=3))
+    (again,) = SettleQueue(path, clock=lambda: 1000.0).entries()
+    assert again == entry(7, queued_at=999.5, amount=3)
+    assert json.loads(path.read_text())[0]["token"] == "tok7"
+
+
+def test_invalidating_a_plan_never_cached_is_harmless() -> None:
+    cache = PlanFactsCache()
+    cache.invalidate("never-read")
+    assert cache.peek("never-read") is None
+
+
+# -- handler answers ---------------------------------------------------------------------------
+
+
+def test_a_streaming_response_payload_is_refused_with_the_whole_reason() -> None:
+    streamed = web.Response()
+    streamed.body = StringPayload("x")
+    with pytest.raises(HandlerError) as raised:
+        to_answer(streamed)
+    assert str(raised.value) == "a Response with a streaming payload cannot be paid for"
+
+
+# -- mounting on a host's web app ----------------------------------------------------------------
+
+
+def mounting_gateway(app: web.Application, **extra: Any) -> ReferenceGateway:
+    gateway = ReferenceGateway(
+        {
+            "environment": "local",
+            "baseUrl": "http://127.0.0.1:9/api/v1",  # never called: mounting makes no call
+            "enablePaidEndpoint": True,
+            "planId": "plan-1",
+        },
+        http_app=app,
+    )
+    for name, value in extra.items():
+        setattr(gateway, name, value)
+    return gateway
+
+
+def test_a_host_base_url_names_the_mounted_endpoint_and_its_card(tmp_path: Path) -> None:
+    app = web.Application()
+    gateway = mounting_gateway(app, http_base_url="http://agents.test:8080/")
+    handle = register(gateway, store=CredentialStore(tmp_path, use_keyring=False))
+    try:
+        endpoint = handle.extras["paid_endpoint"]
+        assert endpoint.mounted
+        assert endpoint.url == "http://agents.test:8080/svc/agent"
+        assert endpoint.card_url == "http://agents.test:8080/svc/agent/.well-known/agent.json"
+        assert endpoint.plan_id == "plan-1" and endpoint.stats.requests == 0
+    finally:
+        handle.close()
+
+
+def test_a_running_host_app_error_says_to_register_first(tmp_path: Path) -> None:
+    app = web.Application()
+    app.freeze()  # as a host that already serves it
+    gateway = mounting_gateway(app)
+    with pytest.raises(ConfigError) as raised:
+        register(gateway, store=CredentialStore(tmp_path, use_keyring=False))
+    message = str(raised.value)
+    assert message.startswith("the host's http_app is already running")
+    assert message.endswith("register the plugin before the host starts its web app")
