@@ -4,22 +4,29 @@ end-to-end tests do not reach."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.login import CredentialStore
+from svc_gateway.paid.endpoint import ProtocolLog
 from svc_gateway.paid.handlers import HandlerError, load_handler, to_answer
 from svc_gateway.paid.plans import PlanFactsCache
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+
+from .support import LogCollector
 
 PAYER = "0x" + "aa" * 20
 
@@ -123,3 +130,60 @@ def test_a_running_host_app_error_says_to_register_first(tmp_path: Path) -> None
     message = str(raised.value)
     assert message.startswith("the host's http_app is already running")
     assert message.endswith("register the plugin before the host starts its web app")
+
+
+async def test_a_mounted_card_says_unavailable_on_a_fault_and_shutting_down_after_close(
+    tmp_path: Path,
+) -> None:
+    app = web.Application()
+    gateway = mounting_gateway(app)
+    store = CredentialStore(tmp_path, use_keyring=False)
+    handle = await asyncio.to_thread(register, gateway, store=store)
+    closed = False
+    runner = web.AppRunner(app)  # the host serves its app on its own loop (this one)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}/svc/agent"
+
+        async def broken(plan_id: str) -> Any:
+            raise RuntimeError("a bug while reading " + plan_id)
+
+        handle.extras["paid_endpoint"].flow.facts = broken
+        async with httpx.AsyncClient(timeout=20) as http:
+            faulty = await http.get(base + "/.well-known/agent.json")
+            assert faulty.status_code == 500
+            assert faulty.json() == {
+                "error": "Internal Server Error",
+                "message": "The agent card is unavailable.",
+            }
+            await asyncio.to_thread(handle.close)
+            closed = True
+            card = await http.get(base + "/.well-known/agent.json")
+            paid = await http.post(base, json={"prompt": "hi"})
+        for answer in (card, paid):
+            assert answer.status_code == 503
+            assert answer.json() == {
+                "error": "Service Unavailable",
+                "message": "The agent is shutting down.",
+            }
+    finally:
+        await runner.cleanup()
+        if not closed:
+            await asyncio.to_thread(handle.close)
+
+
+def test_settle_queue_entries_keep_a_missing_payer_missing(tmp_path: Path) -> None:
+    path = tmp_path / "settle-queue.json"
+    anonymous = PendingSettle("r1", "plan-1", None, 2, "tok1", {}, 999.0)
+    SettleQueue(path, clock=lambda: 1000.0).add(anonymous)
+    assert SettleQueue(path, clock=lambda: 1000.0).entries() == [anonymous]
+
+
+def test_the_protocol_log_names_a_malformed_request_at_info(all_logs: LogCollector) -> None:
+    adapter = ProtocolLog(logging.getLogger("svc_gateway.paid"), {})
+    try:
+        raise LineTooLong("x" * 10, "8190")
+    except LineTooLong:
+        adapter.exception("Error handling request")
+    assert all_logs.lines[-1].endswith("refused a malformed HTTP request (LineTooLong)")

@@ -131,7 +131,10 @@ async def test_the_card_falls_back_to_a_generic_name_and_503s_on_an_outage(
         market.stub.faults["plan"] = (500, {"code": "TEST.DOWN", "message": "down"})
         down = await http.get(market.endpoint.card_url)
     assert down.status_code == 503
-    assert "unreachable" in down.json()["message"]
+    assert down.json() == {
+        "error": "Service Unavailable",
+        "message": "The payment service is unreachable; retry shortly.",
+    }
 
 
 async def test_a_sync_handler_runs_off_the_loop_and_is_paid(
