@@ -310,7 +310,7 @@ async def _client(core: object) -> object:
 
 
 async def test_a_queued_settle_refused_for_the_payer_or_unreadable_is_dropped(
-    make_stub_market: StubMarketFactory,
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
 ) -> None:
     market = await make_stub_market(stub=StubService(balance=10))
     market.stub.faults["settle"] = DOWN
@@ -337,6 +337,13 @@ async def test_a_queued_settle_refused_for_the_payer_or_unreadable_is_dropped(
     assert market.stub.calls["settle"] == 3 * 2 + 1  # the unreadable one was never sent
     assert market.endpoint.flow.book.known("plan-1", PAYER) == (10, 0)  # both claims released
     assert first.request_id != second.request_id
+    # the operator's log says why each was given up
+    assert (
+        f"{first.request_id} (payer {PAYER}, plan plan-1) refused: BCK.X402.0023" in all_logs.text
+    )
+    assert f"{second.request_id} (payer {PAYER}, plan plan-1) refused: ValidationError;" in (
+        all_logs.text
+    )
 
 
 async def test_settle_queue_path_setting_is_honoured(
@@ -348,7 +355,7 @@ async def test_settle_queue_path_setting_is_honoured(
 
 
 async def test_a_settle_dropped_from_a_full_queue_releases_its_claim(
-    make_stub_market: StubMarketFactory,
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
 ) -> None:
     market = await make_stub_market(stub=StubService(balance=10))
     market.endpoint.flow.queue.max_entries = 1
@@ -359,3 +366,4 @@ async def test_a_settle_dropped_from_a_full_queue_releases_its_claim(
     assert len(market.endpoint.flow.queue) == 1
     # one settle is still owed (claimed); the dropped one is not
     assert market.endpoint.flow.book.known("plan-1", PAYER) == (10, 1)
+    assert "1 credits): the settle queue is full" in all_logs.text
