@@ -187,3 +187,9 @@ def test_the_protocol_log_names_a_malformed_request_at_info(all_logs: LogCollect
     except LineTooLong:
         adapter.exception("Error handling request")
     assert all_logs.lines[-1].endswith("refused a malformed HTTP request (LineTooLong)")
+
+
+def test_the_settle_queue_creates_missing_parent_directories(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "svc" / "settle-queue.json"  # two levels that do not exist
+    SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
+    assert [e.request_id for e in SettleQueue(path, clock=lambda: 1000.0).entries()] == ["r1"]
