@@ -160,6 +160,7 @@ async def test_verify_errors_map_to_402_for_the_payer_and_502_for_the_operator(
         assert "payment-required" not in response.headers
         assert said is not None and said in body["message"]
         assert "Nothing was charged" in body["message"]
+        assert body["error"] == "Bad Gateway"
 
 
 async def test_a_gateway_not_logged_in_answers_503_and_says_so(
@@ -168,7 +169,11 @@ async def test_a_gateway_not_logged_in_answers_503_and_says_so(
     market = await make_stub_market(stub=StubService(balance=10), config={"svcApiKey": None})
     response = await ask(market, make_token(PAYER))
     assert response.status_code == 503
-    assert "not logged in" in response.json()["message"]
+    assert response.json() == {
+        "error": "Service Unavailable",
+        "message": "This agent cannot take payments yet: its operator is not logged in to the "
+        "payment service. Nothing was charged.",
+    }
     assert market.stub.calls["verify"] == 0 and nothing_charged(market)
     assert "/svc_login" in all_logs.text
 
@@ -254,3 +259,14 @@ async def test_plan_cache_shares_one_fetch_and_propagates_outages() -> None:
     await cache.get("p", fetch, "sandbox")
     cache.invalidate()
     assert cache.peek("p") is None
+
+
+async def test_a_verify_outage_is_503_and_the_log_says_verify_failed_to_reach_the_service(
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["verify"] = (503, {"code": "TEST.DOWN", "message": "down"})
+    response = await ask(market, make_token(PAYER))
+    assert response.status_code == 503 and nothing_charged(market)
+    assert "Retry in" in response.json()["message"]
+    assert "could not verify a payment: the payment service is unavailable" in all_logs.text

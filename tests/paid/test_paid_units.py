@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,10 @@ def test_the_settle_queue_creates_missing_parent_directories(tmp_path: Path) -> 
     path = tmp_path / "config" / "svc" / "settle-queue.json"  # two levels that do not exist
     SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
     assert [e.request_id for e in SettleQueue(path, clock=lambda: 1000.0).entries()] == ["r1"]
+
+
+def test_the_settle_queue_directory_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "svc" / "settle-queue.json"
+    SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # it holds access tokens
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
