@@ -219,6 +219,16 @@ async def test_book_receipt_out_of_order_is_not_taken_for_outside_spending() -> 
     assert book.known("p", PAYER) == (8, 0)
 
 
+async def test_book_spending_elsewhere_keeps_the_settles_still_in_flight_claimed() -> None:
+    book = CreditBook(Reads(10))
+    first, second = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
+    assert isinstance(first, Admission) and isinstance(second, Admission)
+    book.settled(first, 1, 5)  # 4 credits were spent elsewhere; the second is still in flight
+    assert book.known("p", PAYER) == (6, 1)  # 5 left plus the 1 in flight, which may settle
+    book.settled(second, 1, 5)  # it was already inside the 5
+    assert book.known("p", PAYER) == (5, 0)
+
+
 async def test_book_refused_blocks_the_payer_until_in_flight_is_done_then_rereads() -> None:
     reads = Reads(5, 1)
     book = CreditBook(reads)

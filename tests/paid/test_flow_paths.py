@@ -161,6 +161,7 @@ async def test_verify_errors_map_to_402_for_the_payer_and_502_for_the_operator(
         assert said is not None and said in body["message"]
         assert "Nothing was charged" in body["message"]
         assert body["error"] == "Bad Gateway"
+        assert body["message"].endswith("Nothing was charged; the agent's operator has been told.")
 
 
 async def test_a_gateway_not_logged_in_answers_503_and_says_so(
