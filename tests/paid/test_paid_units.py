@@ -23,7 +23,7 @@ from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.login import CredentialStore
 from svc_gateway.paid.endpoint import ProtocolLog
-from svc_gateway.paid.handlers import HandlerError, load_handler, to_answer
+from svc_gateway.paid.handlers import HandlerError, default_handler, load_handler, to_answer
 from svc_gateway.paid.plans import PlanFactsCache
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 
@@ -201,3 +201,23 @@ def test_the_settle_queue_directory_is_private(tmp_path: Path) -> None:
     SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # it holds access tokens
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+# -- the default agent -----------------------------------------------------------------------------
+
+
+async def test_the_default_agent_states_facts_about_the_prompt() -> None:
+    assert await default_handler({"prompt": "a quick brownish fox"}) == {
+        "answer": "Your prompt has 4 words and 20 characters; its longest word is 'brownish'.",
+        "wordCount": 4,
+        "charCount": 20,
+        "echo": "a quick brownish fox",
+    }
+    one = await default_handler({"prompt": "hi"})
+    assert one["answer"] == "Your prompt has 1 word and 2 characters; its longest word is 'hi'."
+    assert await default_handler({}) == {
+        "answer": "Your prompt has 0 words and 0 characters; its longest word is ''.",
+        "wordCount": 0,
+        "charCount": 0,
+        "echo": "",
+    }
