@@ -20,11 +20,13 @@ from aiohttp.payload import StringPayload
 
 from svc_gateway import register
 from svc_gateway.config import ConfigError
+from svc_gateway.errors import NotFound
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.login import CredentialStore
+from svc_gateway.models import SCHEME_CARD, SCHEME_CRYPTO, Plan
 from svc_gateway.paid.endpoint import ProtocolLog
 from svc_gateway.paid.handlers import HandlerError, default_handler, load_handler, to_answer
-from svc_gateway.paid.plans import PlanFactsCache
+from svc_gateway.paid.plans import PlanFacts, PlanFactsCache
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 
 from .support import LogCollector
@@ -221,3 +223,67 @@ async def test_the_default_agent_states_facts_about_the_prompt() -> None:
         "charCount": 0,
         "echo": "",
     }
+
+
+# -- plan facts ----------------------------------------------------------------------------------
+
+CARD_PLAN = {
+    "id": "card-1",
+    "metadata": {
+        "main": {"name": "Pro", "description": "answers for a fee"},
+        "plan": {"fiatPaymentProvider": "adyen"},
+    },
+    "registry": {"price": {"isCrypto": False}, "credits": {"minAmount": 2, "maxAmount": 5}},
+}
+
+
+def test_plan_facts_carry_the_card_provider_bounds_and_names() -> None:
+    facts = PlanFacts.from_plan(Plan.model_validate(CARD_PLAN), "live")
+    assert facts == PlanFacts("card-1", SCHEME_CARD, "adyen", 2, 5, "Pro", "answers for a fee")
+
+
+class Fetches:
+    """A plan fetch that counts its calls; ``gone`` is unknown, ``slow`` waits for ``gate``."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.gate = asyncio.Event()
+
+    async def __call__(self, plan_id: str) -> Plan:
+        self.calls.append(plan_id)
+        if plan_id == "gone":
+            raise NotFound("gone", status=404)
+        if plan_id.startswith("slow"):
+            await self.gate.wait()
+        return Plan.model_validate({"id": plan_id})
+
+
+async def test_live_plans_and_their_fallback_are_on_the_live_network() -> None:
+    cache, fetch = PlanFactsCache(), Fetches()
+    assert (await cache.get("p", fetch, "live")).network == "eip155:8453"
+    fallback = await cache.get("gone", fetch, "live")
+    assert (fallback.scheme, fallback.network) == (SCHEME_CRYPTO, "eip155:8453")
+    assert fallback.plan_id == "gone"
+
+
+async def test_plan_facts_are_read_again_once_their_ttl_has_passed() -> None:
+    now = [0.0]
+    cache, fetch = PlanFactsCache(ttl=10.0, clock=lambda: now[0]), Fetches()
+    await cache.get("p", fetch, "sandbox")
+    now[0] = 9.0
+    await cache.get("p", fetch, "sandbox")
+    assert fetch.calls == ["p"] and cache.fetches == 1
+    now[0] = 10.5
+    await cache.get("p", fetch, "sandbox")
+    assert fetch.calls == ["p", "p"] and cache.fetches == 2
+
+
+async def test_past_the_bound_of_shared_fetches_each_miss_fetches_alone() -> None:
+    cache, fetch = PlanFactsCache(maxsize=1), Fetches()
+    first = asyncio.ensure_future(cache.get("slow-a", fetch, "sandbox"))
+    await asyncio.sleep(0)  # slow-a now holds the one shared-fetch slot
+    others = [asyncio.ensure_future(cache.get("slow-b", fetch, "sandbox")) for _ in range(2)]
+    await asyncio.sleep(0)
+    fetch.gate.set()
+    await asyncio.gather(first, *others)
+    assert fetch.calls.count("slow-a") == 1 and fetch.calls.count("slow-b") == 2
