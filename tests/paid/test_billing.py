@@ -308,3 +308,37 @@ async def test_book_a_cancelled_reader_does_not_strand_its_waiters() -> None:
     assert calls == 2
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def test_book_rereads_a_balance_exactly_at_its_ttl() -> None:
+    now = [0.0]
+    reads = Reads(1, 4)
+    book = CreditBook(reads, clock=lambda: now[0])
+    a = await book.admit("p", PAYER, 1)
+    assert isinstance(a, Admission)
+    book.settled(a, 1, None)
+    now[0] = billing.BALANCE_TTL_SECS
+    assert isinstance(await book.admit("p", PAYER, 1), Admission)  # re-read: 4
+    assert reads.calls == 2 == book.reads
+
+
+async def test_book_a_refusal_rereads_once_the_refresh_interval_has_passed() -> None:
+    now = [0.0]
+    reads = Reads(0, 3)
+    book = CreditBook(reads, clock=lambda: now[0])
+    assert isinstance(await book.admit("p", PAYER, 1), Refusal)  # read just now: not again
+    assert reads.calls == 1
+    now[0] = billing.REFUSAL_REFRESH_SECS  # the payer may have topped up since
+    assert isinstance(await book.admit("p", PAYER, 1), Admission)
+    assert reads.calls == 2 == book.reads
+
+
+async def test_book_forgets_only_as_many_idle_payers_as_it_must() -> None:
+    book = CreditBook(Reads(5), max_accounts=2)
+    payers = ["0x" + c * 40 for c in "abc"]
+    for payer in payers:
+        claim = await book.admit("p", payer, 1)
+        assert isinstance(claim, Admission)
+        book.release(claim)
+    assert book.known("p", payers[0]) is None  # the oldest idle payer made room
+    assert book.known("p", payers[1]) == (5, 0) and book.known("p", payers[2]) == (5, 0)
