@@ -37,7 +37,10 @@ async def test_a_hung_service_gets_503_within_the_paid_budget(
     assert "nothing was charged" in response.json()["message"]
     assert market.stub.burned == 0 and market.stub.calls["settle"] == 0
     assert market.endpoint.stats.unavailable == 1
-    assert "the payment service is unavailable (timeout)" in all_logs.text
+    assert (
+        "could not verify a payment in time: the payment service is unavailable (timeout)"
+        in all_logs.text
+    )
 
 
 async def test_a_settle_that_hangs_delivers_and_queues_within_the_budget(

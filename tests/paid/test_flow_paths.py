@@ -15,7 +15,7 @@ from svc_gateway.models import Plan
 from svc_gateway.paid.plans import PlanFacts, PlanFactsCache
 
 from .conftest import StubMarket, StubMarketFactory
-from .stub_service import PLAN_ID, StubService, make_token
+from .stub_service import AGENT_ID, PLAN_ID, StubService, make_token
 from .support import LogCollector
 
 PAYER = "0x" + "aa" * 20
@@ -271,3 +271,52 @@ async def test_a_verify_outage_is_503_and_the_log_says_verify_failed_to_reach_th
     assert response.status_code == 503 and nothing_charged(market)
     assert "Retry in" in response.json()["message"]
     assert "could not verify a payment: the payment service is unavailable" in all_logs.text
+
+
+async def test_busy_answer_is_a_plain_service_unavailable(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.endpoint.flow.max_in_flight = 0
+    response = await ask(market, make_token(PAYER))
+    assert response.json() == {
+        "error": "Service Unavailable",
+        "message": "The agent is busy; nothing was charged. Retry in a second.",
+    }
+
+
+async def test_a_balance_outage_is_logged_with_the_service_error_code(
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["balance"] = (500, {"code": "TEST.DOWN", "message": "down"})
+    assert (await ask(market, make_token(PAYER))).status_code == 503
+    assert "could not read the payer's balance: the payment service is unavailable (" in (
+        all_logs.text
+    )
+    assert "(timeout)" not in all_logs.text
+
+
+@pytest.mark.parametrize("case", ["invalid token", "too few credits"])
+async def test_every_refusal_envelope_names_the_agent_and_the_endpoint(
+    make_stub_market: StubMarketFactory, case: str
+) -> None:
+    balance, token = (10, "not a token!") if case == "invalid token" else (0, make_token(PAYER))
+    market = await make_stub_market(stub=StubService(balance=balance))
+    response = await ask(market, token)
+    assert response.status_code == 402
+    envelope = decode_b64_json(response.headers["payment-required"])
+    assert envelope is not None and envelope["resource"]["url"] == market.url
+    assert envelope["accepts"][0]["extra"]["agentId"] == AGENT_ID
+    assert envelope["error"] == response.json()["reason"]
+
+
+async def test_the_plan_and_agent_set_at_run_time_win_over_the_config(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    flow = market.endpoint.flow
+    flow.core.plan_id, flow.core.agent_id = "plan-2", "agent-2"  # as svc_registerAgent does
+    assert (flow.plan_id(), flow.agent_id()) == ("plan-2", "agent-2")
+    flow.explicit_plan_id, flow.explicit_agent_id = "plan-3", "agent-3"
+    assert (flow.plan_id(), flow.agent_id()) == ("plan-3", "agent-3")
