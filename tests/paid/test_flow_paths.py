@@ -320,3 +320,13 @@ async def test_the_plan_and_agent_set_at_run_time_win_over_the_config(
     assert (flow.plan_id(), flow.agent_id()) == ("plan-2", "agent-2")
     flow.explicit_plan_id, flow.explicit_agent_id = "plan-3", "agent-3"
     assert (flow.plan_id(), flow.agent_id()) == ("plan-3", "agent-3")
+
+
+async def test_every_failed_handler_answer_is_counted_and_free(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    for prompt, status in (("status:404", 404), ("status:503", 503), ("raise", 500)):
+        assert (await ask(market, make_token(PAYER), prompt)).status_code == status
+    assert market.endpoint.stats.handler_failures == 3
+    assert nothing_charged(market)
