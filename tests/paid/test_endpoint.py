@@ -55,6 +55,18 @@ async def test_bad_requests_are_refused_before_any_payment_step(
         assert "payment-required" not in response.headers
         assert "Traceback" not in response.text
     assert cases[0][1].headers["Allow"] == "POST"
+    said: dict[int, list[Any]] = {expected: [] for expected, _ in cases}
+    for expected, response in cases:
+        said[expected].append(response.json())
+    assert {"error": "Bad Request", "message": "The body is not valid JSON."} in said[400]
+    assert {
+        "error": "Bad Request",
+        "message": 'Send Content-Type: application/json with {"prompt"}',
+    } in said[400]
+    assert {
+        "error": "Bad Request",
+        "message": 'The body must be a JSON object with a non-empty "prompt" string.',
+    } in said[400]
     assert cases[-2][1].json() == {
         "error": "Payload Too Large",
         "message": "The request body is larger than 4096 bytes.",
