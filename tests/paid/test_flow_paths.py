@@ -330,3 +330,14 @@ async def test_every_failed_handler_answer_is_counted_and_free(
         assert (await ask(market, make_token(PAYER), prompt)).status_code == status
     assert market.endpoint.stats.handler_failures == 3
     assert nothing_charged(market)
+
+
+async def test_a_json_subtype_body_is_read_like_json(make_stub_market: StubMarketFactory) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await http.post(
+            market.url,
+            content=b'{"prompt": "hi"}',
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+    assert response.status_code == 402  # read, then asked to pay (not a 400)

@@ -95,13 +95,16 @@ def test_a_streaming_response_payload_is_refused_with_the_whole_reason() -> None
 # -- mounting on a host's web app ----------------------------------------------------------------
 
 
-def mounting_gateway(app: web.Application, **extra: Any) -> ReferenceGateway:
+def mounting_gateway(
+    app: web.Application, config: dict[str, Any] | None = None, **extra: Any
+) -> ReferenceGateway:
     gateway = ReferenceGateway(
         {
             "environment": "local",
             "baseUrl": "http://127.0.0.1:9/api/v1",  # never called: mounting makes no call
             "enablePaidEndpoint": True,
             "planId": "plan-1",
+            **(config or {}),
         },
         http_app=app,
     )
@@ -152,13 +155,23 @@ async def test_a_mounted_card_says_unavailable_on_a_fault_and_shutting_down_afte
         async def broken(plan_id: str) -> Any:
             raise RuntimeError("a bug while reading " + plan_id)
 
-        handle.extras["paid_endpoint"].flow.facts = broken
+        async def crashing(prompt: str, token: str | None, url: str) -> Any:
+            raise RuntimeError("a bug while serving " + prompt)
+
+        flow = handle.extras["paid_endpoint"].flow
+        flow.facts, flow.serve = broken, crashing
         async with httpx.AsyncClient(timeout=20) as http:
             faulty = await http.get(base + "/.well-known/agent.json")
             assert faulty.status_code == 500
             assert faulty.json() == {
                 "error": "Internal Server Error",
                 "message": "The agent card is unavailable.",
+            }
+            crashed = await http.post(base, json={"prompt": "hi"})
+            assert crashed.status_code == 500
+            assert crashed.json() == {
+                "error": "Internal Server Error",
+                "message": "The agent failed; nothing was charged.",
             }
             await asyncio.to_thread(handle.close)
             closed = True
@@ -287,3 +300,13 @@ async def test_past_the_bound_of_shared_fetches_each_miss_fetches_alone() -> Non
     fetch.gate.set()
     await asyncio.gather(first, *others)
     assert fetch.calls.count("slow-a") == 1 and fetch.calls.count("slow-b") == 2
+
+
+def test_a_public_url_with_a_path_is_the_endpoint_itself(tmp_path: Path) -> None:
+    public = {"paidEndpointPublicUrl": "https://agents.example.test/paid/ask"}
+    gateway = mounting_gateway(web.Application(), public)
+    handle = register(gateway, store=CredentialStore(tmp_path, use_keyring=False))
+    try:
+        assert handle.extras["paid_endpoint"].url == "https://agents.example.test/paid/ask"
+    finally:
+        handle.close()
