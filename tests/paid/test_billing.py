@@ -326,7 +326,11 @@ async def test_book_a_refusal_rereads_once_the_refresh_interval_has_passed() -> 
     now = [0.0]
     reads = Reads(0, 3)
     book = CreditBook(reads, clock=lambda: now[0])
-    assert isinstance(await book.admit("p", PAYER, 1), Refusal)  # read just now: not again
+    refusal = await book.admit("p", PAYER, 1)
+    assert isinstance(refusal, Refusal)  # read just now: not again
+    assert refusal.reason == (
+        "insufficient credits: 0 available after the requests already in progress, 1 requested"
+    )
     assert reads.calls == 1
     now[0] = billing.REFUSAL_REFRESH_SECS  # the payer may have topped up since
     assert isinstance(await book.admit("p", PAYER, 1), Admission)
