@@ -310,3 +310,22 @@ def test_a_public_url_with_a_path_is_the_endpoint_itself(tmp_path: Path) -> None
         assert handle.extras["paid_endpoint"].url == "https://agents.example.test/paid/ask"
     finally:
         handle.close()
+
+
+def test_json_answers_keep_non_ascii_text_as_utf8() -> None:
+    assert to_answer({"answer": "héllo ☃"}).body == '{"answer":"héllo ☃"}'.encode()
+
+
+def test_an_unserialisable_answer_names_the_failure_kind() -> None:
+    with pytest.raises(HandlerError) as raised:
+        to_answer({"x": object()})
+    assert str(raised.value) == "the answer is not JSON-serialisable (TypeError)"
+
+
+def test_an_entry_too_old_to_settle_is_dropped_and_the_log_says_why(
+    tmp_path: Path, all_logs: LogCollector
+) -> None:
+    path = tmp_path / "settle-queue.json"
+    SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
+    assert len(SettleQueue(path, max_age_secs=10.0, clock=lambda: 1011.0)) == 0
+    assert all_logs.lines[-1].endswith("too old to settle (its access token has expired)")
