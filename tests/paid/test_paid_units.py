@@ -329,3 +329,8 @@ def test_an_entry_too_old_to_settle_is_dropped_and_the_log_says_why(
     SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
     assert len(SettleQueue(path, max_age_secs=10.0, clock=lambda: 1011.0)) == 0
     assert all_logs.lines[-1].endswith("too old to settle (its access token has expired)")
+
+
+def test_a_request_never_costs_negative_credits_even_if_the_plan_says_so() -> None:
+    odd = PlanFacts("p", SCHEME_CRYPTO, "eip155:84532", min_amount=-5, max_amount=10)
+    assert odd.clamp(-3) == 0 and odd.clamp(4) == 4 and odd.clamp(11) == 10
