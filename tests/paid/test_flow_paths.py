@@ -341,3 +341,12 @@ async def test_a_json_subtype_body_is_read_like_json(make_stub_market: StubMarke
             headers={"Content-Type": "application/merge-patch+json"},
         )
     assert response.status_code == 402  # read, then asked to pay (not a 400)
+
+
+async def test_every_request_refused_for_want_of_a_plan_is_counted(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10), config={"planId": None})
+    for _ in range(2):
+        assert (await ask(market, make_token(PAYER))).status_code == 503
+    assert market.endpoint.stats.unavailable == 2 and nothing_charged(market)
