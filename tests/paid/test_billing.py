@@ -312,14 +312,15 @@ async def test_book_a_cancelled_reader_does_not_strand_its_waiters() -> None:
 
 async def test_book_rereads_a_balance_exactly_at_its_ttl() -> None:
     now = [0.0]
-    reads = Reads(1, 4)
+    reads = Reads(5, 2)
     book = CreditBook(reads, clock=lambda: now[0])
     a = await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission)
-    book.settled(a, 1, None)
+    book.settled(a, 1, None)  # 4 left, as far as the book knows
     now[0] = billing.BALANCE_TTL_SECS
-    assert isinstance(await book.admit("p", PAYER, 1), Admission)  # re-read: 4
-    assert reads.calls == 2 == book.reads
+    assert isinstance(await book.admit("p", PAYER, 1), Admission)
+    assert reads.calls == 2 == book.reads  # read again although 4 would have covered it
+    assert book.known("p", PAYER) == (2, 1)
 
 
 async def test_book_a_refusal_rereads_once_the_refresh_interval_has_passed() -> None:
