@@ -350,3 +350,19 @@ async def test_every_request_refused_for_want_of_a_plan_is_counted(
     for _ in range(2):
         assert (await ask(market, make_token(PAYER))).status_code == 503
     assert market.endpoint.stats.unavailable == 2 and nothing_charged(market)
+
+
+async def test_a_declared_oversize_body_is_413_before_it_is_sent(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10), config={"maxBodyBytes": 4096})
+    port = int(market.url.split(":")[2].split("/")[0])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /svc/agent HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100000\r\n\r\n"  # and no body: the length alone is refused
+    )
+    status = await asyncio.wait_for(reader.readline(), 20)
+    writer.close()
+    assert status.startswith(b"HTTP/1.1 413")
+    assert market.stub.calls["verify"] == 0
