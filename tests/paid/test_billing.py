@@ -219,6 +219,16 @@ async def test_book_receipt_out_of_order_is_not_taken_for_outside_spending() -> 
     assert book.known("p", PAYER) == (8, 0)
 
 
+async def test_book_spending_elsewhere_keeps_the_settles_still_in_flight_claimed() -> None:
+    book = CreditBook(Reads(10))
+    first, second = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
+    assert isinstance(first, Admission) and isinstance(second, Admission)
+    book.settled(first, 1, 5)  # 4 credits were spent elsewhere; the second is still in flight
+    assert book.known("p", PAYER) == (6, 1)  # 5 left plus the 1 in flight, which may settle
+    book.settled(second, 1, 5)  # it was already inside the 5
+    assert book.known("p", PAYER) == (5, 0)
+
+
 async def test_book_refused_blocks_the_payer_until_in_flight_is_done_then_rereads() -> None:
     reads = Reads(5, 1)
     book = CreditBook(reads)
@@ -298,3 +308,42 @@ async def test_book_a_cancelled_reader_does_not_strand_its_waiters() -> None:
     assert calls == 2
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def test_book_rereads_a_balance_exactly_at_its_ttl() -> None:
+    now = [0.0]
+    reads = Reads(5, 2)
+    book = CreditBook(reads, clock=lambda: now[0])
+    a = await book.admit("p", PAYER, 1)
+    assert isinstance(a, Admission)
+    book.settled(a, 1, None)  # 4 left, as far as the book knows
+    now[0] = billing.BALANCE_TTL_SECS
+    assert isinstance(await book.admit("p", PAYER, 1), Admission)
+    assert reads.calls == 2 == book.reads  # read again although 4 would have covered it
+    assert book.known("p", PAYER) == (2, 1)
+
+
+async def test_book_a_refusal_rereads_once_the_refresh_interval_has_passed() -> None:
+    now = [0.0]
+    reads = Reads(0, 3)
+    book = CreditBook(reads, clock=lambda: now[0])
+    refusal = await book.admit("p", PAYER, 1)
+    assert isinstance(refusal, Refusal)  # read just now: not again
+    assert refusal.reason == (
+        "insufficient credits: 0 available after the requests already in progress, 1 requested"
+    )
+    assert reads.calls == 1
+    now[0] = billing.REFUSAL_REFRESH_SECS  # the payer may have topped up since
+    assert isinstance(await book.admit("p", PAYER, 1), Admission)
+    assert reads.calls == 2 == book.reads
+
+
+async def test_book_forgets_only_as_many_idle_payers_as_it_must() -> None:
+    book = CreditBook(Reads(5), max_accounts=2)
+    payers = ["0x" + c * 40 for c in "abc"]
+    for payer in payers:
+        claim = await book.admit("p", payer, 1)
+        assert isinstance(claim, Admission)
+        book.release(claim)
+    assert book.known("p", payers[0]) is None  # the oldest idle payer made room
+    assert book.known("p", payers[1]) == (5, 0) and book.known("p", payers[2]) == (5, 0)

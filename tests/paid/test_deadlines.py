@@ -24,7 +24,7 @@ async def post(http: httpx.AsyncClient, url: str, token: str, prompt: str = "hi"
 
 
 async def test_a_hung_service_gets_503_within_the_paid_budget(
-    make_stub_market: StubMarketFactory,
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
 ) -> None:
     market = await make_stub_market(
         stub=StubService(balance=10), config={"paidBudgetSecs": 0.5, "requestTimeoutSecs": 60}
@@ -37,6 +37,10 @@ async def test_a_hung_service_gets_503_within_the_paid_budget(
     assert "nothing was charged" in response.json()["message"]
     assert market.stub.burned == 0 and market.stub.calls["settle"] == 0
     assert market.endpoint.stats.unavailable == 1
+    assert (
+        "could not verify a payment in time: the payment service is unavailable (timeout)"
+        in all_logs.text
+    )
 
 
 async def test_a_settle_that_hangs_delivers_and_queues_within_the_budget(

@@ -55,6 +55,22 @@ async def test_bad_requests_are_refused_before_any_payment_step(
         assert "payment-required" not in response.headers
         assert "Traceback" not in response.text
     assert cases[0][1].headers["Allow"] == "POST"
+    said: dict[int, list[Any]] = {expected: [] for expected, _ in cases}
+    for expected, response in cases:
+        said[expected].append(response.json())
+    assert {"error": "Bad Request", "message": "The body is not valid JSON."} in said[400]
+    assert {
+        "error": "Bad Request",
+        "message": 'Send Content-Type: application/json with {"prompt"}',
+    } in said[400]
+    assert {
+        "error": "Bad Request",
+        "message": 'The body must be a JSON object with a non-empty "prompt" string.',
+    } in said[400]
+    assert cases[-2][1].json() == {
+        "error": "Payload Too Large",
+        "message": "The request body is larger than 4096 bytes.",
+    }
     assert market.transport is not None
     assert market.transport.calls["x402/verify"] == 0
     assert market.transport.calls["x402/settle"] == 0
@@ -131,7 +147,12 @@ async def test_without_a_plan_the_endpoint_answers_503_until_one_is_registered(
     response = await http.post(market.endpoint.url, json={"prompt": "hi"})
     assert response.status_code == 503
     assert "no plan is configured" in response.json()["message"]
-    assert (await http.get(market.endpoint.card_url)).status_code == 503
+    card = await http.get(market.endpoint.card_url)
+    assert card.status_code == 503
+    assert card.json() == {
+        "error": "Service Unavailable",
+        "message": "This agent is not selling yet: no plan is configured.",
+    }
     await market.register_agent()  # svc_registerAgent sets core.plan_id: picked up per request
     response = await http.post(market.endpoint.url, json={"prompt": "hi"})
     assert response.status_code == 402

@@ -15,7 +15,7 @@ from svc_gateway.models import Plan
 from svc_gateway.paid.plans import PlanFacts, PlanFactsCache
 
 from .conftest import StubMarket, StubMarketFactory
-from .stub_service import PLAN_ID, StubService, make_token
+from .stub_service import AGENT_ID, PLAN_ID, StubService, make_token
 from .support import LogCollector
 
 PAYER = "0x" + "aa" * 20
@@ -160,6 +160,8 @@ async def test_verify_errors_map_to_402_for_the_payer_and_502_for_the_operator(
         assert "payment-required" not in response.headers
         assert said is not None and said in body["message"]
         assert "Nothing was charged" in body["message"]
+        assert body["error"] == "Bad Gateway"
+        assert body["message"].endswith("Nothing was charged; the agent's operator has been told.")
 
 
 async def test_a_gateway_not_logged_in_answers_503_and_says_so(
@@ -168,7 +170,11 @@ async def test_a_gateway_not_logged_in_answers_503_and_says_so(
     market = await make_stub_market(stub=StubService(balance=10), config={"svcApiKey": None})
     response = await ask(market, make_token(PAYER))
     assert response.status_code == 503
-    assert "not logged in" in response.json()["message"]
+    assert response.json() == {
+        "error": "Service Unavailable",
+        "message": "This agent cannot take payments yet: its operator is not logged in to the "
+        "payment service. Nothing was charged.",
+    }
     assert market.stub.calls["verify"] == 0 and nothing_charged(market)
     assert "/svc_login" in all_logs.text
 
@@ -254,3 +260,109 @@ async def test_plan_cache_shares_one_fetch_and_propagates_outages() -> None:
     await cache.get("p", fetch, "sandbox")
     cache.invalidate()
     assert cache.peek("p") is None
+
+
+async def test_a_verify_outage_is_503_and_the_log_says_verify_failed_to_reach_the_service(
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["verify"] = (503, {"code": "TEST.DOWN", "message": "down"})
+    response = await ask(market, make_token(PAYER))
+    assert response.status_code == 503 and nothing_charged(market)
+    assert "Retry in" in response.json()["message"]
+    assert "could not verify a payment: the payment service is unavailable" in all_logs.text
+
+
+async def test_busy_answer_is_a_plain_service_unavailable(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.endpoint.flow.max_in_flight = 0
+    response = await ask(market, make_token(PAYER))
+    assert response.json() == {
+        "error": "Service Unavailable",
+        "message": "The agent is busy; nothing was charged. Retry in a second.",
+    }
+
+
+async def test_a_balance_outage_is_logged_with_the_service_error_code(
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["balance"] = (500, {"code": "TEST.DOWN", "message": "down"})
+    assert (await ask(market, make_token(PAYER))).status_code == 503
+    assert "could not read the payer's balance: the payment service is unavailable (" in (
+        all_logs.text
+    )
+    assert "(timeout)" not in all_logs.text
+
+
+@pytest.mark.parametrize("case", ["invalid token", "too few credits"])
+async def test_every_refusal_envelope_names_the_agent_and_the_endpoint(
+    make_stub_market: StubMarketFactory, case: str
+) -> None:
+    balance, token = (10, "not a token!") if case == "invalid token" else (0, make_token(PAYER))
+    market = await make_stub_market(stub=StubService(balance=balance))
+    response = await ask(market, token)
+    assert response.status_code == 402
+    envelope = decode_b64_json(response.headers["payment-required"])
+    assert envelope is not None and envelope["resource"]["url"] == market.url
+    assert envelope["accepts"][0]["extra"]["agentId"] == AGENT_ID
+    assert envelope["error"] == response.json()["reason"]
+
+
+async def test_the_plan_and_agent_set_at_run_time_win_over_the_config(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    flow = market.endpoint.flow
+    flow.core.plan_id, flow.core.agent_id = "plan-2", "agent-2"  # as svc_registerAgent does
+    assert (flow.plan_id(), flow.agent_id()) == ("plan-2", "agent-2")
+    flow.explicit_plan_id, flow.explicit_agent_id = "plan-3", "agent-3"
+    assert (flow.plan_id(), flow.agent_id()) == ("plan-3", "agent-3")
+
+
+async def test_every_failed_handler_answer_is_counted_and_free(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    for prompt, status in (("status:404", 404), ("status:503", 503), ("raise", 500)):
+        assert (await ask(market, make_token(PAYER), prompt)).status_code == status
+    assert market.endpoint.stats.handler_failures == 3
+    assert nothing_charged(market)
+
+
+async def test_a_json_subtype_body_is_read_like_json(make_stub_market: StubMarketFactory) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await http.post(
+            market.url,
+            content=b'{"prompt": "hi"}',
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+    assert response.status_code == 402  # read, then asked to pay (not a 400)
+
+
+async def test_every_request_refused_for_want_of_a_plan_is_counted(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10), config={"planId": None})
+    for _ in range(2):
+        assert (await ask(market, make_token(PAYER))).status_code == 503
+    assert market.endpoint.stats.unavailable == 2 and nothing_charged(market)
+
+
+async def test_a_declared_oversize_body_is_413_before_it_is_sent(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10), config={"maxBodyBytes": 4096})
+    port = int(market.url.split(":")[2].split("/")[0])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /svc/agent HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100000\r\n\r\n"  # and no body: the length alone is refused
+    )
+    status = await asyncio.wait_for(reader.readline(), 20)
+    writer.close()
+    assert status.startswith(b"HTTP/1.1 413")
+    assert market.stub.calls["verify"] == 0

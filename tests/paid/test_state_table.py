@@ -125,7 +125,10 @@ async def test_handler_failure_is_500_without_traceback_and_not_charged(
     response = await ask(http, market, prompt, await market.token())
     assert response.status_code == 500
     body = response.json()
-    assert body["error"] == "Internal Server Error"
+    assert body == {
+        "error": "Internal Server Error",
+        "message": "The agent failed to answer; nothing was charged.",
+    }
     assert "Traceback" not in response.text and "RuntimeError" not in response.text
     assert "payment-response" not in response.headers
     assert market.transport is not None

@@ -62,7 +62,9 @@ async def test_a_prompt_with_a_lone_surrogate_is_400_and_not_charged(
             headers={"payment-signature": make_token(PAYER), "Content-Type": "application/json"},
         )
     assert response.status_code == 400
+    assert response.json()["error"] == "Bad Request"
     assert "Unicode" in response.json()["message"]
+    assert response.json()["message"].endswith("send UTF-8 text.")
     assert market.stub.calls["verify"] == 0 and market.stub.burned == 0
     assert not [line for line in all_logs.lines if line.startswith("ERROR")]
 
