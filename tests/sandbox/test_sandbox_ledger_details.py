@@ -1,0 +1,69 @@
+"""Ledger details a user or an auditor sees: checkout pages, redeem answers, the audit view."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from .support import Actor, Api, FakeClock
+from .test_sandbox_orders import fiat_checkout
+
+
+async def test_checkout_pages_say_what_went_wrong_and_what_to_do(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    plan_id = await api.plan(owner, fiat=True, price=2_000_000, credits=30)
+    result = (await fiat_checkout(api, buyer, plan_id)).json()["result"]
+    link = result["checkoutLink"]
+    async with httpx.AsyncClient() as browser:
+        unknown = await browser.get(f"{api.server.origin}/sandbox/checkout/cs_test_nope")
+        assert unknown.status_code == 404
+        assert "No such checkout session" in unknown.text
+        # The link lapses at linkExpiresAt exactly, not a second later.
+        clock.advance(result["linkExpiresAt"] - result["linkCreatedAt"])
+        expired = await browser.get(link)
+    assert expired.status_code == 410
+    assert "This checkout link expired" in expired.text
+    assert "Order the plan again" in expired.text
+    assert await api.credits(plan_id, buyer) == 0
+
+
+async def test_redeem_answers_name_the_transaction_and_refusals_say_what_to_do(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, credits=10)
+    other_plan = await api.plan(owner, credits=10)
+    for plan in (plan_id, other_plan):
+        assert (await api.order(buyer, plan)).status_code == 200
+    body = {"agentRequestId": "r-1", "planId": plan_id, "redeemFrom": buyer.address, "amount": "2"}
+    stolen = await api.http.post("/protocol/plans/redeem", json=body, headers=buyer.headers)
+    assert stolen.status_code == 403
+    assert "only the plan owner redeems its credits" in stolen.json()["message"]
+    first = await api.http.post("/protocol/plans/redeem", json=body, headers=owner.headers)
+    assert first.status_code == 200
+    answer = first.json()
+    assert answer["success"] is True and answer["amount"] == "2"
+    assert re.fullmatch(r"0x[0-9a-f]{64}", answer["txHash"]), answer
+    reused = await api.http.post(
+        "/protocol/plans/redeem", json={**body, "planId": other_plan}, headers=owner.headers
+    )
+    assert reused.status_code == 400
+    refusal = reused.json()
+    assert "already redeemed for another plan or holder" in refusal["message"]
+    assert "Use a new agentRequestId" in refusal["hint"]
+    assert await api.credits(plan_id, buyer) == 8 and await api.credits(other_plan, buyer) == 10
+
+
+async def test_audit_view_names_the_plan_the_holder_and_the_plan_type(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, credits=5)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    answer = await api.http.get(f"/sandbox/ledger/{plan_id}/{buyer.address}")
+    assert answer.status_code == 200, answer.text
+    view = answer.json()
+    assert view["planId"] == plan_id
+    assert view["holderAddress"] == buyer.address
+    assert view["planType"] == "credits"
+    assert view["granted"] == view["balance"] == view["auditGranted"] == "5"
