@@ -67,3 +67,22 @@ async def test_audit_view_names_the_plan_the_holder_and_the_plan_type(
     assert view["holderAddress"] == buyer.address
     assert view["planType"] == "credits"
     assert view["granted"] == view["balance"] == view["auditGranted"] == "5"
+
+
+async def test_checkout_session_has_stripe_shaped_ids_and_crypto_plans_are_pointed_to_order(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    fiat = await api.plan(owner, fiat=True, price=2_000_000)
+    first = (await fiat_checkout(api, buyer, fiat)).json()["result"]
+    second = (await fiat_checkout(api, buyer, fiat)).json()["result"]
+    for result in (first, second):
+        assert re.fullmatch(r"cs_test_[0-9a-f]{32}", result["stripeCheckoutSessionId"]), result
+        assert re.fullmatch(
+            r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", result["clientReferenceId"]
+        )
+    assert first["clientReferenceId"] != second["clientReferenceId"]
+    crypto = await api.plan(owner)
+    refused = await fiat_checkout(api, buyer, crypto)
+    assert refused.status_code == 400
+    assert "priced in crypto and has no card checkout" in refused.json()["message"]
+    assert "POST /protocol/plans/{planId}/order (svc_orderPlan)" in refused.json()["hint"]
