@@ -86,3 +86,33 @@ async def test_checkout_session_has_stripe_shaped_ids_and_crypto_plans_are_point
     assert refused.status_code == 400
     assert "priced in crypto and has no card checkout" in refused.json()["message"]
     assert "POST /protocol/plans/{planId}/order (svc_orderPlan)" in refused.json()["hint"]
+
+
+async def test_spend_refusals_carry_the_no_credits_code_and_the_next_step(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, credits=2)
+    time_plan = await api.plan(owner, duration=600)
+    for plan in (plan_id, time_plan):
+        assert (await api.order(buyer, plan)).status_code == 200
+    stranger_mint = await api.http.post(
+        "/protocol/plans/mint",
+        json={"planId": plan_id, "amount": 5, "creditsReceiver": buyer.address},
+        headers=buyer.headers,
+    )
+    assert stranger_mint.status_code == 403
+    assert "Only the owner of this plan may do that" in stranger_mint.json()["message"]
+    cases = {
+        "more than the balance": (plan_id, "3", "Order the plan or mint credits first"),
+        "a time plan": (time_plan, "1", "Use a credits plan"),
+    }
+    for name, (plan, amount, hint) in cases.items():
+        answer = await api.http.post(
+            "/protocol/plans/burn",
+            json={"planId": plan, "creditsAmount": amount},
+            headers=buyer.headers,
+        )
+        assert answer.status_code == 400, name
+        refusal = answer.json()
+        assert refusal["code"] == "BCK.PROTOCOL.0050" and refusal["hint"] == hint, (name, refusal)
+    assert await api.credits(plan_id, buyer) == 2 and await api.credits(time_plan, buyer) == 1
