@@ -1,0 +1,27 @@
+"""What a seller reads when settle refuses: the code, the reason and the next step."""
+
+from __future__ import annotations
+
+from .support import Actor, Api
+from .test_sandbox_facilitator import funded
+
+
+async def test_settle_refusals_tell_the_seller_what_to_send(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await funded(api, owner, buyer, 10)
+    token = await api.token(buyer, plan_id)
+    other_token = await api.token(buyer, plan_id)
+    request_id = (await api.verify(owner, token, plan_id))["agentRequestId"]
+    stranger = await api.settle_answer(buyer, token, plan_id, request_id)
+    assert stranger.status_code == 403
+    assert "only the plan owner settles its requests" in stranger.json()["message"]
+    unknown = await api.settle_answer(owner, token, plan_id, "no-such-request")
+    assert unknown.status_code == 404
+    assert unknown.json()["code"] == "BCK.X402.0040"
+    assert unknown.json()["message"] == "Unknown agentRequestId"
+    assert unknown.json()["hint"] == "Send the agentRequestId that verify returned"
+    mismatch = await api.settle_answer(owner, other_token, plan_id, request_id)
+    assert mismatch.status_code == 400
+    assert "verified for a different token or plan" in mismatch.json()["message"]
+    assert await api.credits(plan_id, buyer) == 10
