@@ -25,3 +25,19 @@ async def test_settle_refusals_tell_the_seller_what_to_send(
     assert mismatch.status_code == 400
     assert "verified for a different token or plan" in mismatch.json()["message"]
     assert await api.credits(plan_id, buyer) == 10
+
+
+async def test_a_settle_counts_one_transaction_on_the_tokens_delegation(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await funded(api, owner, buyer, 10)
+    delegation_id = await api.delegation(buyer)
+    minted = await api.token_answer(buyer, plan_id, delegation_id)
+    token = minted.json()["accessToken"]
+    for left in ("9", "8"):
+        settled = (await api.settle_answer(owner, token, plan_id, None)).json()
+        assert settled["success"] is True and settled["remainingBalance"] == left
+        assert settled["network"] == "eip155:84532" and settled["payer"] == buyer.address
+    listed = (await api.http.get("/delegation", headers=buyer.headers)).json()
+    counts = {d["delegationId"]: d["transactionCount"] for d in listed}
+    assert counts[delegation_id] == 2
