@@ -41,3 +41,20 @@ async def test_a_settle_counts_one_transaction_on_the_tokens_delegation(
     listed = (await api.http.get("/delegation", headers=buyer.headers)).json()
     counts = {d["delegationId"]: d["transactionCount"] for d in listed}
     assert counts[delegation_id] == 2
+
+
+async def test_settle_of_an_unreadable_token_gives_the_same_reason_as_verify(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await funded(api, owner, buyer, 3)
+    token = await api.token(buyer, plan_id)
+    forged = token[:-6] + ("A" * 6 if not token.endswith("AAAAAA") else "B" * 6)
+    verified = await api.verify(owner, forged, plan_id)
+    assert verified["isValid"] is False and verified["invalidReason"]
+    settled = (await api.settle_answer(owner, forged, plan_id, None)).json()
+    assert settled == {
+        "success": False,
+        "errorReason": verified["invalidReason"],
+        "transaction": "",
+    }
+    assert await api.credits(plan_id, buyer) == 3
