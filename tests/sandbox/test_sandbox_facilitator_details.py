@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .support import Actor, Api
+from .support import Actor, Api, envelope
 from .test_sandbox_facilitator import funded
+from .test_sandbox_tokens_v3 import URL, seller, token_v3
 
 
 async def test_settle_refusals_tell_the_seller_what_to_send(
@@ -58,3 +59,21 @@ async def test_settle_of_an_unreadable_token_gives_the_same_reason_as_verify(
         "transaction": "",
     }
     assert await api.credits(plan_id, buyer) == 3
+
+
+async def test_refused_settles_name_the_payer_and_a_spent_v3_token_says_withhold(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id, agent_id = await seller(api, owner, buyer)
+    paid = envelope(plan_id, agent_id=agent_id, url=URL, verb="POST")
+    token = await token_v3(api, buyer, plan_id, agent_id)
+    beyond = (await api.settle_answer(owner, token, plan_id, None, "7", paid=paid)).json()
+    assert beyond["success"] is False and beyond["payer"] == buyer.address
+    assert "outside the plan's range" in beyond["errorReason"]
+    first = await api.settle_answer(owner, token, plan_id, None, paid=paid)
+    assert first.json()["success"] is True
+    replay = await api.settle_answer(owner, token, plan_id, None, paid=paid)
+    assert replay.status_code == 403
+    assert "already settled (version 3 tokens are single use)" in replay.json()["message"]
+    assert replay.json()["hint"] == "Withhold the answer; the buyer must mint a new access token"
+    assert await api.credits(plan_id, buyer) == 9
