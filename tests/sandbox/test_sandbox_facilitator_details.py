@@ -51,7 +51,10 @@ async def test_settle_of_an_unreadable_token_gives_the_same_reason_as_verify(
     token = await api.token(buyer, plan_id)
     forged = token[:-6] + ("A" * 6 if not token.endswith("AAAAAA") else "B" * 6)
     verified = await api.verify(owner, forged, plan_id)
-    assert verified["isValid"] is False and verified["invalidReason"]
+    assert verified == {
+        "isValid": False,
+        "invalidReason": "invalid access token: signature check failed",
+    }
     settled = (await api.settle_answer(owner, forged, plan_id, None)).json()
     assert settled == {
         "success": False,
@@ -70,6 +73,8 @@ async def test_refused_settles_name_the_payer_and_a_spent_v3_token_says_withhold
     beyond = (await api.settle_answer(owner, token, plan_id, None, "7", paid=paid)).json()
     assert beyond["success"] is False and beyond["payer"] == buyer.address
     assert "outside the plan's range" in beyond["errorReason"]
+    refused = await api.verify(owner, token, plan_id, "7", paid=paid)
+    assert refused["isValid"] is False and refused["payer"] == buyer.address
     first = await api.settle_answer(owner, token, plan_id, None, paid=paid)
     assert first.json()["success"] is True
     replay = await api.settle_answer(owner, token, plan_id, None, paid=paid)
