@@ -40,3 +40,31 @@ async def test_v3_token_accepts_its_own_resource_only(api: Api, owner: Actor, bu
         if not accepted:
             assert "bound to another resource URL" in verified["invalidReason"], (bound, url)
     assert await api.credits(plan_id, buyer) == 10  # verify is a dry run
+
+
+async def test_v3_refusals_name_the_binding_and_a_matched_request_names_its_endpoint(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner, credits=10)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    url = f"{ORIGIN}/svc/agent"
+    agent_id = await api.agent(owner, [plan_id], endpoints=[{"POST": url}, {"GET": url}])
+    minted = await mint_v3(api, buyer, plan_id, agent_id, url=url)
+    token = minted.json()["accessToken"]
+    other_verb = envelope(plan_id, agent_id=agent_id, url=url, verb="GET")
+    refused = await api.verify(owner, token, plan_id, paid=other_verb)
+    assert refused["isValid"] is False
+    assert "bound to another HTTP verb" in refused["invalidReason"]
+    not_text = envelope(plan_id, agent_id=agent_id, url=url, verb="POST")
+    not_text["resource"] = {"url": 5}
+    odd = await api.verify(owner, token, plan_id, paid=not_text)
+    assert odd["isValid"] is False
+    assert "bound to another resource URL" in odd["invalidReason"]
+    ok = await api.verify(
+        owner, token, plan_id, paid=envelope(plan_id, agent_id=agent_id, url=url, verb="POST")
+    )
+    assert ok["isValid"] is True
+    assert ok["agentRequest"]["urlMatching"] == ok["urlMatching"] == url
+    assert ok["agentRequest"]["verbMatching"] == "POST"
+    assert ok["agentRequest"]["batch"] is False
+    assert await api.credits(plan_id, buyer) == 10
