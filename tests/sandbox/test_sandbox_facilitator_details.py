@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .support import Actor, Api, envelope
+from .support import Actor, Api, FakeClock, envelope
 from .test_sandbox_facilitator import funded
 from .test_sandbox_tokens_v3 import URL, seller, token_v3
 
@@ -82,3 +82,44 @@ async def test_refused_settles_name_the_payer_and_a_spent_v3_token_says_withhold
     assert "already settled (version 3 tokens are single use)" in replay.json()["message"]
     assert replay.json()["hint"] == "Withhold the answer; the buyer must mint a new access token"
     assert await api.credits(plan_id, buyer) == 9
+
+
+async def test_verify_reasons_are_exact_and_a_token_lapses_at_its_expiry(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    plan_id = await funded(api, owner, buyer, 5)
+    agent_id = await api.agent(owner, [plan_id])
+    other_agent = await api.agent(owner, [plan_id])
+    token = await api.token(buyer, plan_id, agent_id=agent_id)
+    blank_agent = envelope(plan_id)
+    blank_agent["accepts"][0]["extra"] = {"agentId": ""}
+    odd_extra = envelope(plan_id)
+    odd_extra["accepts"][0]["extra"] = "not an object"
+    for paid in (blank_agent, odd_extra):  # no agent named: any agent's token pays
+        assert (await api.verify(owner, token, plan_id, paid=paid))["isValid"] is True
+    wrong = await api.verify(owner, token, plan_id, paid=envelope(plan_id, agent_id=other_agent))
+    assert wrong["invalidReason"] == "the access token was issued for a different agent"
+    delegation_id = await api.delegation(buyer, duration=30)
+    short = (await api.token_answer(buyer, plan_id, delegation_id)).json()["accessToken"]
+    clock.advance(29)
+    assert (await api.verify(owner, short, plan_id))["isValid"] is True
+    clock.advance(1)  # the token's expiry: the delegation's end, to the second
+    lapsed = await api.verify(owner, short, plan_id)
+    assert lapsed["isValid"] is False and lapsed["invalidReason"] == "access token expired"
+    dropped = await api.http.delete(
+        f"/protocol/agents/{agent_id}/plan/{plan_id}", headers=owner.headers
+    )
+    assert dropped.status_code == 200
+    gone = await api.verify(owner, token, plan_id)
+    assert gone["invalidReason"] == "the token's agent no longer sells this plan"
+
+
+async def test_time_plan_without_access_says_order_it_first(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    plan_id = await api.plan(owner, duration=600)
+    assert (await api.order(buyer, plan_id)).status_code == 200
+    token = await api.token(buyer, plan_id)
+    clock.advance(601)
+    late = await api.verify(owner, token, plan_id, "1")
+    assert late["invalidReason"] == "no active access to this time plan: order it first"
