@@ -123,3 +123,41 @@ async def test_time_plan_without_access_says_order_it_first(
     clock.advance(601)
     late = await api.verify(owner, token, plan_id, "1")
     assert late["invalidReason"] == "no active access to this time plan: order it first"
+
+
+async def test_malformed_payment_bodies_say_which_field_and_limits_are_inclusive(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await funded(api, owner, buyer, 5)
+    token = await api.token(buyer, plan_id)
+    base = {"paymentRequired": envelope(plan_id), "x402AccessToken": token, "maxAmount": "1"}
+
+    async def post(**changes: object) -> dict[str, object]:
+        answer = await api.http.post(
+            "/x402/verify", json={**base, **changes}, headers=owner.headers
+        )
+        data: dict[str, object] = answer.json()
+        data["status"] = answer.status_code
+        return data
+
+    no_envelope = await post(paymentRequired={"x402Version": 2})
+    assert no_envelope["status"] == 400 and no_envelope["code"] == "BCK.X402.0002"
+    assert no_envelope["message"] == (
+        "paymentRequired must be an x402 PaymentRequired envelope with an accepts list "
+        "(a JSON object or its base64 encoding)"
+    )
+    for bad_token in ("   ", "x" * 16385):
+        refused = await post(x402AccessToken=bad_token)
+        assert refused["status"] == 400
+        assert refused["message"] == "x402AccessToken must be the access token string"
+    longest = await post(x402AccessToken="x" * 16384)  # read, then refused as unreadable
+    assert longest["status"] == 200 and longest["isValid"] is False
+    assert (await post(agentRequestId="r" * 201))["status"] == 400
+    assert (await post(agentRequestId="r" * 200))["status"] == 200
+    fiat = await api.plan(owner, fiat=True, price=2_000_000)
+    card_only = await api.order(buyer, fiat)
+    assert card_only.status_code == 400
+    assert (
+        card_only.json()["message"] == "This plan is paid by card and cannot be ordered with crypto"
+    )
+    assert "POST /fiat/stripe/payment, svc_orderFiatPlan" in card_only.json()["hint"]
