@@ -116,3 +116,18 @@ async def test_spend_refusals_carry_the_no_credits_code_and_the_next_step(
         refusal = answer.json()
         assert refusal["code"] == "BCK.PROTOCOL.0050" and refusal["hint"] == hint, (name, refusal)
     assert await api.credits(plan_id, buyer) == 2 and await api.credits(time_plan, buyer) == 1
+
+
+async def test_order_limits_say_why_and_what_to_buy_instead(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    trial = await api.plan(owner, trial=True)
+    capped = await api.plan(owner, max_orders=1)
+    for plan in (trial, capped):
+        assert (await api.order(buyer, plan)).status_code == 200
+    again = (await api.order(buyer, trial)).json()
+    assert again["message"] == "This trial plan was already ordered by this account"
+    assert again["hint"] == "Trial plans can be bought once per user; order a regular plan instead"
+    full = (await api.order(await api.account("late"), capped)).json()
+    assert full["message"] == "This plan reached its limit of 1 orders"
+    assert full["hint"] == "Ask the plan owner for another plan"
