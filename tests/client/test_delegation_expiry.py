@@ -11,6 +11,7 @@ from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.sandbox import SandboxServer, start_sandbox
 from svc_gateway.sandbox.clock import ManualClock
+from svc_gateway.sandbox.seed import envelope
 from tests.conftest import make_plan
 
 WEEK = 7 * 24 * 3600
@@ -62,23 +63,14 @@ async def test_an_expired_delegation_is_replaced_once_and_the_new_token_is_valid
         assert decoded is not None
         assert token_authorization(decoded)["from"] == subscriber["address"]
         # The token minted on the replacement is one the seller can verify now.
-        envelope = {
-            "x402Version": 2,
-            "resource": {"url": ""},
-            "accepts": [
-                {
-                    "scheme": "svc:erc4337",
-                    "network": "eip155:84532",
-                    "planId": plan_id,
-                    "extra": {"version": "1"},
-                }
-            ],
-            "extensions": {},
-        }
         verdict = await seller._request(
             "POST",
             "x402/verify",
-            body={"paymentRequired": envelope, "x402AccessToken": second, "maxAmount": "1"},
+            body={
+                "paymentRequired": envelope(plan_id),
+                "x402AccessToken": second,
+                "maxAmount": "1",
+            },
         )
         assert verdict["isValid"] is True
 

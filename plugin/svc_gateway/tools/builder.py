@@ -31,6 +31,10 @@ AMOUNTS_DOC = (
     "in the network's native token, ETH, with 18 decimals (1000000000000000000 = 1 ETH). "
     "A dollar text such as '$1.50' or '$1,000.00' needs paymentType fiat or a USDC tokenAddress"
 )
+TOKEN_ADDRESS_DOC = (
+    "ERC20 token contract the price is paid in (e.g. USDC); omit for the network's native "
+    "token (ETH, 18 decimals)"
+)
 RECEIVERS_DOC = "Wallet addresses paid, one per price; defaults to the logged-in account"
 ADDRESS = r"^0x[a-fA-F0-9]{40}$"
 
@@ -119,8 +123,7 @@ class RegisterAgentParams(Params):
         default=None,
         alias="tokenAddress",
         pattern=ADDRESS,
-        description="ERC20 token contract the price is paid in (e.g. USDC); omit for the "
-        "network's native token (ETH, 18 decimals)",
+        description=TOKEN_ADDRESS_DOC,
     )
     payment_type: Literal["crypto", "fiat"] = Field(
         default="crypto", alias="paymentType", description="crypto price, or fiat (card) price"
@@ -190,8 +193,7 @@ class CreatePlanParams(Params):
         default=None,
         alias="tokenAddress",
         pattern=ADDRESS,
-        description="ERC20 token contract the price is paid in (e.g. USDC); omit for the "
-        "network's native token (ETH, 18 decimals)",
+        description=TOKEN_ADDRESS_DOC,
     )
     credits_amount: int | None = Field(
         default=None, alias="creditsAmount", ge=1, description="Credits per purchase (credits)"
