@@ -170,6 +170,12 @@ def register(
             from .paid import attach_paid_endpoint
 
             handle.extras["paid_endpoint"] = runtime.run_sync(attach_paid_endpoint(api, core))
+        if config.enable_paid_mcp:
+            from .paid_mcp import attach_paid_mcp
+
+            endpoint = handle.extras.get("paid_endpoint")
+            flow = getattr(endpoint, "flow", None)
+            handle.extras["paid_mcp"] = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
     except BaseException:
         runtime.close()
         raise
