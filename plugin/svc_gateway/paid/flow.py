@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import re
 import time
 from collections import deque
@@ -41,13 +42,16 @@ from typing import Any
 
 from .. import errors
 from ..core import PluginCore
-from ..encoding import b64_json, decode_access_token, to_int, token_authorization
+from ..encoding import b64_json, decode_access_token, decode_b64_json, to_int, token_authorization
 from ..models import PaymentRequirement, SettleResult
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
 from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
+from .outcome import Outcome, PaidOutcome, PaidRequest
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
+from .replay import Paid, ReplayCache, digest
 from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .tracing import NullTrace, abbreviate, start_trace
 
 log = get_logger("svc_gateway.paid")
 
@@ -66,6 +70,10 @@ RETRY_AFTER_SECS = 5
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
 REPLAYED_TOKEN = "BCK.X402.0059"
+#: the paid endpoint's route name (replay key)
+ENDPOINT_ROUTE = "endpoint"
+#: outcomes that mark the request span failed (a settle failure marks only its own span)
+_FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
 
 GUIDANCE = (
     "Order the plan (svc_orderPlan, or svc_orderFiatPlan for a card plan), get an access token "
@@ -95,6 +103,8 @@ class PaidStats:
     settle_recovered: int = 0
     settle_lost: int = 0
     settle_queue: int = 0
+    abandoned: int = 0
+    replayed: int = 0
     receipts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIPTS_KEPT))
 
 
@@ -184,7 +194,8 @@ class PaidFlow:
         self.stats.settle_queue = len(self.queue)
         self._deferred: dict[str, Admission] = {}
         self._in_flight = 0
-        self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
+        self._envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
+        self.replays = ReplayCache()
         self._drainer: asyncio.Task[None] | None = None
         self._draining = False
 
@@ -212,96 +223,141 @@ class PaidFlow:
     # -- the state machine ---------------------------------------------------------------------
 
     async def serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        """Answer one well-formed request (the HTTP layer has checked method, size, JSON)."""
+        """The paid endpoint's entry: one well-formed ``{"prompt"}`` request (the HTTP layer
+        has checked method, size, JSON), sold through :meth:`handle`."""
+        request = PaidRequest(
+            token=token,
+            url=url,
+            work=functools.partial(run_handler, self.handler, prompt),
+            credits=functools.partial(self._price, {"prompt": prompt}),
+            route=ENDPOINT_ROUTE,
+            body_digest=digest(prompt),
+        )
+        return (await self.handle(request)).answer
+
+    async def handle(self, request: PaidRequest) -> PaidOutcome:
+        """Sell one request: admit → verify → work → settle → receipt or withhold."""
         if self._in_flight >= self.max_in_flight:
             self.stats.unavailable += 1
-            return error_answer(
+            answer = error_answer(
                 503,
                 "Service Unavailable",
                 "The agent is busy; nothing was charged. Retry in a second.",
                 **{"Retry-After": "1"},
             )
+            return PaidOutcome(Outcome.UNAVAILABLE, answer, "busy")
         self._in_flight += 1
         self.stats.requests += 1
+        trace = start_trace()
         try:
-            return await self._serve(prompt, token, url)
+            with trace.request():
+                trace.set(route=request.route, http_verb=request.verb)
+                trace.set(token=abbreviate(request.token))
+                outcome = await self._handle(request, trace)
+                trace.set(outcome=outcome.kind.value)
+                if outcome.kind in _FAILED:
+                    trace.fail(outcome.reason or outcome.kind.value)
+                return outcome
         finally:
             self._in_flight -= 1
 
-    async def _serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        plan_id = self.plan_id()
+    async def _handle(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+        plan_id = request.plan_id or self.plan_id()
         if plan_id is None:
             self.stats.unavailable += 1
-            return error_answer(
+            answer = error_answer(
                 503,
                 "Service Unavailable",
                 "This agent is not selling yet: no plan is configured (its operator sets planId "
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
+            return PaidOutcome(Outcome.UNAVAILABLE, answer, "no plan")
+        trace.set(plan_id=plan_id)
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
-                admitted = await self._admit(plan_id, prompt, token, url)
+                admitted = await self._admit(plan_id, request, trace)
         except TimeoutError:
             if not budget.expired():
                 raise
-            return self._outage(None, "verify a payment in time")
-        if isinstance(admitted, Answer):
+            return self._unavailable(None, "verify a payment in time")
+        if isinstance(admitted, PaidOutcome):
             return admitted
-        return await self._work(admitted, prompt)
+        return await self._work(admitted, request, trace)
 
     async def _admit(
-        self, plan_id: str, prompt: str, token: str | None, url: str
-    ) -> Answer | PaidCall:
+        self, plan_id: str, request: PaidRequest, trace: NullTrace
+    ) -> PaidOutcome | PaidCall:
         """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
-        agent_id = self.agent_id()
+        agent_id = request.agent_id or self.agent_id()
         try:
-            facts = await self.facts(plan_id)
+            facts = self._override(await self.facts(plan_id), request)
         except OUTAGE_ERRORS as exc:
-            return self._outage(exc, "read the plan")
+            return self._unavailable(exc, "read the plan")
+        trace.set(scheme=facts.scheme, network=facts.network)
+        token = request.token
         if not token:
-            return self._refuse(facts, agent_id, url, "No payment-signature header was sent")
+            return self._refuse(facts, agent_id, request, "No payment-signature header was sent")
         if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
-            return self._refuse(facts, agent_id, url, "The payment-signature is not a valid token")
+            return self._refuse(
+                facts, agent_id, request, "The payment-signature is not a valid token"
+            )
+        if request.body_digest is not None:
+            paid = self.replays.lookup(token, request.route)
+            if paid is not None and paid.body == request.body_digest:
+                return self._replay(paid)
         try:
-            amount = facts.clamp(await self._price({"prompt": prompt}))
+            amount = facts.clamp(await self._request_price(request))
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
-            return error_answer(
+            answer = error_answer(
                 500, "Internal Server Error", "The agent could not price this request."
             )
-        envelope = self._envelope(facts, agent_id, url)
-        try:
-            client = self.core.client()
-            verdict = await client.verify(envelope, token, amount)
-        except errors.ServiceError as exc:
-            return self._verify_failed(exc, facts, agent_id, url)
-        if not verdict.is_valid:
-            reason = verdict.invalid_reason or "The access token was not accepted"
-            log.info("payment refused on plan %s: %s", plan_id, reason)
-            return self._refuse(facts, agent_id, url, reason)
-        payer = verdict.payer or token_payer(token)
+            return PaidOutcome(Outcome.WORK_FAILED, answer, "the credits function failed")
+        envelope = self._envelope(
+            facts,
+            agent_id,
+            request.url,
+            verb=request.verb,
+            description=request.description,
+            mime_type=request.mime_type,
+        )
+        with trace.verify():
+            trace.set(credits_requested=amount)
+            try:
+                client = self.core.client()
+                verdict = await client.verify(envelope, token, amount)
+            except errors.ServiceError as exc:
+                trace.fail(exc.code)
+                return self._verify_failed(exc, facts, agent_id, request)
+            if not verdict.is_valid:
+                reason = verdict.invalid_reason or "The access token was not accepted"
+                trace.fail(reason)
+                log.info("payment refused on plan %s: %s", plan_id, reason)
+                return self._refuse(facts, agent_id, request, reason)
+            payer = verdict.payer or token_payer(token)
+            trace.set(payer=payer)
         admission: Admission | None = None
         if payer:
             try:
                 claim = await self.book.admit(plan_id, payer, amount)
             except OUTAGE_ERRORS as exc:
-                return self._outage(exc, "read the payer's balance")
+                return self._unavailable(exc, "read the payer's balance")
             except errors.ServiceError as exc:
                 # verify accepted the token; settle will still refuse a payer who cannot pay
                 log.warning("could not read payer %s's balance (%s); not metered", payer, exc.code)
                 claim = None
             if isinstance(claim, Refusal):
-                return self._refuse(facts, agent_id, url, claim.reason)
+                return self._refuse(facts, agent_id, request, claim.reason)
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
-    async def _work(self, call: PaidCall, prompt: str) -> Answer:
+    async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
         """verified → work done / work failed → settled / unsettled."""
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
             async with deadline:
-                answer = await run_handler(self.handler, prompt)
+                answer = await request.work()
         except Exception as exc:
             self._release(call)
             if isinstance(exc, TimeoutError) and deadline.expired():
@@ -310,46 +366,113 @@ class PaidFlow:
                     "agent handler took longer than %g s; answered 504, not charged",
                     self.core.config.handler_timeout_secs,
                 )
-                return error_answer(
+                failed = error_answer(
                     504,
                     "Gateway Timeout",
                     "The agent did not answer in time; nothing was charged.",
                 )
+                return PaidOutcome(Outcome.WORK_FAILED, failed, "timeout")
             self.stats.handler_failures += 1
             if isinstance(exc, HandlerError):
                 log.error("agent handler answer unusable: %s; not charged", exc)
             else:
                 log.exception("agent handler raised %s; not charged", type(exc).__name__)
-            return error_answer(
+            failed = error_answer(
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
+            return PaidOutcome(Outcome.WORK_FAILED, failed, type(exc).__name__)
         if not answer.ok:
             self._release(call)
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
-            return answer
-        outcome = await self._settle(call)
+            return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
+        if request.connected is not None and not request.connected():
+            self._release(call)
+            self.stats.abandoned += 1
+            log.info("the client left before its answer was ready; not settled, not charged")
+            gone = error_answer(499, "Client Closed Request", "Nothing was charged.")
+            return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
+        with trace.settlement():
+            outcome = await self._settle(call)
+            if outcome.kind is Settled.PAID:
+                assert outcome.receipt is not None
+                receipt = outcome.receipt
+                trace.set(
+                    credits_redeemed=to_int(receipt["creditsRedeemed"]),
+                    balance_after=to_int(receipt["remainingBalance"]),
+                    transaction=str(receipt["transaction"]),
+                )
+            else:
+                trace.fail(outcome.reason or outcome.kind.value, parent=False)
         if outcome.kind is Settled.PAID:
             assert outcome.receipt is not None
             receipt_header = ("payment-response", b64_json(outcome.receipt))
-            return replace(answer, headers=(*answer.headers, receipt_header))
+            paid = replace(answer, headers=(*answer.headers, receipt_header))
+            if request.body_digest is not None:
+                self.replays.remember(call.token, request.route, request.body_digest, paid)
+            return PaidOutcome(Outcome.PAID, paid, receipt=outcome.receipt, result=answer)
         if outcome.kind is Settled.REFUSED:
             return self._refuse_settle(call, outcome.reason)
-        return answer
+        return PaidOutcome(Outcome.DEFERRED, answer, outcome.reason, result=answer)
+
+    def _replay(self, paid: Paid) -> PaidOutcome:
+        """A retry of the request this single-use token already paid for: the same answer,
+        uncharged. (Another body under the same token takes the normal path, where the
+        service refuses the spent token at settle: withheld, 402.)"""
+        self.stats.replayed += 1
+        log.info("replayed the answer a settled single-use token paid for (a retry)")
+        receipt = dict(paid.answer.headers).get("payment-response")
+        return PaidOutcome(
+            Outcome.PAID,
+            paid.answer,
+            "replayed",
+            receipt=decode_b64_json(receipt) if receipt else None,
+            result=paid.answer,
+            replayed=True,
+        )
+
+    @staticmethod
+    def _override(facts: PlanFacts, request: PaidRequest) -> PlanFacts:
+        if request.scheme is None and request.network is None:
+            return facts
+        return replace(
+            facts,
+            scheme=request.scheme or facts.scheme,
+            network=request.network or facts.network,
+        )
+
+    async def _request_price(self, request: PaidRequest) -> int:
+        credits = request.credits
+        if credits is None:
+            return self.core.config.credits_per_request
+        if isinstance(credits, int):
+            return credits
+        return await credits()
 
     def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
             self.book.release(call.admission)
 
-    def _envelope(self, facts: PlanFacts, agent_id: str | None, url: str) -> PaymentRequirement:
-        """The request's envelope, built once per (plan facts, agent, URL) and then shared
-        (never mutated: a refusal copies it)."""
-        key = (facts, agent_id, url)
+    def _envelope(
+        self,
+        facts: PlanFacts,
+        agent_id: str | None,
+        url: str,
+        *,
+        verb: str = "POST",
+        description: str | None = None,
+        mime_type: str | None = None,
+    ) -> PaymentRequirement:
+        """The request's envelope, built once per (plan facts, agent, URL, verb, resource
+        description) and then shared (never mutated: a refusal copies it)."""
+        key = (facts, agent_id, url, verb, description, mime_type)
         envelope = self._envelopes.get(key)
         if envelope is None:
             if len(self._envelopes) >= ENVELOPES_KEPT:
                 self._envelopes.clear()
-            envelope = self._envelopes[key] = build_envelope(facts, agent_id, url)
+            envelope = self._envelopes[key] = build_envelope(
+                facts, agent_id, url, verb=verb, description=description, mime_type=mime_type
+            )
         return envelope
 
     async def _price(self, request: dict[str, Any]) -> int:
@@ -572,15 +695,27 @@ class PaidFlow:
 
     # -- refusals ------------------------------------------------------------------------------
 
-    def _refuse(self, facts: PlanFacts, agent_id: str | None, url: str, reason: str) -> Answer:
+    def _refuse(
+        self, facts: PlanFacts, agent_id: str | None, request: PaidRequest, reason: str
+    ) -> PaidOutcome:
         self.stats.refused += 1
-        envelope = build_envelope(facts, agent_id, url, error=reason)
-        return self._payment_required(envelope, reason)
+        envelope = build_envelope(
+            facts,
+            agent_id,
+            request.url,
+            error=reason,
+            verb=request.verb,
+            description=request.description,
+            mime_type=request.mime_type,
+        )
+        answer = self._payment_required(envelope, reason)
+        return PaidOutcome(Outcome.REFUSED, answer, reason, envelope=envelope)
 
-    def _refuse_settle(self, call: PaidCall, reason: str) -> Answer:
+    def _refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
         self.stats.refused += 1
         envelope = call.envelope.model_copy(update={"error": reason})
-        return self._payment_required(envelope, f"The payment was not accepted ({reason})")
+        answer = self._payment_required(envelope, f"The payment was not accepted ({reason})")
+        return PaidOutcome(Outcome.WITHHELD, answer, reason, envelope=envelope)
 
     @staticmethod
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
@@ -605,17 +740,25 @@ class PaidFlow:
             **{"Retry-After": seconds},
         )
 
+    def _unavailable(self, exc: errors.ServiceError | None, doing: str) -> PaidOutcome:
+        answer = self._outage(exc, doing)
+        return PaidOutcome(Outcome.UNAVAILABLE, answer, f"could not {doing}")
+
     def _verify_failed(
-        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, url: str
-    ) -> Answer:
+        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, request: PaidRequest
+    ) -> PaidOutcome:
         """Map a failed verify call: the payer's fault → 402, the service's or ours → 503/502."""
         if isinstance(exc, errors.PaymentRequired) or (
             isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
         ):
-            return self._refuse(facts, agent_id, url, exc.message)
+            return self._refuse(facts, agent_id, request, exc.message)
         if isinstance(exc, OUTAGE_ERRORS):
-            return self._outage(exc, "verify a payment")
+            return self._unavailable(exc, "verify a payment")
         self.stats.unavailable += 1
+        return PaidOutcome(Outcome.UNAVAILABLE, self._verify_answer(exc), exc.code)
+
+    @staticmethod
+    def _verify_answer(exc: errors.ServiceError) -> Answer:
         if isinstance(exc, errors.NotLoggedIn):
             log.error("paid request refused: this gateway is not logged in (run /svc_login)")
             return error_answer(
