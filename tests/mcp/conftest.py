@@ -87,7 +87,9 @@ async def make_mcp_market(
 ) -> AsyncIterator[McpMarketFactory]:
     made: list[tuple[McpMarket, ServiceClient, ServiceClient]] = []
 
-    async def factory(*, min_credits: int = 1, max_credits: int = 10) -> McpMarket:
+    async def factory(
+        *, min_credits: int = 1, max_credits: int = 10, transport: Any = None
+    ) -> McpMarket:
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
         builder_client = ServiceClient(sandbox.base_url, builder["apiKey"])
@@ -116,6 +118,7 @@ async def make_mcp_market(
         handle = await asyncio.to_thread(
             svc_gateway.register,
             gateway,
+            session_factory=transport,
             store=CredentialStore(tmp_path / f"mcp-{len(made)}", use_keyring=False),
         )
         flow = PaidFlow(

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
 from svc_gateway.paid_mcp import Options
-from svc_gateway.paid_mcp.sdk import PAYMENT_REQUIRED_CODE, RpcError
+from svc_gateway.paid_mcp.sdk import MISCONFIGURATION_CODE, PAYMENT_REQUIRED_CODE, RpcError
 
-from .conftest import GRANTED, McpMarket
+from ..conftest import CountingTransport
+from .conftest import GRANTED, McpMarket, McpMarketFactory
 
 FORECAST_SCHEMA = {
     "type": "object",
@@ -110,7 +112,8 @@ async def test_paid_call_returns_result_receipt_and_burns_exactly(mcp_market: Mc
     token, meta = await mcp_market.payment("forecast")
     async with mcp_market.session(token) as session:
         result = await session.call_tool("forecast", {"city": "Oslo"}, meta)
-        replay = await session.call_tool("forecast", {"city": "Oslo"}, meta)
+        retry = await session.call_tool("forecast", {"city": "Oslo"}, meta)
+        other = await session.call_tool("forecast", {"city": "Bergen"}, meta)
     assert result.get("isError") in (None, False)
     assert result["structuredContent"] == {"city": "Oslo", "forecast": "sunny", "high": 21}
     receipt = result["_meta"]["x402/payment-response"]
@@ -128,11 +131,15 @@ async def test_paid_call_returns_result_receipt_and_burns_exactly(mcp_market: Mc
         "subscriberAddress": credits["subscriberAddress"],
     }
     assert credits["subscriberAddress"].lower() == mcp_market.subscriber_address.lower()
-    # a v3 token pays once: the replay gets payment-required and no content (the sandbox's
-    # verify lets it through, its settle refuses it: BCK.X402.0059, so the answer is withheld)
-    assert_payment_required(replay, mcp_market, mcp_market.uri("forecast"))
-    assert "content" not in replay or "sunny" not in json.dumps(replay["content"])
-    assert calls[0] == {"city": "Oslo"} and len(calls) <= 2
+    # a retry of the same call with the same single-use token gets the answer it paid for,
+    # without running or charging again; another call with the spent token gets nothing
+    assert retry["structuredContent"] == result["structuredContent"]
+    assert retry["_meta"]["x402/payment-response"] == receipt
+    assert_payment_required(other, mcp_market, mcp_market.uri("forecast"))
+    assert "Bergen" not in json.dumps(other["content"])
+    assert other["structuredContent"]["error"].startswith("settlement failed")
+    assert calls == [{"city": "Oslo"}, {"city": "Bergen"}]
+    assert mcp_market.server.flow.stats.replayed == 1
     assert await mcp_market.burned() == 2
     assert mcp_market.server.flow.stats.credits_settled == 2
 
@@ -236,3 +243,98 @@ async def test_payment_in_the_bearer_alone_still_works_and_is_logged_deprecated(
     warnings = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
     assert len(warnings) == 1 and "x402/payment" in warnings[0]
     assert token not in caplog.text
+
+
+async def spend_elsewhere(market: McpMarket, token: str, uri: str) -> None:
+    """Settle ``token`` behind the server's back (a race the service resolves: the token is
+    single use), so the server's own settle after the work is refused."""
+    flow = market.server.flow
+    envelope = flow._envelope(await flow.facts(market.plan_id), market.agent_id, uri)
+    settled = await market.server.core.client().settle(envelope, token, 1, None)
+    assert settled.success
+
+
+@pytest.mark.parametrize("mode", ["ignore", "propagate"])
+async def test_settle_failing_after_the_tool_ran_suppresses_the_content(
+    mcp_market: McpMarket, mode: str
+) -> None:
+    uri = mcp_market.uri("secret")
+    paid: dict[str, str] = {}
+
+    async def secret(_arguments: dict[str, Any]) -> str:
+        await spend_elsewhere(mcp_market, paid["token"], uri)
+        return "the secret recipe"
+
+    mcp_market.server.tool(
+        "secret",
+        secret,
+        options=Options(credits=2, on_redeem_error=mode),  # type: ignore[arg-type]
+    )
+    paid["token"], meta = await mcp_market.payment("secret")
+    async with mcp_market.session("session") as session:
+        if mode == "ignore":
+            result = await session.call_tool("secret", {}, meta)
+            assert_payment_required(result, mcp_market, uri)
+            assert result["structuredContent"]["error"].startswith("settlement failed")
+            assert "recipe" not in json.dumps(result)
+        else:
+            with pytest.raises(RpcError) as raised:
+                await session.call_tool("secret", {}, meta)
+            assert raised.value.code == MISCONFIGURATION_CODE
+            assert raised.value.data["resource"]["url"] == uri
+            assert "recipe" not in json.dumps(raised.value.data) + raised.value.message
+    # only the side-channel settle burned (1 credit); the server's 2 never were
+    assert await mcp_market.burned() == 1
+    assert mcp_market.server.flow.stats.settle_refused == 1
+
+
+class SettleOutage(CountingTransport):
+    """The service answers everything but settle (connection refused)."""
+
+    async def before(self, method: str, path: str) -> None:
+        if path.endswith("/x402/settle"):
+            raise aiohttp.ClientConnectionError("settle unreachable")
+
+
+async def test_unreachable_settle_withholds_the_answer_and_queues_nothing(
+    make_mcp_market: McpMarketFactory,
+) -> None:
+    market = await make_mcp_market(transport=SettleOutage())
+    market.server.tool("forecast", lambda _a: "rain", options=Options(credits=3))
+    token, meta = await market.payment("forecast")
+    async with market.session(token) as session:
+        result = await session.call_tool("forecast", {}, meta)
+    assert result["isError"] is True
+    assert "rain" not in json.dumps(result["content"])
+    assert result["structuredContent"]["error"].startswith("settlement failed")
+    flow = market.server.flow
+    assert len(flow.queue) == 0 and flow.stats.settle_deferred == 0
+    assert flow.book.known(market.plan_id, market.subscriber_address) == (GRANTED, 0)
+    assert await market.burned() == 0
+
+
+async def test_credits_function_zero_is_free_and_failing_is_uncharged(
+    mcp_market: McpMarket,
+) -> None:
+    def zero(_context: dict[str, Any]) -> int:
+        return 0
+
+    def broken(_context: dict[str, Any]) -> int:
+        raise ValueError("no price")
+
+    mcp_market.server.tool("maybe", lambda _a: "free today", options=Options(credits=zero))
+    mcp_market.server.tool("broken", lambda _a: "never sold", options=Options(credits=broken))
+    _token_a, meta_a = await mcp_market.payment("maybe")
+    _token_b, meta_b = await mcp_market.payment("broken")
+    async with mcp_market.session("session") as session:
+        free = await session.call_tool("maybe", {}, meta_a)
+        failed = await session.call_tool("broken", {}, meta_b)
+    assert free["content"][0]["text"] == "free today"
+    assert "x402/payment-response" not in free["_meta"]
+    assert free["_meta"]["svc/credits"]["creditsRedeemed"] == "0"
+    assert failed["isError"] is True
+    assert "never sold" not in json.dumps(failed)
+    assert await mcp_market.burned() == 0
+    assert (
+        mcp_market.server.flow.book.known(mcp_market.plan_id, mcp_market.subscriber_address)[1] == 0
+    )

@@ -36,6 +36,7 @@ import functools
 import re
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -392,8 +393,13 @@ class PaidFlow:
             log.info("the client left before its answer was ready; not settled, not charged")
             gone = error_answer(499, "Client Closed Request", "Nothing was charged.")
             return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
+        if request.settle_credits is not None:
+            priced = await self._price_answer(call, request.settle_credits, answer)
+            if isinstance(priced, PaidOutcome):
+                return priced
+            call = priced
         with trace.settlement():
-            outcome = await self._settle(call)
+            outcome = await self._settle(call, queue=request.deliver_unsettled)
             if outcome.kind is Settled.PAID:
                 assert outcome.receipt is not None
                 receipt = outcome.receipt
@@ -411,9 +417,29 @@ class PaidFlow:
             if request.body_digest is not None:
                 self.replays.remember(call.token, request.route, request.body_digest, paid)
             return PaidOutcome(Outcome.PAID, paid, receipt=outcome.receipt, result=answer)
-        if outcome.kind is Settled.REFUSED:
+        if outcome.kind is Settled.REFUSED or not request.deliver_unsettled:
             return self._refuse_settle(call, outcome.reason)
         return PaidOutcome(Outcome.DEFERRED, answer, outcome.reason, result=answer)
+
+    async def _price_answer(
+        self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
+    ) -> PaidCall | PaidOutcome:
+        """``PaidRequest.settle_credits``: the amount to settle, priced from the answer (the
+        verified ``credits`` were the ceiling claimed); 0 settles nothing."""
+        try:
+            amount = await price(answer)
+        except Exception as exc:
+            self._release(call)
+            self.stats.handler_failures += 1
+            log.error("the credits function failed (%s); not charged", type(exc).__name__)
+            failed = error_answer(
+                500, "Internal Server Error", "The agent could not price this request."
+            )
+            return PaidOutcome(Outcome.WORK_FAILED, failed, "the credits function failed")
+        if amount <= 0:
+            self._release(call)
+            return PaidOutcome(Outcome.PAID, answer, "free", result=answer)
+        return replace(call, amount=amount)
 
     def _replay(self, paid: Paid) -> PaidOutcome:
         """A retry of the request this single-use token already paid for: the same answer,
@@ -485,8 +511,9 @@ class PaidFlow:
 
     # -- settling ------------------------------------------------------------------------------
 
-    async def _settle(self, call: PaidCall) -> SettleOutcome:
-        """Settle within the budget; record the outcome in the stats, the book and the queue."""
+    async def _settle(self, call: PaidCall, *, queue: bool = True) -> SettleOutcome:
+        """Settle within the budget; record the outcome in the stats, the book and (unless
+        ``queue`` is False: the answer is then withheld) the queue."""
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
@@ -495,7 +522,7 @@ class PaidFlow:
             if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
-        self._record(call, outcome)
+        self._record(call, outcome, queue=queue)
         return outcome
 
     async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
@@ -527,7 +554,7 @@ class PaidFlow:
                 await asyncio.sleep(self.settle_backoff[attempt - 1])
         return SettleOutcome(Settled.DEFERRED, reason)
 
-    def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
+    def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
         plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
         payer = call.payer or "unknown"
         if outcome.kind is Settled.PAID:
@@ -552,6 +579,17 @@ class PaidFlow:
             log.warning(
                 "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
                 "402",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            return
+        if not queue:  # the answer is withheld, so nothing is owed: never queued
+            self._release(call)
+            log.error(
+                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+                "withheld (not delivered unpaid), nothing queued",
                 call.request_id,
                 payer,
                 plan_id,

@@ -47,6 +47,12 @@ class PaidRequest:
     route: str = ""
     body_digest: str | None = None
     connected: Callable[[], bool] | None = None
+    #: priced from the work's answer (MCP: credits as a function of the result): ``credits``
+    #: is then the ceiling verified and claimed first, this the amount settled (0: none)
+    settle_credits: Callable[[Answer], Awaitable[int]] | None = None
+    #: False: a settle that cannot complete now withholds the answer and queues nothing
+    #: (MCP: paid content is never delivered unpaid); True: deliver and queue (HTTP)
+    deliver_unsettled: bool = True
 
 
 class Outcome(enum.Enum):

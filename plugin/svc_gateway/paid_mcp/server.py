@@ -291,9 +291,9 @@ class PaidMcpServer:
         problem = _schema_problem(entry.listing.get("inputSchema"), call.arguments)
         if problem:
             return _error_result(f"Invalid arguments: {problem}. Nothing was charged.")
-        outcome = await self._run(entry, call, lambda: call_any(entry.handler, call.arguments))
+        outcome = await self._run(entry, call, call.arguments, tool_result)
         if outcome.verdict in (Verdict.PAID, Verdict.FREE):
-            return self._with_meta(tool_result(outcome.result), outcome)
+            return self._with_meta(outcome.result, outcome)
         if outcome.verdict is Verdict.FAILED:
             return self._with_meta(_error_result(outcome.message), outcome)
         return self._refusal(entry, outcome, in_band=True)
@@ -301,22 +301,27 @@ class PaidMcpServer:
     async def read_resource(self, uri: str, call: sdk.Incoming) -> dict[str, Any]:
         entry = self._entry("resources", uri)
         mime = str(entry.listing.get("mimeType") or "text/plain")
-        outcome = await self._run(entry, call, lambda: call_any(entry.handler, uri))
+        outcome = await self._run(entry, call, uri, lambda value: resource_result(uri, mime, value))
         if outcome.verdict in (Verdict.PAID, Verdict.FREE):
-            return self._with_meta(resource_result(uri, mime, outcome.result), outcome)
+            return self._with_meta(outcome.result, outcome)
         return self._refusal(entry, outcome, in_band=False)
 
     async def get_prompt(self, name: str, call: sdk.Incoming) -> dict[str, Any]:
         entry = self._entry("prompts", name)
-        outcome = await self._run(entry, call, lambda: call_any(entry.handler, call.arguments))
+        outcome = await self._run(entry, call, call.arguments, prompt_result)
         if outcome.verdict in (Verdict.PAID, Verdict.FREE):
-            return self._with_meta(prompt_result(outcome.result), outcome)
+            return self._with_meta(outcome.result, outcome)
         return self._refusal(entry, outcome, in_band=False)
 
     async def _run(
-        self, entry: Registration, call: sdk.Incoming, work: Callable[[], Any]
+        self,
+        entry: Registration,
+        call: sdk.Incoming,
+        argument: Any,
+        shape: Callable[[Any], dict[str, Any]],
     ) -> Outcome:
-        """Bill one call on the plugin loop (where the flow lives), whichever loop serves MCP."""
+        """Bill one call on the plugin loop (where the flow lives), whichever loop serves MCP:
+        ``entry.handler(argument)``, its answer shaped into the MCP result by ``shape``."""
         plan_id = self.plan_id(entry.options)
         if plan_id is None:
             raise sdk.RpcError(
@@ -324,16 +329,22 @@ class PaidMcpServer:
                 "This server is not selling yet: no plan is configured. Nothing was charged.",
             )
         url = self.logical_uri(entry.kind, entry.name)
+        returned: list[Any] = []
+
+        async def work() -> dict[str, Any]:
+            value = await call_any(entry.handler, argument)
+            returned.append(value)
+            return shape(value)
+
         if entry.options.free:
             return await self.core.runtime.run(run_free(self.flow, plan_id, work))
+        credits = entry.options.credits
 
-        async def price(result: Any) -> int:
-            credits = entry.options.credits
-            if isinstance(credits, int):
-                return credits
+        async def price() -> int:
+            assert callable(credits)
             context = {
                 "args": call.arguments,
-                "result": result,
+                "result": returned[-1],
                 "request": {"logicalUrl": url, "kind": entry.kind, "name": entry.name},
             }
             value = await call_any(credits, context)
@@ -347,9 +358,10 @@ class PaidMcpServer:
                 plan_id=plan_id,
                 token=self._token(call),
                 url=url,
+                arguments=call.arguments if entry.kind != "resources" else {"uri": argument},
                 verify_amount=entry.options.verify_amount,
                 work=work,
-                price=price,
+                price=None if isinstance(credits, int) else price,
             )
         )
 
