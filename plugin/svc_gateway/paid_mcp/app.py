@@ -92,6 +92,8 @@ class McpAsgiApp:
             await self._mcp(scope, receive, send)
         elif path in WELL_KNOWN and method == "GET":
             await send_json(send, 200, self._discovery(path, self.base_url(scope)))
+        elif path == WELL_KNOWN[0] + MCP_PATH and method == "GET":  # RFC 9728 path form
+            await send_json(send, 200, self._discovery(WELL_KNOWN[0], self.base_url(scope)))
         elif path == "/register" and method == "POST":
             await self._register(receive, send)
         elif path == "/health" and method == "GET":
