@@ -1,0 +1,147 @@
+"""svc_queryAgent buying from the paid MCP server, from a second gateway, end to end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import svc_gateway
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.login import CredentialStore
+from svc_gateway.models import AgentApi, AgentMetadata
+from svc_gateway.paid_mcp import Options
+
+from .conftest import GRANTED, McpMarket, McpMarketFactory
+from .test_selling import FORECAST_SCHEMA
+
+BuyerFactory = Callable[[McpMarket], Awaitable[ReferenceGateway]]
+
+
+@pytest.fixture
+async def make_buyer(tmp_path: Path) -> AsyncIterator[BuyerFactory]:
+    """The subscriber's own gateway (a second plugin), logged in with the subscriber's key."""
+    handles: list[svc_gateway.PluginHandle] = []
+
+    async def factory(market: McpMarket) -> ReferenceGateway:
+        gateway = ReferenceGateway(
+            {
+                "environment": "local",
+                "baseUrl": market.sandbox.base_url,
+                "svcApiKey": market.secrets[1],
+            }
+        )
+        store = CredentialStore(tmp_path / f"buyer-{len(handles)}", use_keyring=False)
+        handles.append(await asyncio.to_thread(svc_gateway.register, gateway, store=store))
+        return gateway
+
+    yield factory
+    for handle in handles:
+        await asyncio.to_thread(handle.close)
+
+
+@pytest.fixture
+async def buyer(mcp_market: McpMarket, make_buyer: BuyerFactory) -> ReferenceGateway:
+    return await make_buyer(mcp_market)
+
+
+def sell_forecast(market: McpMarket, calls: list[dict[str, Any]]) -> None:
+    async def forecast(arguments: dict[str, Any]) -> dict[str, Any]:
+        calls.append(arguments)
+        return {"city": arguments["city"], "forecast": "sunny"}
+
+    market.server.tool(
+        "forecast", forecast, input_schema=FORECAST_SCHEMA, options=Options(credits=2)
+    )
+
+
+async def test_query_agent_buys_a_tool_call_from_an_mcp_agent(
+    mcp_market: McpMarket, buyer: ReferenceGateway
+) -> None:
+    calls: list[dict[str, Any]] = []
+    sell_forecast(mcp_market, calls)
+    result = await buyer.call_tool(
+        "svc_queryAgent",
+        {"agentUrl": mcp_market.url, "tool": "forecast", "arguments": {"city": "Lima"}},
+    )
+    assert not result.isError, result.structuredContent
+    out = result.structuredContent
+    assert out["answer"] == {"city": "Lima", "forecast": "sunny"}
+    assert out["receipt"]["valid"] is True and out["receipt"]["creditsRedeemed"] == "2"
+    assert out["balanceAfter"] == str(GRANTED - 2)
+    assert out["agentId"] == mcp_market.agent_id and out["planId"] == mcp_market.plan_id
+    assert out["tokenVersion"] == 3
+    assert "warnings" not in out
+    assert calls == [{"city": "Lima"}]
+    assert await mcp_market.burned() == 2
+
+
+async def test_prompt_fills_a_one_argument_tool(
+    mcp_market: McpMarket, buyer: ReferenceGateway
+) -> None:
+    calls: list[dict[str, Any]] = []
+    sell_forecast(mcp_market, calls)
+    result = await buyer.call_tool(
+        "svc_queryAgent", {"agentUrl": mcp_market.url, "tool": "forecast", "prompt": "Quito"}
+    )
+    assert not result.isError, result.structuredContent
+    assert calls == [{"city": "Quito"}]
+    assert await mcp_market.burned() == 2
+
+
+async def test_list_tools_shows_prices_without_paying(
+    mcp_market: McpMarket, buyer: ReferenceGateway
+) -> None:
+    calls: list[dict[str, Any]] = []
+    sell_forecast(mcp_market, calls)
+    result = await buyer.call_tool(
+        "svc_queryAgent", {"agentUrl": mcp_market.url, "listTools": True}
+    )
+    assert not result.isError, result.structuredContent
+    tools = result.structuredContent["tools"]
+    assert [(t["tool"], t["credits"], t["planId"]) for t in tools] == [
+        ("forecast", "2", mcp_market.plan_id)
+    ]
+    assert calls == [] and await mcp_market.balance() == GRANTED
+
+
+async def test_an_agent_without_that_mcp_endpoint_is_not_paid(
+    mcp_market: McpMarket, buyer: ReferenceGateway
+) -> None:
+    calls: list[dict[str, Any]] = []
+    sell_forecast(mcp_market, calls)
+    other = await mcp_market.builder_client.register_agent(
+        AgentMetadata(name="HTTP only"),
+        AgentApi(endpoints=[{"POST": "https://example.com/agent"}]),
+        [mcp_market.plan_id],
+    )
+    result = await buyer.call_tool(
+        "svc_queryAgent",
+        {
+            "agentUrl": mcp_market.url,
+            "agentId": other,
+            "tool": "forecast",
+            "arguments": {"city": "Lima"},
+        },
+    )
+    assert result.isError
+    assert result.structuredContent["error"]["code"] == "agent_url_not_registered"
+    assert calls == [] and await mcp_market.balance() == GRANTED
+
+
+async def test_an_unpaid_refusal_is_reported_and_nothing_delivered(
+    make_mcp_market: McpMarketFactory, make_buyer: BuyerFactory
+) -> None:
+    mcp_market = await make_mcp_market(max_credits=GRANTED * 2)
+    buyer = await make_buyer(mcp_market)
+    mcp_market.server.tool("pricey", lambda _a: "gold", options=Options(credits=GRANTED + 1))
+    result = await buyer.call_tool(
+        "svc_queryAgent", {"agentUrl": mcp_market.url, "tool": "pricey", "arguments": {}}
+    )
+    assert result.isError
+    assert result.structuredContent["error"]["code"] == "payment_required"
+    assert "gold" not in str(result.structuredContent)
+    assert await mcp_market.balance() == GRANTED
