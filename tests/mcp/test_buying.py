@@ -145,3 +145,62 @@ async def test_an_unpaid_refusal_is_reported_and_nothing_delivered(
     assert result.structuredContent["error"]["code"] == "payment_required"
     assert "gold" not in str(result.structuredContent)
     assert await mcp_market.balance() == GRANTED
+
+
+async def test_register_agent_takes_a_logical_uri_and_the_buyer_pays_that_agent(
+    mcp_market: McpMarket, buyer: ReferenceGateway, tmp_path: Path
+) -> None:
+    """svc_registerAgent with agentUrl mcp://<serverName>/tools/forecast; the buyer's
+    svc_queryAgent finds the tool's logical URI among the new agent's endpoints."""
+    seller = ReferenceGateway(
+        {
+            "environment": "local",
+            "baseUrl": mcp_market.sandbox.base_url,
+            "svcApiKey": mcp_market.secrets[0],
+        }
+    )
+    store = CredentialStore(tmp_path / "seller", use_keyring=False)
+    handle = await asyncio.to_thread(svc_gateway.register, seller, store=store)
+    try:
+        registered = await seller.call_tool(
+            "svc_registerAgent",
+            {
+                "name": "Forecasts over MCP",
+                "agentUrl": mcp_market.uri("forecast"),
+                "planName": "Forecast credits",
+                "priceAmounts": [1_000_000],
+                "tokenAddress": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+                "creditsAmount": 50,
+                "creditsPerRequest": 2,
+            },
+        )
+    finally:
+        await asyncio.to_thread(handle.close)
+    assert not registered.isError, registered.structuredContent
+    agent_id = registered.structuredContent["agentId"]
+    plan_id = registered.structuredContent["planId"]
+    await mcp_market.subscriber_client.order_plan(plan_id)
+    calls: list[dict[str, Any]] = []
+    sell_forecast(mcp_market, calls)
+    mcp_market.server.explicit_plan_id = plan_id
+    mcp_market.server.explicit_agent_id = agent_id
+    result = await buyer.call_tool(
+        "svc_queryAgent",
+        {
+            "agentUrl": mcp_market.url,
+            "agentId": agent_id,
+            "tool": "forecast",
+            "arguments": {"city": "Nairobi"},
+        },
+    )
+    assert not result.isError, result.structuredContent
+    assert result.structuredContent["planId"] == plan_id
+    assert result.structuredContent["balanceAfter"] == "48"
+    assert calls == [{"city": "Nairobi"}]
+
+
+async def test_an_http_agent_still_needs_a_prompt(buyer: ReferenceGateway) -> None:
+    result = await buyer.call_tool("svc_queryAgent", {"agentUrl": "https://example.com/agent"})
+    assert result.isError
+    assert result.structuredContent["error"]["code"] == "invalid_params"
+    assert "prompt" in result.structuredContent["error"]["message"]

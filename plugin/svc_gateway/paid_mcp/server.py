@@ -356,6 +356,7 @@ class PaidMcpServer:
             charge(
                 self.flow,
                 plan_id=plan_id,
+                agent_id=self.agent_id(),
                 token=self._token(call),
                 url=url,
                 arguments=call.arguments if entry.kind != "resources" else {"uri": argument},
