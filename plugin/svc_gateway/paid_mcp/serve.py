@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,26 @@ class PaidMcp:
         return f"PaidMcp(url={self.url!r}, serverName={self.server.server_name!r})"
 
 
+class _ClosedStreamFilter(logging.Filter):
+    """mcp 1.x logs a client ending its session while its GET stream is open as an ERROR with
+    a traceback (``ClosedResourceError`` in the standalone SSE writer); that is a normal
+    goodbye, so it is kept at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ == "ClosedResourceError" and "SSE writer" in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_closed_streams() -> None:
+    sdk_log = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _ClosedStreamFilter) for f in sdk_log.filters):
+        sdk_log.addFilter(_ClosedStreamFilter())
+
+
 def _base_url_from(scope: Scope) -> str:
     headers = dict(scope.get("headers") or [])
     host = headers.get(b"host", b"").decode("latin-1")
@@ -78,6 +99,7 @@ def _base_url_from(scope: Scope) -> str:
 
 
 def build_app(server: PaidMcpServer, *, host: str, public: str | None = None) -> McpAsgiApp:
+    quiet_closed_streams()
     mcp_server = sdk.build_server(server.server_name, server.version, server)
     loopback = host in _LOOPBACK and public is None
     allowed = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else None
