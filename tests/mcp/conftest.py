@@ -19,10 +19,7 @@ from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.login import CredentialStore
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.paid.flow import PaidFlow
-from svc_gateway.paid.handlers import default_handler
-from svc_gateway.paid.settle_queue import SettleQueue
-from svc_gateway.paid_mcp import PaidMcp, PaidMcpServer, serve
+from svc_gateway.paid_mcp import PaidMcp, PaidMcpServer, create_server, serve
 from svc_gateway.paid_mcp.sdk import ClientSession
 from svc_gateway.pricing import crypto_price, dynamic_credits
 from svc_gateway.sandbox import SandboxServer
@@ -121,13 +118,8 @@ async def make_mcp_market(
             session_factory=transport,
             store=CredentialStore(tmp_path / f"mcp-{len(made)}", use_keyring=False),
         )
-        flow = PaidFlow(
-            handle.core,
-            handler=default_handler,
-            queue=SettleQueue(tmp_path / f"mcp-queue-{len(made)}.json"),
-            settle_backoff=(0.0, 0.0),
-        )
-        server = PaidMcpServer(handle.core, flow, server_name=SERVER_NAME)
+        server = create_server(handle.core, server_name=SERVER_NAME)
+        server.flow.settle_backoff = (0.0, 0.0)  # no real sleeps between settle attempts
         running = await handle.runtime.run(serve(server, host="127.0.0.1", port=0))
         market = McpMarket(
             sandbox,

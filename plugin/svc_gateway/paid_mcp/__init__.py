@@ -3,7 +3,15 @@
 Needs the ``mcp`` extra; importing this package does not import the SDK (only using it does).
 """
 
-from .serve import PaidMcp, attach_paid_mcp, mount, serve
+from .serve import PaidMcp, attach_paid_mcp, create_server, mount, serve
 from .server import Options, PaidMcpServer
 
-__all__ = ["Options", "PaidMcp", "PaidMcpServer", "attach_paid_mcp", "mount", "serve"]
+__all__ = [
+    "Options",
+    "PaidMcp",
+    "PaidMcpServer",
+    "attach_paid_mcp",
+    "create_server",
+    "mount",
+    "serve",
+]

@@ -26,7 +26,13 @@ from ..core import PluginCore
 from ..host import GatewayAPI, host_http_app
 from ..paid.endpoint import _resolve_handler
 from ..paid.flow import PaidFlow, default_queue_path
-from ..paid.handlers import AgentHandler, HandlerError, call_maybe_async, to_answer
+from ..paid.handlers import (
+    AgentHandler,
+    HandlerError,
+    call_maybe_async,
+    default_handler,
+    to_answer,
+)
 from ..paid.settle_queue import SettleQueue
 from ..redact import get_logger
 from . import sdk
@@ -250,6 +256,27 @@ def ask_tool(handler: AgentHandler) -> Callable[[dict[str, Any]], Any]:
     return ask
 
 
+def create_server(
+    core: PluginCore,
+    *,
+    server_name: str,
+    plan_id: str | None = None,
+    agent_id: str | None = None,
+    flow: PaidFlow | None = None,
+) -> PaidMcpServer:
+    """A paid MCP server for a builder's own registrations, billed by ``flow`` (default: a new
+    flow of this plugin, selling ``plan_id`` or the configured plan)."""
+    if flow is None:
+        queue_path = Path(default_queue_path(core))
+        flow = PaidFlow(
+            core,
+            handler=default_handler,  # the flow's own handler is the HTTP endpoint's; unused
+            queue=SettleQueue(queue_path.with_name("mcp-" + queue_path.name)),
+        )
+        core.runtime.add_closer(flow.aclose)
+    return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
+
+
 async def attach_paid_mcp(
     api: GatewayAPI, core: PluginCore, *, flow: PaidFlow | None = None
 ) -> PaidMcp:
@@ -258,15 +285,7 @@ async def attach_paid_mcp(
     of credits in flight per payer)."""
     config = core.config
     handler = _resolve_handler(api, config, None)
-    if flow is None:
-        queue_path = default_queue_path(core)
-        flow = PaidFlow(
-            core,
-            handler=handler,
-            queue=SettleQueue(Path(queue_path).with_name("mcp-" + Path(queue_path).name)),
-        )
-        core.runtime.add_closer(flow.aclose)
-    server = PaidMcpServer(core, flow, server_name=config.mcp_server_name)
+    server = create_server(core, server_name=config.mcp_server_name, flow=flow)
     server.tool(
         "ask",
         ask_tool(handler),
