@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from svc_gateway.paid_mcp import PaidMcp, PaidMcpServer, create_server, serve
 from svc_gateway.paid_mcp.sdk import ClientSession
 from svc_gateway.pricing import crypto_price, dynamic_credits
 from svc_gateway.sandbox import SandboxServer
+
+from ..paid.support import LogCollector, leaked_secrets
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 SERVER_NAME = "weather-srv"
@@ -78,11 +81,27 @@ class McpMarket:
 McpMarketFactory = Callable[..., Awaitable[McpMarket]]
 
 
+def secret_forms(secret: str) -> list[str]:
+    """A key or token, and (for a token) the signature its decoded ``_meta`` form carries."""
+    forms = [secret]
+    payload = (decode_access_token(secret) or {}).get("payload")
+    signature = payload.get("signature") if isinstance(payload, dict) else None
+    if isinstance(signature, str) and len(signature) >= 16:
+        forms.append(signature)
+    return forms
+
+
 @pytest.fixture
 async def make_mcp_market(
     sandbox: SandboxServer, tmp_path: Path
 ) -> AsyncIterator[McpMarketFactory]:
+    """Markets; at teardown, no API key, token or token signature reached any log line (the
+    root logger at DEBUG, so the SDK's own message logs are included)."""
     made: list[tuple[McpMarket, ServiceClient, ServiceClient]] = []
+    root = logging.getLogger()
+    collector, level = LogCollector(), root.level
+    root.addHandler(collector)
+    root.setLevel(logging.DEBUG)
 
     async def factory(
         *, min_credits: int = 1, max_credits: int = 10, transport: Any = None
@@ -136,12 +155,22 @@ async def make_mcp_market(
         made.append((market, builder_client, subscriber_client))
         return market
 
-    yield factory
-    for market, builder_client, subscriber_client in made:
-        await market.handle.runtime.run(market.running.close())
-        await asyncio.to_thread(market.handle.close)
-        await builder_client.aclose()
-        await subscriber_client.aclose()
+    try:
+        yield factory
+    finally:
+        for market, builder_client, subscriber_client in made:
+            await market.handle.runtime.run(market.running.close())
+            await asyncio.to_thread(market.handle.close)
+            await builder_client.aclose()
+            await subscriber_client.aclose()
+        root.removeHandler(collector)
+        root.setLevel(level)
+    text = collector.text
+    for market, _b, _s in made:
+        for secret in market.secrets:
+            for form in secret_forms(secret):
+                assert form not in text, "an API key, token or signature reached the log"
+    assert not leaked_secrets(text), "something shaped like a key or token reached the log"
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ..config import ConfigError
+from ..redact import install
 
 #: JSON-RPC error codes of the payment layer (payments-py ``mcp/utils/errors.py``)
 PAYMENT_REQUIRED_CODE = -32003
@@ -116,9 +117,18 @@ def _headers_bearer(request: Any) -> str | None:
 
 def build_server(name: str, version: str, handlers: Handlers) -> Any:
     """A low-level ``mcp`` server whose requests go to ``handlers``."""
-    return (
-        _server_v1(name, version, handlers) if major() == 1 else _server_v2(name, version, handlers)
-    )
+    v = major()
+    server = _server_v1(name, version, handlers) if v == 1 else _server_v2(name, version, handlers)
+    redact_sdk_logs()
+    return server
+
+
+def redact_sdk_logs() -> None:
+    """The SDK logs whole messages at DEBUG, ``_meta["x402/payment"]`` included: its loggers
+    get the plugin's redacting filter (which masks the payment's signature)."""
+    importlib.import_module("mcp.server.streamable_http_manager")
+    importlib.import_module("mcp.client.streamable_http")
+    install("mcp")
 
 
 def _server_v1(name: str, version: str, handlers: Handlers) -> Any:
@@ -279,6 +289,7 @@ class ClientSession:
             session = await self._stack.enter_async_context(
                 session_mod.ClientSession(streams[0], streams[1])
             )
+            redact_sdk_logs()
             await session.initialize()
         except BaseException:
             await self._stack.aclose()
