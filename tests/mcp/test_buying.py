@@ -144,6 +144,8 @@ async def test_an_unpaid_refusal_is_reported_and_nothing_delivered(
     assert result.isError
     assert result.structuredContent["error"]["code"] == "payment_required"
     assert "gold" not in str(result.structuredContent)
+    message = result.structuredContent["error"]["message"]
+    assert message.endswith(f"is now {GRANTED} credits")  # read back, not assumed
     assert await mcp_market.balance() == GRANTED
 
 

@@ -21,9 +21,11 @@ settled). One deadline (``requestTimeoutSecs``) bounds the whole query.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..agent_card import TooLarge, read_limited
 from ..core import PluginCore
 from ..encoding import decode_access_token
 from ..errors import ServiceError
@@ -75,20 +77,23 @@ def covers(pattern: str, uri: str) -> bool:
 
 
 async def server_info(url: str, read_secs: float) -> dict[str, Any]:
-    """The managed server's ``GET /`` (name, agentId); ``{}`` when it has none."""
+    """The managed server's ``GET /`` (name, agentId), read up to 64 KiB; ``{}`` when it has
+    none."""
     import httpx
 
     parts = urlsplit(url)
     root = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')[: -len(MCP_PATH)]}/"
     try:
-        async with httpx.AsyncClient(timeout=read_secs, follow_redirects=False) as http:
-            reply = await http.get(root, headers={"Accept": "application/json"})
-        if reply.status_code != 200 or len(reply.content) > INFO_MAX_BYTES:
-            return {}
-        data = reply.json()
-    except (httpx.HTTPError, ValueError):
+        async with (
+            httpx.AsyncClient(timeout=read_secs, follow_redirects=False) as http,
+            http.stream("GET", root, headers={"Accept": "application/json"}) as reply,
+        ):
+            if reply.status_code != 200:
+                return {}
+            data = json.loads(await read_limited(reply, INFO_MAX_BYTES))
+    except (httpx.HTTPError, ValueError, TooLarge):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _obj(data)
 
 
 def _choose_server(names: set[str], info: dict[str, Any], agent_id: str) -> str:
@@ -163,14 +168,29 @@ async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, An
         async with asyncio.timeout(deadline):
             return await _query(core, p, client.address, deadline, sent)
     except TimeoutError:
-        raise ToolFailure(
+        failure = ToolFailure(
             "agent_timeout",
             f"The MCP agent did not answer within {deadline:g} s",
-            "It may have charged the call: check svc_checkBalance before retrying.",
-        ) from None
+            "Check svc_checkBalance before retrying.",
+        )
+        raise await _with_balance(core, sent, failure) from None
+    except ToolFailure as failure:
+        raise await _with_balance(core, sent, failure) from None
     finally:
         if sent:
             core.spent(sent[0])
+
+
+async def _with_balance(core: PluginCore, sent: list[str], failure: ToolFailure) -> ToolFailure:
+    """After the payment went out and no answer came back: say what the service shows."""
+    if not sent:
+        return failure
+    try:
+        balance = (await core.client().get_plan_balance(sent[0])).balance
+    except ServiceError:
+        return failure
+    failure.message += f". Your balance on plan {sent[0]} is now {balance} credits"
+    return failure
 
 
 async def _query(
