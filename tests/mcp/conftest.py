@@ -104,7 +104,11 @@ async def make_mcp_market(
     root.setLevel(logging.DEBUG)
 
     async def factory(
-        *, min_credits: int = 1, max_credits: int = 10, transport: Any = None
+        *,
+        min_credits: int = 1,
+        max_credits: int = 10,
+        transport: Any = None,
+        plan_in_config: bool = True,
     ) -> McpMarket:
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
@@ -127,7 +131,7 @@ async def make_mcp_market(
                 "environment": "local",
                 "baseUrl": sandbox.base_url,
                 "svcApiKey": builder["apiKey"],
-                "planId": plan_id,
+                **({"planId": plan_id} if plan_in_config else {}),
                 "agentId": agent_id,
             }
         )

@@ -338,3 +338,48 @@ async def test_credits_function_zero_is_free_and_failing_is_uncharged(
     assert (
         mcp_market.server.flow.book.known(mcp_market.plan_id, mcp_market.subscriber_address)[1] == 0
     )
+
+
+async def test_a_failing_handler_is_not_charged(mcp_market: McpMarket) -> None:
+    def broken(_arguments: Any) -> str:
+        raise RuntimeError("the model is down")
+
+    mcp_market.server.tool("broken", broken, options=Options(credits=2))
+    mcp_market.server.resource("doc", "docs://broken", broken, options=Options(credits=2))
+    _token, meta = await mcp_market.payment("broken")
+    _token_r, meta_r = await mcp_market.payment("docs://broken", "resources")
+    async with mcp_market.session("session") as session:
+        result = await session.call_tool("broken", {}, meta)
+        with pytest.raises(RpcError) as resource_error:
+            await session.read_resource("docs://broken", meta_r)
+        with pytest.raises(RpcError) as unknown:
+            await session.call_tool("nope", {}, meta)
+    assert result["isError"] is True
+    assert "nothing was charged" in result["content"][0]["text"]
+    assert result["_meta"]["svc/credits"] == {
+        "success": False,
+        "txHash": "",
+        "creditsRedeemed": "0",
+        "planId": mcp_market.plan_id,
+        "subscriberAddress": result["_meta"]["svc/credits"]["subscriberAddress"],
+    }
+    assert "nothing was charged" in resource_error.value.message
+    assert "Unknown tool" in unknown.value.message
+    assert mcp_market.server.flow.stats.handler_failures == 2
+    assert await mcp_market.burned() == 0
+
+
+async def test_a_server_without_a_plan_refuses_calls_without_charging(
+    make_mcp_market: McpMarketFactory,
+) -> None:
+    mcp_market = await make_mcp_market(plan_in_config=False)
+    server = mcp_market.server
+    assert server.plan_id() is None
+    server.tool("forecast", lambda _a: "sun", options=Options(credits=1))
+    _token, meta = await mcp_market.payment("forecast")
+    async with mcp_market.session("session") as session:
+        with pytest.raises(RpcError) as refused:
+            await session.call_tool("forecast", {}, meta)
+    assert refused.value.code == MISCONFIGURATION_CODE
+    assert "no plan" in refused.value.message
+    assert await mcp_market.burned() == 0

@@ -120,7 +120,13 @@ async def serve(server: PaidMcpServer, *, host: str, port: int) -> PaidMcp:
 
     app = build_app(server, host=host)
     config = uvicorn.Config(
-        app, host=host, port=port, lifespan="on", log_level="warning", access_log=False
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        log_config=None,  # the host owns logging; uvicorn must not reconfigure it
+        log_level="warning",
+        access_log=False,
     )
     runner = uvicorn.Server(config)
     task = asyncio.get_running_loop().create_task(runner.serve())
