@@ -25,7 +25,7 @@ from payments_py.common.types import AgentAPIAttributes, AgentMetadata, AuthType
 from payments_py.x402.fastapi import PaymentMiddleware
 from payments_py.x402.types import DelegationConfig, X402TokenOptions
 
-from .conftest import Sdk, credits_plan, crypto_delegation
+from .conftest import NO_TOPUP_CENTS, Sdk, credits_plan, crypto_delegation
 
 
 @dataclass
@@ -92,10 +92,13 @@ def _decode(header: str) -> dict[str, object]:
     return loaded
 
 
-def _subscriber(sdk: Sdk, wall: Paywall) -> tuple[Payments, str]:
+def _subscriber(
+    sdk: Sdk, wall: Paywall, *, limit_cents: int = 100_000, order: bool = True
+) -> tuple[Payments, str]:
     buyer, _ = sdk.account("paywall buyer")
-    buyer.plans.order_plan(wall.plan_id)
-    return buyer, crypto_delegation(buyer)
+    if order:
+        buyer.plans.order_plan(wall.plan_id)
+    return buyer, crypto_delegation(buyer, limit_cents=limit_cents)
 
 
 def _token(buyer: Payments, wall: Paywall, delegation: str, *, v3: bool = False) -> str:
@@ -149,7 +152,7 @@ def test_paywall_refuses_a_forged_token_without_running_the_handler(
 
 
 def test_paywall_refuses_a_subscriber_with_no_credits_left(sdk: Sdk, paywall: Paywall) -> None:
-    buyer, delegation = _subscriber(sdk, paywall)
+    buyer, delegation = _subscriber(sdk, paywall, limit_cents=NO_TOPUP_CENTS)
     token = _token(buyer, paywall, delegation)
     statuses = [
         paywall.client.post(
@@ -210,3 +213,26 @@ def test_mcp_paywall_serves_and_charges_a_sandbox_token(sdk: Sdk) -> None:
     assert calls == ["hello"]
     assert result["content"][0]["text"] == "hello"
     assert int(buyer.plans.get_plan_balance(plan_id).balance) == 4
+
+
+def test_paywall_serves_a_buyer_with_no_credits_as_often_as_the_delegation_pays(
+    sdk: Sdk, paywall: Paywall
+) -> None:
+    """Automatic top-up through the SDK's own middleware: a buyer who never ordered, with a
+    delegation worth two orders (2 x 100 cents, 3 credits each), gets six answers, then 402."""
+    buyer, delegation = _subscriber(sdk, paywall, limit_cents=200, order=False)
+    token = _token(buyer, paywall, delegation)
+    statuses = []
+    for i in range(7):
+        answer = paywall.client.post(
+            "/ask", json={"q": f"topped {i}"}, headers={"payment-signature": token}
+        )
+        statuses.append(answer.status_code)
+        if answer.status_code == 200 and i in (0, 3):
+            receipt = _decode(answer.headers["payment-response"])
+            assert receipt["success"] is True and receipt["orderTx"], receipt
+    assert statuses == [200] * 6 + [402]
+    assert "topped 6" not in paywall.served
+    assert int(buyer.plans.get_plan_balance(paywall.plan_id).balance) == 0
+    listed = [d for d in buyer.delegation.list_delegations() if d.id == delegation]
+    assert listed[0].spent_cents == 200

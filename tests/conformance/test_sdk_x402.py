@@ -24,7 +24,7 @@ from payments_py.x402.types import (
     X402TokenOptions,
 )
 
-from .conftest import Sdk, credits_plan, crypto_delegation, dynamic_plan
+from .conftest import NO_TOPUP_CENTS, Sdk, credits_plan, crypto_delegation, dynamic_plan
 
 ENDPOINT = "http://127.0.0.1:9/agents/summarise"
 
@@ -277,7 +277,7 @@ def test_verify_refuses_more_than_the_balance(sdk: Sdk, shop: Shop) -> None:
     buyer, _ = sdk.account("poor")
     buyer.plans.order_plan(plan_id)
     wide = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
-    token = _token(buyer, wide, crypto_delegation(buyer))
+    token = _token(buyer, wide, crypto_delegation(buyer, limit_cents=NO_TOPUP_CENTS))
     verdict = sdk.builder.facilitator.verify_permissions(_required(wide), token, "6")
     assert verdict.is_valid is False
     assert verdict.invalid_reason
@@ -440,7 +440,7 @@ def test_settle_fails_when_the_balance_was_spent_after_verify(sdk: Sdk) -> None:
     buyer, _ = sdk.account("raced")
     buyer.plans.order_plan(plan_id)
     raced = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
-    token = _token(buyer, raced, crypto_delegation(buyer))
+    token = _token(buyer, raced, crypto_delegation(buyer, limit_cents=NO_TOPUP_CENTS))
     first = sdk.builder.facilitator.verify_permissions(_required(raced), token, "1")
     second = sdk.builder.facilitator.verify_permissions(_required(raced), token, "1")
     assert first.is_valid and second.is_valid

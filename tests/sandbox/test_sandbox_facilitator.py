@@ -7,7 +7,7 @@ import asyncio
 import base64
 import json
 
-from .support import CARD, REQUEST_TTL, Actor, Api, FakeClock, envelope
+from .support import CARD, NO_TOPUP, REQUEST_TTL, Actor, Api, FakeClock, envelope
 
 
 async def funded(api: Api, owner: Actor, buyer: Actor, credits: int, **plan: object) -> str:
@@ -66,7 +66,7 @@ async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeC
     plan_id = await funded(api, owner, buyer, 3, low=2, high=4)
     other_plan = await api.plan(owner)
     agent_id = await api.agent(owner, [plan_id])
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     cases = {
         "other plan": (envelope(other_plan), "2", "no accepts entry"),
         "card scheme": (envelope(plan_id, CARD), "2", "no accepts entry"),
@@ -196,17 +196,17 @@ async def test_concurrent_settles_never_spend_more_than_the_balance(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 5)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     verified = await asyncio.gather(*(api.verify(owner, token, plan_id) for _ in range(20)))
     assert all(v["isValid"] for v in verified)
     answers = await asyncio.gather(
         *(api.settle_answer(owner, token, plan_id, v["agentRequestId"]) for v in verified)
     )
-    bodies = [a.json() for a in answers]
-    assert sum(b["success"] for b in bodies) == 5
-    refused = [b for b in bodies if not b["success"]]
-    assert all("insufficient credits" in b["errorReason"] for b in refused)
-    assert all(b["transaction"] == "" for b in refused)
+    paid = [a.json() for a in answers if a.status_code == 200]
+    assert len(paid) == 5 and all(b["success"] and "orderTx" not in b for b in paid)
+    refused = [a.json() for a in answers if a.status_code != 200]
+    assert len(refused) == 15 and {r["code"] for r in refused} == {"BCK.X402.0023"}
+    assert all("insufficient credits: 0 available" in r["message"] for r in refused)
     ledger = await api.ledger(plan_id, buyer)
     assert (ledger["balance"], ledger["burned"]) == (0, 5)
 
@@ -215,7 +215,7 @@ async def test_settle_rechecks_the_balance_spent_since_verify(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 2, low=2, high=2)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     verified = await api.verify(owner, token, plan_id, "2")
     assert verified["isValid"] is True
     spent = await api.http.post(  # the buyer spends a credit between verify and settle
@@ -225,13 +225,12 @@ async def test_settle_rechecks_the_balance_spent_since_verify(
     )
     assert spent.status_code == 200, spent.text
     late = await api.settle_answer(owner, token, plan_id, verified["agentRequestId"], "2")
-    assert late.status_code == 200
-    assert late.json() == {
-        "success": False,
-        "errorReason": "insufficient credits: 1 available, 2 requested",
-        "transaction": "",
-        "payer": buyer.address,
-    }
+    assert late.status_code == 403
+    assert late.json()["code"] == "BCK.X402.0023"
+    assert late.json()["message"] == (
+        "Cannot order plan: the plan costs 100 cents and the delegation has 99 of its 99 cents "
+        "left (insufficient credits: 1 available, 2 requested)"
+    )
     assert await api.credits(plan_id, buyer) == 1
 
 
@@ -322,20 +321,20 @@ async def test_settle_without_request_id_verifies_and_burns(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 2)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     for expected in ("1", "0"):
         answer = (await api.settle_answer(owner, token, plan_id, None)).json()
         assert answer["success"] is True and answer["remainingBalance"] == expected
-    empty = (await api.settle_answer(owner, token, plan_id, None)).json()
-    assert empty["success"] is False and "insufficient" in empty["errorReason"]
-    assert empty["transaction"] == ""
+    empty = await api.settle_answer(owner, token, plan_id, None)
+    assert empty.status_code == 403 and "insufficient credits" in empty.json()["message"]
+    assert (await api.ledger(plan_id, buyer))["burned"] == 2
 
 
 async def test_time_plan_settles_for_zero_while_access_lasts(
     api: Api, owner: Actor, buyer: Actor, clock: FakeClock
 ) -> None:
     plan_id = await funded(api, owner, buyer, 1, duration=600)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     for _ in range(3):
         request_id = (await api.verify(owner, token, plan_id))["agentRequestId"]
         settled = (await api.settle_answer(owner, token, plan_id, request_id)).json()
