@@ -236,3 +236,58 @@ def test_paywall_serves_a_buyer_with_no_credits_as_often_as_the_delegation_pays(
     assert int(buyer.plans.get_plan_balance(paywall.plan_id).balance) == 0
     listed = [d for d in buyer.delegation.list_delegations() if d.id == delegation]
     assert listed[0].spent_cents == 200
+
+
+def test_mcp_paywall_takes_a_v3_token_bound_to_the_tools_logical_uri(sdk: Sdk) -> None:
+    """Issue 19: the agent registers `mcp://<server>/tools/<name>` endpoints; a v3 token bound
+    to one tool pays for that tool through the SDK's MCP paywall, which verifies and settles
+    with the logical URL plus the call's arguments (`mcp/utils/logical_url.py`) and POST."""
+    plan_id = credits_plan(sdk, "MCP v3", credits=5, per_request=1)
+    api = AgentAPIAttributes.model_construct(
+        endpoints=[{"POST": "mcp://bound/tools/echo"}, {"POST": "mcp://bound/tools/shout"}],
+        auth_type=AuthType.NONE,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        agent_id = str(
+            sdk.builder.agents.register_agent(AgentMetadata(name="MCP v3"), api, [plan_id])[
+                "agentId"
+            ]
+        )
+    buyer, _ = sdk.account("mcp v3 buyer")
+    buyer.plans.order_plan(plan_id)
+    delegation = crypto_delegation(buyer)
+
+    def bound_to(tool: str) -> str:
+        options = X402TokenOptions(
+            delegation_config=DelegationConfig(delegation_id=delegation),
+            resource=f"mcp://bound/tools/{tool}",
+            http_verb="POST",
+            token_version=3,
+        )
+        token = buyer.x402.get_x402_access_token(plan_id, agent_id, token_options=options)
+        return str(token["accessToken"])
+
+    sdk.builder.mcp.configure({"agentId": agent_id, "serverName": "bound"})
+    calls: list[str] = []
+
+    async def echo(args: dict[str, str], extra: object = None) -> dict[str, object]:
+        calls.append(args["text"])
+        return {"content": [{"type": "text", "text": args["text"]}]}
+
+    tool = sdk.builder.mcp.with_paywall(
+        echo, {"kind": "tool", "name": "echo", "credits": 1, "planId": plan_id}
+    )
+
+    def call(token: str, text: str) -> object:
+        extra = {"requestInfo": {"headers": {"authorization": f"Bearer {token}"}}}
+        return asyncio.run(asyncio.wait_for(tool({"text": text}, extra), 30))
+
+    with pytest.raises(Exception):  # noqa: B017 - the paywall's own payment-required error
+        call(bound_to("shout"), "wrong tool")
+    assert calls == []
+    result = call(bound_to("echo"), "right tool")
+    assert calls == ["right tool"] and isinstance(result, dict)
+    verify = sdk.recorder.last("POST", "/x402/verify").body
+    assert verify["paymentRequired"]["resource"]["url"] == "mcp://bound/tools/echo?text=right+tool"
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 4

@@ -97,13 +97,17 @@ def _resource_url(envelope: dict[str, Any]) -> str | None:
 
 
 def _same_resource(bound: str, url: str) -> bool:
-    """A v3 token's URL against the envelope's (a relative envelope URL compares paths)."""
+    """A v3 token's URL against the envelope's: origin and path, the query ignored (the
+    service's rule, payments TS SDK docs), so ``mcp://server/tools/name?args`` (the logical
+    URL the SDKs' MCP paywall sends) is the tool ``mcp://server/tools/name``. A relative
+    envelope URL compares paths."""
     if bound == url:
         return True
-    got = urlsplit(url)
+    want, got = urlsplit(bound), urlsplit(url)
     if got.scheme or got.netloc:
-        return bound.rstrip("/") == url.rstrip("/")
-    return (urlsplit(bound).path or "/").rstrip("/") == (got.path or "/").rstrip("/")
+        same_origin = (want.scheme, want.netloc.lower()) == (got.scheme, got.netloc.lower())
+        return same_origin and want.path.rstrip("/") == got.path.rstrip("/")
+    return (want.path or "/").rstrip("/") == (got.path or "/").rstrip("/")
 
 
 def _check_binding(info: TokenInfo, url: str | None, verb: object) -> None:
@@ -112,6 +116,11 @@ def _check_binding(info: TokenInfo, url: str | None, verb: object) -> None:
         return
     if url is None or info.resource_url is None or not _same_resource(info.resource_url, url):
         raise InvalidToken("the access token is bound to another resource URL")
+    # An envelope that names no verb is not checked against the token's: the SDKs' own MCP
+    # paywall verifies without one (payments_py ``mcp/core/auth.py``), and a v3 token bound to
+    # an MCP tool's logical URI must still pay for that tool. A named verb must match.
+    if verb is None:
+        return
     if not isinstance(verb, str) or verb.upper() != (info.http_verb or "").upper():
         raise InvalidToken("the access token is bound to another HTTP verb")
 
