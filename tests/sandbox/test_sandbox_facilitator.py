@@ -58,8 +58,8 @@ async def test_max_amount_is_optional_and_defaults_to_credits_per_request(
         "/x402/settle", json={**body, "agentRequestId": request_id}, headers=owner.headers
     )
     assert settled.status_code == 200, settled.text
-    assert settled.json()["creditsRedeemed"] == "2"  # the plan's minAmount
-    assert await api.credits(plan_id, buyer) == 3
+    assert settled.json()["creditsRedeemed"] == "4"  # the plan's default: its maxAmount
+    assert await api.credits(plan_id, buyer) == 1
 
 
 async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeClock) -> None:

@@ -16,8 +16,10 @@ token's delegation, settle records it inside the burn's transaction and answers 
 ``orderTx``. Every settle counts one transaction on the delegation (its ``maxTransactions``);
 one it cannot pay is refused with 403 ``BCK.X402.0023``, nothing ordered or burned.
 
-``maxAmount`` is optional on both (as in the SDK); when absent the plan's credits per
-request (``creditsConfig.minAmount``, which equals ``maxAmount`` on fixed plans) is used.
+``maxAmount`` is optional on both (as in the SDK). ``"0"`` means the plan's default, its
+maximum credits per request (payments TS SDK commit 9c1148f: "the backend interpreted
+maxAmount=0 as 'use plan default', burning maxCreditsPerRequest"); an absent ``maxAmount``
+is read the same way (the SDKs send nothing else for "default"). On fixed plans min = max.
 """
 
 from __future__ import annotations
@@ -178,7 +180,8 @@ def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) ->
                 'Register the endpoint as {"POST": "<url>"} or send the registered URL',
             )
     _check_binding(info, url, verb)
-    amount = plan.min_amount if call.amount is None else call.amount
+    # Absent or "0" is the plan's default, its max credits per request (see module docstring).
+    amount = plan.max_amount if not call.amount else call.amount
     if not plan.min_amount <= amount <= plan.max_amount:
         raise InvalidToken(
             f"maxAmount {amount} is outside the plan's range [{plan.min_amount}, {plan.max_amount}]"
