@@ -291,3 +291,37 @@ def test_mcp_paywall_takes_a_v3_token_bound_to_the_tools_logical_uri(sdk: Sdk) -
     verify = sdk.recorder.last("POST", "/x402/verify").body
     assert verify["paymentRequired"]["resource"]["url"] == "mcp://bound/tools/echo?text=right+tool"
     assert int(buyer.plans.get_plan_balance(plan_id).balance) == 4
+
+
+def test_mcp_tool_priced_above_a_fixed_plan_settles_for_the_plans_credits(sdk: Sdk) -> None:
+    """A tool priced at 5 credits on a 1-credit fixed plan (the TS SDK's MCP e2e setup): the
+    service does not refuse it; an amount outside the plan's range counts as its minimum."""
+    plan_id = credits_plan(sdk, "MCP over-priced", credits=3, per_request=1)
+    agent_id = str(
+        sdk.builder.agents.register_agent(
+            AgentMetadata(name="MCP five"), AgentAPIAttributes(), [plan_id]
+        )["agentId"]
+    )
+    buyer, _ = sdk.account("mcp five buyer")
+    buyer.plans.order_plan(plan_id)
+    token = buyer.x402.get_x402_access_token(
+        plan_id,
+        agent_id,
+        token_options=X402TokenOptions(
+            delegation_config=DelegationConfig(
+                delegation_id=crypto_delegation(buyer, limit_cents=NO_TOPUP_CENTS)
+            )
+        ),
+    )["accessToken"]
+    sdk.builder.mcp.configure({"agentId": agent_id, "serverName": "five"})
+
+    async def work(args: dict[str, str], extra: object = None) -> dict[str, object]:
+        return {"content": [{"type": "text", "text": "done"}]}
+
+    tool = sdk.builder.mcp.with_paywall(
+        work, {"kind": "tool", "name": "work", "credits": 5, "planId": plan_id}
+    )
+    extra = {"requestInfo": {"headers": {"authorization": f"Bearer {token}"}}}
+    asyncio.run(asyncio.wait_for(tool({}, extra), 30))
+    assert sdk.recorder.last("POST", "/x402/settle").body["maxAmount"] == "5"
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 2

@@ -70,11 +70,12 @@ async def test_refused_settles_name_the_payer_and_a_spent_v3_token_says_withhold
     plan_id, agent_id = await seller(api, owner, buyer)
     paid = envelope(plan_id, agent_id=agent_id, url=URL, verb="POST")
     token = await token_v3(api, buyer, plan_id, agent_id)
-    beyond = (await api.settle_answer(owner, token, plan_id, None, "7", paid=paid)).json()
-    assert beyond["success"] is False and beyond["payer"] == buyer.address
-    assert "outside the plan's range" in beyond["errorReason"]
-    refused = await api.verify(owner, token, plan_id, "7", paid=paid)
+    elsewhere = envelope(plan_id, agent_id="did:svc:someone-else", url=URL, verb="POST")
+    refused = await api.verify(owner, token, plan_id, "1", paid=elsewhere)
     assert refused["isValid"] is False and refused["payer"] == buyer.address
+    beyond = (await api.settle_answer(owner, token, plan_id, None, paid=elsewhere)).json()
+    assert beyond["success"] is False and beyond["payer"] == buyer.address
+    assert "issued for a different agent" in beyond["errorReason"]
     first = await api.settle_answer(owner, token, plan_id, None, paid=paid)
     assert first.json()["success"] is True
     replay = await api.settle_answer(owner, token, plan_id, None, paid=paid)

@@ -20,6 +20,11 @@ one it cannot pay is refused with 403 ``BCK.X402.0023``, nothing ordered or burn
 maximum credits per request (payments TS SDK commit 9c1148f: "the backend interpreted
 maxAmount=0 as 'use plan default', burning maxCreditsPerRequest"); an absent ``maxAmount``
 is read the same way (the SDKs send nothing else for "default"). On fixed plans min = max.
+An amount outside the plan's ``[minAmount, maxAmount]`` is not refused: it counts as the
+plan's minimum, as the service documents for dynamic charges ("if the service returns a
+number outside this range, the credits charged will be the minimum of that range",
+nevermined app_docs ``tutorials/advanced/20-dynamic-charge-credits.md``), which is what lets
+an MCP tool priced above a fixed plan's credits settle (payments TS SDK MCP e2e tests).
 """
 
 from __future__ import annotations
@@ -183,9 +188,7 @@ def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) ->
     # Absent or "0" is the plan's default, its max credits per request (see module docstring).
     amount = plan.max_amount if not call.amount else call.amount
     if not plan.min_amount <= amount <= plan.max_amount:
-        raise InvalidToken(
-            f"maxAmount {amount} is outside the plan's range [{plan.min_amount}, {plan.max_amount}]"
-        )
+        amount = plan.min_amount  # out of range: the plan's minimum (module docstring)
     return Approval(info, plan, agent, amount, *(matched or (None, None)))
 
 
