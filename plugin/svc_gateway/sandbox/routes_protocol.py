@@ -90,7 +90,7 @@ async def mint_expirable(request: web.Request) -> web.Response:
     plan_id = _body_plan(body)
     amount = v.bigint(body, "creditsAmount", low=1)
     receiver = v.address(body.get("creditsReceiver"), "creditsReceiver")
-    duration = v.bigint(body, "creditsDuration", default=0, high=2**63 - 1)
+    duration = v.bigint(body, "creditsDuration", default=0)  # uint256
     plan = require_plan(store, plan_id)
     tx = ledger.mint(store, plan, account.address, receiver, amount, duration or None)
     return ok({"success": True, "txHash": tx})
