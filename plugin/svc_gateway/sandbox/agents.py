@@ -266,6 +266,21 @@ def plans_of_agent(store: Store, agent_id: str, paging: Paging) -> tuple[int, li
     return (int(total["n"]) if total else 0), [Plan.from_row(r) for r in rows]
 
 
+def update_agent(
+    store: Store, caller: str, agent_id: str, meta: dict[str, Any], api: dict[str, Any]
+) -> None:
+    """``PUT /protocol/agents/{agentId}``: replace the metadata and API attributes (owner only;
+    404 unknown, 403 not yours). Plan associations are kept."""
+    agent = require_agent(store, agent_id)
+    if agent.owner != caller:
+        raise not_owner("agent")
+    with store.tx():
+        store.run(
+            "UPDATE agents SET name = ?, doc = ? WHERE id = ?",
+            (meta["name"], json.dumps({"metadata": meta, "api": api}), agent.id),
+        )
+
+
 def remove_plan(store: Store, caller: str, agent_id: str, plan_id: str) -> None:
     """``DELETE /protocol/agents/{agentId}/plan/{planId}``: 404 unknown, 403 not yours."""
     agent = require_agent(store, agent_id)

@@ -185,6 +185,16 @@ async def get_agent(request: web.Request) -> web.Response:
     return ok(ag.agent_view(store, agent))
 
 
+@routes.put(P + "/agents/{agentId}")
+async def update_agent(request: web.Request) -> web.Response:
+    """``{metadataAttributes, agentApiAttributes}`` (payments_py ``update_agent_metadata``)."""
+    account = caller(request)
+    body = await v.read_json(request)
+    meta, api = ag.agent_document(body)
+    ag.update_agent(store_of(request), account.address, request.match_info["agentId"], meta, api)
+    return ok({"success": True, "txHash": tx_hash()})
+
+
 @routes.get(P + "/agents/{agentId}/plans")
 async def plans_of_agent(request: web.Request) -> web.Response:
     store = store_of(request)
