@@ -23,6 +23,8 @@ DELEGATION_BUDGET = "BCK.X402.0023"
 ENDPOINT_NOT_ALLOWED = "BCK.PROTOCOL.0031"
 #: A v3 (single-use) access token settled a second time (``payments_py/x402/errors.py``).
 TOKEN_ALREADY_USED = "BCK.X402.0059"
+#: MPP is not configured on this deployment (payments_py ``mpp/errors.py``; 501 in the TS SDK).
+MPP_NOT_CONFIGURED = "BCK.MPP.0002"
 
 # -- codes of this sandbox (the hosted list is "not shown"; same naming scheme) -------------
 MALFORMED_JSON = "BCK.COMMON.0001"

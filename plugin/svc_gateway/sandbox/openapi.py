@@ -397,6 +397,12 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
             "properties": {**_PAYMENT_CALL["properties"], "agentRequestId": {"type": "string"}},
         },
     ),
+    **{
+        ("POST", f"{_A}/mpp/{name}"): RouteDoc(
+            "MPP (not configured here): always 501 BCK.MPP.0002", auth=PUBLIC, tag="mpp"
+        )
+        for name in ("permissions", "challenge", "verify", "settle")
+    },
     ("GET", "/"): RouteDoc(
         "Deployment info: the sandbox's (made-up) contract addresses", auth=PUBLIC, tag="meta"
     ),
