@@ -17,10 +17,14 @@ PRECISION_LOST = "BCK.COMMON.0026"
 FIAT_PRICE_TOO_LOW = "BCK.PROTOCOL.0047"
 DELEGATION_EXPIRED = "BCK.X402.0013"
 DELEGATION_MISSING = "BCK.X402.0030"
+#: The delegation cannot pay (spending limit, maxTransactions, currency) (WIRE.md §4, 403).
+DELEGATION_BUDGET = "BCK.X402.0023"
 #: An agent endpoint allow-list that matches no ``resource.url`` (Python SDK 1.18 ``Endpoint``).
 ENDPOINT_NOT_ALLOWED = "BCK.PROTOCOL.0031"
 #: A v3 (single-use) access token settled a second time (``payments_py/x402/errors.py``).
 TOKEN_ALREADY_USED = "BCK.X402.0059"
+#: MPP is not configured on this deployment (payments_py ``mpp/errors.py``; 501 in the TS SDK).
+MPP_NOT_CONFIGURED = "BCK.MPP.0002"
 
 # -- codes of this sandbox (the hosted list is "not shown"; same naming scheme) -------------
 MALFORMED_JSON = "BCK.COMMON.0001"

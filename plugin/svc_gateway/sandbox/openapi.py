@@ -277,6 +277,15 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         "List your agents", tag="agents", query=("page", "offset", "sortBy", "sortOrder")
     ),
     ("GET", _P + "/agents/{agentId}"): RouteDoc("Get an agent", auth=OPTIONAL, tag="agents"),
+    ("PUT", _P + "/agents/{agentId}"): RouteDoc(
+        "Owner only: replace your agent's metadata and API attributes (plans are kept)",
+        tag="agents",
+        body={
+            "type": "object",
+            "required": ["metadataAttributes"],
+            "properties": {"metadataAttributes": _METADATA, "agentApiAttributes": _AGENT_API},
+        },
+    ),
     ("GET", _P + "/agents/{agentId}/plans"): RouteDoc(
         "Plans an agent sells", auth=OPTIONAL, tag="agents", query=("page", "offset")
     ),
@@ -388,6 +397,12 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
             "properties": {**_PAYMENT_CALL["properties"], "agentRequestId": {"type": "string"}},
         },
     ),
+    **{
+        ("POST", f"{_A}/mpp/{name}"): RouteDoc(
+            "MPP (not configured here): always 501 BCK.MPP.0002", auth=PUBLIC, tag="mpp"
+        )
+        for name in ("permissions", "challenge", "verify", "settle")
+    },
     ("GET", "/"): RouteDoc(
         "Deployment info: the sandbox's (made-up) contract addresses", auth=PUBLIC, tag="meta"
     ),

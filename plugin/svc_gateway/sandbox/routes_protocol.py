@@ -90,7 +90,7 @@ async def mint_expirable(request: web.Request) -> web.Response:
     plan_id = _body_plan(body)
     amount = v.bigint(body, "creditsAmount", low=1)
     receiver = v.address(body.get("creditsReceiver"), "creditsReceiver")
-    duration = v.bigint(body, "creditsDuration", default=0, high=2**63 - 1)
+    duration = v.bigint(body, "creditsDuration", default=0)  # uint256
     plan = require_plan(store, plan_id)
     tx = ledger.mint(store, plan, account.address, receiver, amount, duration or None)
     return ok({"success": True, "txHash": tx})
@@ -183,6 +183,16 @@ async def get_agent(request: web.Request) -> web.Response:
     store = store_of(request)
     agent = ag.require_agent(store, request.match_info["agentId"])
     return ok(ag.agent_view(store, agent))
+
+
+@routes.put(P + "/agents/{agentId}")
+async def update_agent(request: web.Request) -> web.Response:
+    """``{metadataAttributes, agentApiAttributes}`` (payments_py ``update_agent_metadata``)."""
+    account = caller(request)
+    body = await v.read_json(request)
+    meta, api = ag.agent_document(body)
+    ag.update_agent(store_of(request), account.address, request.match_info["agentId"], meta, api)
+    return ok({"success": True, "txHash": tx_hash()})
 
 
 @routes.get(P + "/agents/{agentId}/plans")
