@@ -3,6 +3,7 @@ the session needs a bearer, payment travels in ``_meta``, every burn is exact.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -383,3 +384,31 @@ async def test_a_server_without_a_plan_refuses_calls_without_charging(
     assert refused.value.code == MISCONFIGURATION_CODE
     assert "no plan" in refused.value.message
     assert await mcp_market.burned() == 0
+
+
+async def test_concurrent_calls_never_overdraw_and_deliver_only_what_was_paid(
+    mcp_market: McpMarket,
+) -> None:
+    """12 concurrent calls of a 10-credit tool against 100 credits: exactly 10 answers, each
+    paid; the other 2 get payment-required and no content (verify reserves nothing, the
+    flow's admission does). Conservation: granted = balance + burned = balance + paid."""
+    mcp_market.server.tool("costly", lambda a: f"answer {a['n']}", options=Options(credits=10))
+    payments = [await mcp_market.payment("costly") for _ in range(12)]
+
+    async def call(n: int) -> dict[str, Any]:
+        token, meta = payments[n]
+        async with mcp_market.session(token) as session:
+            return await session.call_tool("costly", {"n": n}, meta)
+
+    results = await asyncio.gather(*(call(n) for n in range(12)))
+    paid = [r for r in results if not r.get("isError")]
+    refused = [r for r in results if r.get("isError")]
+    assert len(paid) == 10 and len(refused) == 2
+    for result in paid:
+        assert result["_meta"]["x402/payment-response"]["creditsRedeemed"] == "10"
+    for result in refused:
+        assert result["structuredContent"]["x402Version"] == 2
+        assert "answer" not in json.dumps(result["content"])
+    burned = sum(int(r["_meta"]["x402/payment-response"]["creditsRedeemed"]) for r in paid)
+    assert await mcp_market.balance() + burned == GRANTED
+    assert await mcp_market.burned() == burned == 100
