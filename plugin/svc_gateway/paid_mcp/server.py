@@ -12,9 +12,6 @@ a paid one also ``_meta["x402/payment-response"]``.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +24,14 @@ from ..paid.flow import PaidFlow
 from ..redact import get_logger
 from . import sdk
 from .billing import Outcome, Verdict, charge, run_free
+from .results import (
+    call_any,
+    error_result,
+    prompt_result,
+    resource_result,
+    schema_problem,
+    tool_result,
+)
 
 log = get_logger("svc_gateway.paid_mcp")
 
@@ -82,47 +87,6 @@ class Registration:
     handler: Callable[..., Any]
     options: Options
     listing: dict[str, Any] = field(default_factory=dict)
-
-
-async def call_any(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await an async function; run a sync one in a worker thread (never block the loop)."""
-    if inspect.iscoroutinefunction(fn):
-        result = await fn(*args)
-    else:
-        result = await asyncio.to_thread(fn, *args)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-def tool_result(value: Any) -> dict[str, Any]:
-    """A tool handler's answer as a CallToolResult: text, structured JSON, or content."""
-    if isinstance(value, str):
-        return {"content": [{"type": "text", "text": value}]}
-    if isinstance(value, dict) and isinstance(value.get("content"), list):
-        return {k: v for k, v in value.items() if k != "_meta"}
-    if isinstance(value, list):
-        return {"content": value}
-    text = json.dumps(value, ensure_ascii=False)
-    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
-    if isinstance(value, dict):
-        result["structuredContent"] = value
-    return result
-
-
-def resource_result(uri: str, mime_type: str, value: Any) -> dict[str, Any]:
-    if isinstance(value, dict) and isinstance(value.get("contents"), list):
-        return {"contents": value["contents"]}
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return {"contents": [{"uri": uri, "mimeType": mime_type, "text": text}]}
-
-
-def prompt_result(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict) and isinstance(value.get("messages"), list):
-        return {k: v for k, v in value.items() if k in ("messages", "description")}
-    if isinstance(value, list):
-        return {"messages": value}
-    return {"messages": [{"role": "user", "content": {"type": "text", "text": str(value)}}]}
 
 
 class PaidMcpServer:
@@ -288,14 +252,14 @@ class PaidMcpServer:
 
     async def call_tool(self, name: str, call: sdk.Incoming) -> dict[str, Any]:
         entry = self._entry("tools", name)
-        problem = _schema_problem(entry.listing.get("inputSchema"), call.arguments)
+        problem = schema_problem(entry.listing.get("inputSchema"), call.arguments)
         if problem:
-            return _error_result(f"Invalid arguments: {problem}. Nothing was charged.")
+            return error_result(f"Invalid arguments: {problem}. Nothing was charged.")
         outcome = await self._run(entry, call, call.arguments, tool_result)
         if outcome.verdict in (Verdict.PAID, Verdict.FREE):
             return self._with_meta(outcome.result, outcome)
         if outcome.verdict is Verdict.FAILED:
-            return self._with_meta(_error_result(outcome.message), outcome)
+            return self._with_meta(error_result(outcome.message), outcome)
         return self._refusal(entry, outcome, in_band=True)
 
     async def read_resource(self, uri: str, call: sdk.Incoming) -> dict[str, Any]:
@@ -404,21 +368,3 @@ class PaidMcpServer:
             "isError": True,
         }
         return {**result, "_meta": {CREDITS_META: self._credits_meta(outcome, False)}}
-
-
-def _error_result(message: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": message}], "isError": True}
-
-
-def _schema_problem(schema: Any, arguments: dict[str, Any]) -> str | None:
-    """Why ``arguments`` do not fit the tool's input schema (``None``: they do)."""
-    if not isinstance(schema, dict):
-        return None
-    jsonschema: Any = importlib.import_module("jsonschema")  # an mcp dependency
-    try:
-        jsonschema.validate(instance=arguments, schema=schema)
-    except jsonschema.ValidationError as exc:
-        return str(exc.message)[:300]
-    except jsonschema.SchemaError:
-        return None
-    return None
