@@ -1,5 +1,7 @@
-"""The managed MCP server's HTTP face (ASGI): ``/mcp`` behind a bearer check, server info,
-health, the OAuth discovery documents and dynamic client registration (SPEC.md endpoints table).
+"""The managed MCP server's HTTP routes (ASGI): /mcp behind a bearer check, and the rest.
+
+Server info, health, the OAuth discovery documents and dynamic client registration (SPEC.md
+endpoints table).
 
 ``/mcp`` itself is the SDK's streamable-HTTP session manager (POST JSON-RPC, GET SSE, DELETE
 session). Missing bearer → HTTP 401 with ``WWW-Authenticate`` naming the protected-resource

@@ -1,5 +1,7 @@
-"""One paid MCP call through the paid flow's seam (``PaidFlow.handle``): admission, verify,
-work, settle, withholding, deadlines, replay of a retried single-use token, all in the flow.
+"""One paid MCP call through the paid flow's seam (``PaidFlow.handle``).
+
+Admission, verify, work, settle, withholding, deadlines and the replay of a retried single-use
+token all happen in the flow.
 
 What MCP asks of the seam (``PaidRequest``): ``settle_credits`` when credits are a function of
 the result (the flow verifies and claims the ceiling, then settles the priced amount) and

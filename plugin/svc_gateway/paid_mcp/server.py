@@ -1,5 +1,6 @@
-"""The paid MCP server's registrations and answers: tools, resources and prompts, each sold
-per call with the payment in ``_meta["x402/payment"]`` (SPEC.md "Tool-server (MCP)
+"""The paid MCP server's registrations (tools, resources, prompts) and its answers.
+
+Each call is sold with the payment in ``_meta["x402/payment"]`` (SPEC.md "Tool-server (MCP)
 integration"); billing goes through :func:`.billing.charge`, the SDK through :mod:`.sdk`.
 
 Answers (SPEC.md "Errors", MCP rows): payment required on a tool → an ``isError`` result whose
