@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from svc_gateway.config import ConfigError
+from svc_gateway.paid import settle_journal
 from svc_gateway.paid.settle_journal import SettleJournal
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 
@@ -154,7 +155,7 @@ async def test_an_unreadable_line_is_skipped_the_others_kept(
     path = tmp_path / "settle-queue.json"
     good = [json.dumps({"add": asdict(entry(n))}) for n in (1, 5)]
     half = json.dumps({"add": {"request_id": "req-2"}})
-    path.write_text("\n".join([good[0], "not json", half, "[]", good[1]]) + "\n")
+    path.write_text("\n".join([good[0], "not json", half, "", "[]", good[1]]) + "\n")
     store = journal(path)
     assert [e.request_id for e in await store.entries()] == ["req-1", "req-5"]
     assert store.dropped == 3
@@ -325,3 +326,41 @@ def test_a_queue_that_cannot_be_created_stops_the_start_with_what_to_do(tmp_path
     assert message.endswith(
         "); set settleQueuePath to a file in a directory this process can write"
     )
+
+
+def test_a_queue_path_that_is_a_directory_stops_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "settle-queue.json"
+    path.mkdir()
+    with pytest.raises(ConfigError, match=r"cannot open the settle queue .*settleQueuePath"):
+        SettleJournal(path)
+    path.rmdir()
+    SettleJournal(path).close()  # the failed start left no lock behind
+
+
+def test_a_lock_the_filesystem_cannot_take_stops_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(37, "No locks available")  # ENOLCK: e.g. some network filesystems
+
+    monkeypatch.setattr(settle_journal.fcntl, "flock", no_locks)
+    with pytest.raises(ConfigError, match=r"\(No locks available\); set settleQueuePath"):
+        SettleJournal(tmp_path / "settle-queue.json")
+
+
+async def test_an_add_whose_caller_gave_up_is_still_written(journal: Opener) -> None:
+    gate = threading.Event()
+    gate.set()
+
+    def fsync(fd: int) -> None:
+        gate.wait(10)
+        os.fsync(fd)
+
+    store = journal(fsync=fsync)
+    gate.clear()
+    waiting = asyncio.ensure_future(store.add(entry(1)))
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # e.g. the request's task was cancelled
+    gate.set()
+    await store.aclose()
+    assert [e.request_id for e in await journal().entries()] == ["req-1"]

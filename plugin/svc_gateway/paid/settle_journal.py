@@ -382,13 +382,13 @@ class SettleJournal:
             writer.append(b"".join(line for _, line, _, _ in jobs))
             if writer.should_compact():
                 writer.compact()
-        except OSError as exc:
+        except Exception as exc:  # the thread must live on: every waiter gets its answer
             writer.dirty = True
             log.error(
                 "cannot write the settle queue %s (%s); %d unsettled request(s) are kept in "
                 "memory only until a write succeeds",
                 self.path,
-                exc.strerror or exc,
+                getattr(exc, "strerror", None) or type(exc).__name__,
                 len(writer.lines),
             )
         for *_, done in jobs:
