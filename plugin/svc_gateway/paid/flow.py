@@ -17,7 +17,8 @@ When settle fails:
   logged; retrying cannot change it.
 
 Exact billing (:mod:`.billing`): verify reserves nothing, so the endpoint admits a request only
-when the payer's known balance covers the credits already in flight plus this one.
+when the payer's known balance covers the credits already in flight plus this one. A time plan
+is not metered (verify checks the access window; settle burns nothing).
 
 Deadlines: the service calls before the handler (plan, balance, verify) share one budget
 (``paidBudgetSecs``, over it 503), the handler has its own (``handlerTimeoutSecs``, over it
@@ -287,7 +288,7 @@ class PaidFlow:
             return self._refuse(facts, agent_id, url, reason)
         payer = verdict.payer or token_payer(token)
         admission: Admission | None = None
-        if payer:
+        if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
                 claim = await self.book.admit(plan_id, payer, amount)
             except OUTAGE_ERRORS as exc:
