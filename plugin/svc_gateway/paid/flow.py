@@ -303,13 +303,38 @@ class PaidFlow:
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
     async def _work(self, call: PaidCall, prompt: str) -> Answer:
-        """verified → work done / work failed → settled / unsettled."""
+        """verified → work done / work failed → settled / unsettled. The admission is closed on
+        every path: by the settle's outcome once settling starts, else released here (also when
+        the request is cancelled: a client gone, a host that cancels its handlers)."""
+        settling = False
+        try:
+            answer = await self._handle(prompt)
+            if not answer.ok:
+                return answer
+            settling = True
+            outcome = await self._settle(call)
+        finally:
+            if not settling:
+                await asyncio.shield(self._release(call))
+        if outcome.kind is Settled.PAID:
+            assert outcome.receipt is not None
+            receipt_header = ("payment-response", b64_json(outcome.receipt))
+            return replace(answer, headers=(*answer.headers, receipt_header))
+        if outcome.kind is Settled.REFUSED:
+            return self._refuse_settle(call, outcome.reason)
+        return answer
+
+    async def _handle(self, prompt: str) -> Answer:
+        """The handler's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
+        its failure gets. A cancellation from outside (the request is gone) propagates."""
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
             async with deadline:
                 answer = await run_handler(self.handler, prompt)
-        except Exception as exc:
-            await self._release(call)
+        except (Exception, asyncio.CancelledError) as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # cancelled from outside, not a handler's own CancelledError
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self.stats.handler_timeouts += 1
                 log.warning(
@@ -325,22 +350,13 @@ class PaidFlow:
             if isinstance(exc, HandlerError):
                 log.error("agent handler answer unusable: %s; not charged", exc)
             else:
-                log.exception("agent handler raised %s; not charged", type(exc).__name__)
+                log.error("agent handler raised %s; not charged", type(exc).__name__, exc_info=exc)
             return error_answer(
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
         if not answer.ok:
-            await self._release(call)
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
-            return answer
-        outcome = await self._settle(call)
-        if outcome.kind is Settled.PAID:
-            assert outcome.receipt is not None
-            receipt_header = ("payment-response", b64_json(outcome.receipt))
-            return replace(answer, headers=(*answer.headers, receipt_header))
-        if outcome.kind is Settled.REFUSED:
-            return self._refuse_settle(call, outcome.reason)
         return answer
 
     async def _release(self, call: PaidCall) -> None:
@@ -378,6 +394,12 @@ class PaidFlow:
             if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
+        except asyncio.CancelledError:
+            # the request was cancelled with the settle sent: it may have burned, so it is
+            # owed like an outage's (queued, retried on its agentRequestId)
+            gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
+            await asyncio.shield(self._record(call, gone))
+            raise
         await self._record(call, outcome)
         return outcome
 
