@@ -20,6 +20,7 @@ from svc_gateway.config import ConfigError
 from svc_gateway.paid import settle_journal
 from svc_gateway.paid.settle_journal import SettleJournal
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.paid.state import SettleStore
 
 from .support import LogCollector
 
@@ -87,8 +88,11 @@ async def test_claim_gives_the_oldest_entries_first_up_to_the_limit(journal: Ope
         await store.add(entry(n))
     assert [e.request_id for e in await store.claim(3)] == ["req-0", "req-1", "req-2"]
     assert len(await store.claim()) == 5 and await store.claim(0) == []
-    await store.add(entry(0))  # queued again (a newer copy): now the newest
-    assert [e.request_id for e in await store.claim(2)] == ["req-1", "req-2"]
+    await store.add(entry(0, amount=2))  # queued again: replaced where it stands
+    assert [e.request_id for e in await store.claim(2)] == ["req-0", "req-1"]
+    await store.aclose()
+    again = await journal().claim(2)  # the replay of the journal agrees
+    assert [e.request_id for e in again] == ["req-0", "req-1"] and again[0].amount == 2
 
 
 async def test_the_disk_is_written_by_one_thread_off_the_event_loop(journal: Opener) -> None:
@@ -181,12 +185,26 @@ async def test_removals_dominating_compact_the_journal_and_keep_the_live_entries
     assert [e.request_id for e in reopened] == [f"req-{n}" for n in range(401, 600, 2)]
 
 
+async def test_the_journal_meets_the_settle_store_contract(journal: Opener) -> None:
+    store: SettleStore = journal(max_entries=2)
+    assert await store.add(entry(1)) == [] and await store.add(entry(2)) == []
+    assert await store.add(entry(2, amount=2)) == []  # the same request: replaced, none evicted
+    assert await store.add(entry(3)) == ["req-1"]
+    assert [e.request_id for e in await store.entries()] == ["req-2", "req-3"]
+    assert [e.request_id for e in await store.claim(1)] == ["req-2"]  # oldest first
+    assert await store.count() == 2
+    await store.remove("req-2")
+    assert [e.request_id for e in await store.claim()] == ["req-3"]
+    await store.aclose()
+    assert "pending=1" in repr(store) and "tok" not in repr(store)
+
+
 async def test_a_full_queue_drops_the_oldest_and_says_so(
     journal: Opener, all_logs: LogCollector
 ) -> None:
     store = journal(max_entries=2)
-    for n in range(3):
-        await store.add(entry(n))
+    assert await store.add(entry(0)) == [] and await store.add(entry(1)) == []
+    assert await store.add(entry(2)) == ["req-0"]  # the flow releases what will not be paid
     assert [e.request_id for e in await store.entries()] == ["req-1", "req-2"]
     assert store.dropped == 1
     assert "dropped the unsettled request req-0 (payer 0x" in all_logs.text

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError
 from ..redact import get_logger
@@ -41,6 +41,9 @@ from .settle_queue import (
     replace_durably,
     set_aside,
 )
+
+if TYPE_CHECKING:
+    from .state import SettleStore
 
 log = get_logger("svc_gateway.paid")
 
@@ -80,8 +83,7 @@ class _Writer:
 
     def apply(self, request_id: str, line: bytes, adding: bool) -> None:
         if adding:
-            self.lines.pop(request_id, None)  # re-added: the newest version comes last
-            self.lines[request_id] = line
+            self.lines[request_id] = line  # re-added: replaced where it stands
         else:
             self.lines.pop(request_id, None)
         self.records += 1
@@ -167,17 +169,21 @@ class SettleJournal:
 
     # -- SettleStore --------------------------------------------------------------------------
 
-    async def add(self, entry: PendingSettle) -> None:
-        """Keep ``entry`` (replacing one with the same id); returns once it is on disk."""
+    async def add(self, entry: PendingSettle) -> list[str]:
+        """Keep ``entry`` (an entry with the same id is replaced where it stands, as old as it
+        was); returns once it is on disk, with
+        the request ids dropped (oldest first, logged) to stay within ``max_entries``."""
         self._check_open()
-        self._entries.pop(entry.request_id, None)
         self._entries[entry.request_id] = entry
         waits = [self._submit(entry.request_id, _line({"add": asdict(entry)}), True)]
+        evicted: list[str] = []
         while len(self._entries) > self.max_entries:
             oldest = next(iter(self._entries))
             self._drop(oldest, "the settle queue is full")
+            evicted.append(oldest)
             waits.append(self._submit(oldest, _line({"remove": oldest}), False))
         await asyncio.gather(*waits)
+        return evicted
 
     async def remove(self, request_id: str) -> None:
         """Forget a settle (done or given up); an unknown id writes nothing."""
@@ -325,9 +331,7 @@ class SettleJournal:
             self.dropped += 1
             log.error("skipped an unreadable entry of the settle queue %s", self.path)
             return
-        self._entries.pop(entry.request_id, None)
-        self._entries[entry.request_id] = entry
-        lines.pop(entry.request_id, None)
+        self._entries[entry.request_id] = entry  # a later line replaces it where it stands
         lines[entry.request_id] = _line({"add": asdict(entry)})
 
     def _unreadable(self) -> None:
@@ -399,3 +403,7 @@ class SettleJournal:
 def _finish(done: asyncio.Future[None]) -> None:
     if not done.done():
         done.set_result(None)
+
+
+if TYPE_CHECKING:
+    _conforms: type[SettleStore] = SettleJournal
