@@ -20,13 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
-import json
-import re
-import socket
 import ssl
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -34,28 +28,20 @@ from pydantic import Field
 
 from ..agent_card import CardRejected, FoundCard, TooLarge, check_card, fetch_card, read_limited
 from ..core import PluginCore
-from ..encoding import decode_access_token, decode_b64_json, is_address, token_authorization
+from ..encoding import decode_access_token, token_authorization
 from ..errors import NotFound, ServiceError
 from ..models import SCHEME_CARD, SCHEME_CRYPTO
 from ..redact import get_logger
 from .base import Params, ToolFailure, plan_payment_type, tool
+from .query_address import DEFAULT_PORTS, check_agent_address, check_agent_url
+from .query_answer import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
 
 if TYPE_CHECKING:
     import httpx
 
 log = get_logger("svc_gateway.tools.query")
 
-#: the largest agent answer read; past it the read stops and the answer is returned cut short
-MAX_ANSWER_BYTES = 1024 * 1024
-#: the longest text answer returned to the model (a JSON answer within the limit is whole)
-MAX_TEXT_CHARS = 20_000
 HTTP_VERB = "POST"
-_LOOPBACK_NAMES = ("localhost", "localhost.")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_NUMBER = re.compile(r"\d{1,78}")
-
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
 class QueryAgentParams(Params):
@@ -88,106 +74,6 @@ class QueryAgentParams(Params):
     )
 
 
-# -- where a token may go ---------------------------------------------------------------------
-
-
-def is_loopback_host(host: str | None) -> bool:
-    """127.0.0.0/8, ::1 and localhost: traffic that never leaves this machine."""
-    if not host:
-        return False
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_agent_url(url: str) -> None:
-    """Refuse plain HTTP to a remote host (the token is a bearer credential) and URLs that
-    carry a password or cannot be parsed."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ToolFailure(
-            "invalid_params", "agentUrl is not a valid URL", "Pass the agent's full https:// URL."
-        ) from None
-    if parts.username is not None or parts.password is not None:
-        raise ToolFailure(
-            "invalid_params",
-            "agentUrl carries a user name or password",
-            "Pass the agent's URL without credentials in it.",
-        )
-    if parts.scheme == "https" and parts.hostname:
-        return
-    if parts.scheme == "http" and is_loopback_host(parts.hostname):
-        return
-    raise ToolFailure(
-        "insecure_agent_url",
-        f"Refusing to send a payment token to {parts.scheme}://{parts.hostname or '?'}: plain "
-        "HTTP would expose it (a bearer credential) to anyone on the network",
-        "Use the agent's https:// URL (plain http is allowed only for 127.0.0.1/localhost).",
-    )
-
-
-async def resolve_host(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to (an IP literal resolves to itself)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
-
-
-#: the resolver svc_queryAgent uses; a test may swap it to make a name resolve elsewhere
-resolver: Resolver = resolve_host
-
-
-def _allowed(address: IpAddress, host: str, allow: list[str]) -> bool:
-    for entry in allow:
-        if entry == host.lower().rstrip("."):
-            return True
-        try:
-            if address in ipaddress.ip_network(entry, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
-async def check_agent_address(core: PluginCore, url: str) -> None:
-    """Refuse an agent whose host resolves to a private, link-local, unspecified or otherwise
-    non-public address; loopback and ``allowedAgentHosts`` are allowed."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").strip("[]")
-    port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 443)
-    try:
-        addresses = await resolver(host, port)
-    except (OSError, UnicodeError):
-        raise ToolFailure(
-            "agent_unreachable",
-            f"Could not resolve the agent's host {host}; nothing was paid",
-            "Check the host name in agentUrl.",
-        ) from None
-    allow = core.config.allowed_agent_hosts
-    for text in addresses or ["0.0.0.0"]:
-        try:
-            address: IpAddress = ipaddress.ip_address(text)  # a scope id (%eth0) is kept
-        except ValueError:
-            address = ipaddress.ip_address("0.0.0.0")  # unreadable: refused below
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if address.is_loopback or _allowed(address, host, allow):
-            continue
-        if not address.is_global or address.is_multicast:
-            raise ToolFailure(
-                "private_agent_address",
-                f"Refusing to pay an agent at {host}: it resolves to {address}, a private, "
-                "link-local or unspecified address; nothing was paid",
-                "Agents on this machine (127.0.0.1) and on the public internet are allowed; to "
-                "pay one on a private network, the operator adds its host or range to "
-                "allowedAgentHosts in the plugin config.",
-            )
-
-
 # -- which agent, which plan --------------------------------------------------------------------
 
 
@@ -199,9 +85,9 @@ def _normalise(url: str) -> str:
         port = parts.port
     except ValueError:
         return "invalid:" + url  # matches nothing well-formed
-    netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    netloc = host if port in (None, DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
     if ":" in host:
-        netloc = f"[{host}]" if port in (None, _DEFAULT_PORTS.get(scheme)) else f"[{host}]:{port}"
+        netloc = f"[{host}]" if port in (None, DEFAULT_PORTS.get(scheme)) else f"[{host}]:{port}"
     path = parts.path.rstrip("/") or "/"
     return f"{scheme}://{netloc}{path}" + (f"?{parts.query}" if parts.query else "")
 
@@ -258,16 +144,6 @@ def is_registered(url: str, endpoints: list[tuple[str, str]], agent_id: str) -> 
         if verb == HTTP_VERB and _normalise(registered.replace(":agentId", agent_id)) == wanted:
             return True
     return False
-
-
-@dataclass
-class Purchase:
-    """What the checks settled on: whom to pay, with which plan, and what to tell the user."""
-
-    agent_id: str
-    plan_id: str
-    payment_type: str
-    warnings: list[str] = field(default_factory=list)
 
 
 async def _agent_document(core: PluginCore, agent_id: str) -> dict[str, Any]:
@@ -380,14 +256,6 @@ async def check_answer_size(http: httpx.AsyncClient, url: str, found: FoundCard 
             f"{MAX_ANSWER_BYTES // 1024} KiB svc_queryAgent reads; nothing was paid",
             "Ask for a shorter answer, or call the agent another way.",
         )
-
-
-@dataclass
-class AgentReply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    truncated: bool
 
 
 async def post_prompt(http: httpx.AsyncClient, url: str, prompt: str, token: str) -> AgentReply:
@@ -513,156 +381,3 @@ async def _balance_after(core: PluginCore, plan_id: str, result: dict[str, Any])
         warnings.append(
             f"The agent's receipt says {claimed} credits remain; the service says {balance}."
         )
-
-
-# -- reading the answer -------------------------------------------------------------------------
-
-
-def _answer(headers: dict[str, str], body: bytes, truncated: bool) -> tuple[Any, bool]:
-    """JSON when it parses (and is whole), else the text cut for the model; and whether
-    anything was cut."""
-    text = body.decode("utf-8", errors="replace")
-    if not truncated and (
-        "json" in headers.get("content-type", "") or text.lstrip().startswith(("{", "["))
-    ):
-        try:
-            return json.loads(text), False
-        except (ValueError, RecursionError):
-            pass
-    return text[:MAX_TEXT_CHARS], truncated or len(text) > MAX_TEXT_CHARS
-
-
-def _agent_error(status: int, message: str | None, url: str) -> ToolFailure:
-    said = f"The agent answered HTTP {status}" + (f": {message[:300]}" if message else "")
-    if 300 <= status < 400:
-        hint = (
-            "The agent sent the request elsewhere; svc_queryAgent does not follow redirects with "
-            "a payment token. Use the agent's registered URL directly."
-        )
-    elif status in (404, 405, 410):
-        hint = (
-            f"There is no paid endpoint at {url} (wrong path or method): check agentUrl; "
-            "retrying the same URL will not help."
-        )
-    elif status >= 500:
-        hint = "The agent failed; a failed request is not charged. Retry later" + (
-            " (after a few seconds)." if status in (502, 503, 504) else "."
-        )
-    else:
-        hint = "The agent refused this request; a refused request is not charged. Check the prompt."
-    return ToolFailure("agent_error", said, hint)
-
-
-def interpret(reply: AgentReply, purchase: Purchase, payer: str | None, url: str) -> dict[str, Any]:
-    """An error for 402 and any other non-2xx; the answer and the checked receipt otherwise."""
-    status, headers, body = reply.status, reply.headers, reply.body
-    if status == 402:
-        raise _payment_guidance(headers, body, purchase.plan_id, purchase.agent_id)
-    if not 200 <= status < 300:
-        detail, _ = _answer(headers, body, reply.truncated)
-        message = detail.get("message") if isinstance(detail, dict) else None
-        raise _agent_error(status, message if isinstance(message, str) else None, url)
-    answer, cut = _answer(headers, body, reply.truncated)
-    result: dict[str, Any] = {"answer": answer}
-    warnings: list[str] = []
-    if cut:
-        warnings.append(
-            f"The answer was cut short: only its first {MAX_TEXT_CHARS} characters are shown "
-            f"(answers are read up to {MAX_ANSWER_BYTES // 1024} KiB). The request was charged."
-        )
-    raw = decode_b64_json(headers.get("payment-response"))
-    if raw is None:
-        result["receipt"] = None
-        warnings.append(
-            "The agent sent no payment receipt: its settlement failed or it does not report one."
-        )
-    else:
-        result["receipt"], problems = check_receipt(raw, payer)
-        warnings.extend(problems)
-    result["warnings"] = warnings
-    return result
-
-
-def _count(value: object) -> str | None:
-    """A credit count as a decimal string, or ``None`` when it is not a whole number ≥ 0."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**78:
-        return str(value)
-    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-        return str(int(value.strip()))
-    return None
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 40 else text[:40] + "..."
-
-
-def check_receipt(raw: dict[str, Any], payer: str | None) -> tuple[dict[str, Any], list[str]]:
-    """The agent's receipt with every field checked: a bad field becomes ``None`` plus a
-    warning, so nothing the agent invented reaches the model as a fact."""
-    problems: list[str] = []
-    receipt: dict[str, Any] = {}
-    success = raw.get("success")
-    receipt["success"] = success if isinstance(success, bool) else None
-    if success is not True:
-        problems.append("The agent's receipt does not report a successful settlement.")
-    for key in ("creditsRedeemed", "remainingBalance"):
-        receipt[key] = _count(raw.get(key))
-        if receipt[key] is None:
-            problems.append(
-                f"The agent's receipt gives {key} as {_shown(raw.get(key))}, not a whole number "
-                "of credits; ignored."
-            )
-    for key in ("transaction", "network"):
-        value = raw.get(key)
-        ok = isinstance(value, str) and len(value) <= 200 and value.isprintable()
-        receipt[key] = value if ok else None
-    claimed = raw.get("payer")
-    if not is_address(claimed):
-        receipt["payer"] = None
-        problems.append(f"The agent's receipt names payer {_shown(claimed)}, not an address.")
-    elif payer is not None and str(claimed).lower() != payer.lower():
-        receipt["payer"] = None
-        problems.append(f"The agent's receipt names payer {claimed}, not your account {payer}.")
-    else:
-        receipt["payer"] = claimed
-    receipt["valid"] = not problems
-    return receipt, problems
-
-
-def _payment_guidance(
-    headers: dict[str, str], body: bytes, plan_id: str, agent_id: str | None
-) -> ToolFailure:
-    """Turn a 402 and its ``payment-required`` envelope into what to do next."""
-    envelope = decode_b64_json(headers.get("payment-required")) or {}
-    raw_accepts = envelope.get("accepts")
-    accepts = (
-        [a for a in raw_accepts if isinstance(a, dict)] if isinstance(raw_accepts, list) else []
-    )
-    plans = [str(a.get("planId")) for a in accepts if a.get("planId")]
-    fiat = any(a.get("scheme") == SCHEME_CARD for a in accepts)
-    detail, _ = _answer(headers, body, False)
-    reason = envelope.get("error") or (detail.get("message") if isinstance(detail, dict) else None)
-    if isinstance(detail, dict) and not reason:
-        reason = detail.get("reason")
-    order = (
-        "pay by card with svc_orderFiatPlan (then paymentType fiat)"
-        if fiat
-        else "order it with svc_orderPlan"
-    )
-    accepted = ", ".join(plans[:10]) if plans else "not stated"
-    hint = f"The agent accepts plan(s) {accepted}: {order}, then call svc_queryAgent again"
-    if plans and plan_id not in plans:
-        hint += f" with planId {plans[0]}"
-    wanted = next(
-        (a["extra"].get("agentId") for a in accepts if isinstance(a.get("extra"), dict)), None
-    )
-    if isinstance(wanted, str) and wanted and wanted != agent_id:
-        hint += f" (pass agentId {wanted}: tokens are issued for one agent)"
-    return ToolFailure(
-        "payment_required",
-        "The agent refused the payment"
-        + (f": {str(reason)[:300]}" if reason else "")
-        + "; nothing was charged",
-        hint + ".",
-    )
