@@ -394,3 +394,19 @@ async def test_head_answers_that_fail_say_nothing_and_the_card_alone_refuses() -
         with pytest.raises(ToolFailure):
             big = FoundCard({"maxAnswerBytes": qa.MAX_ANSWER_BYTES + 1}, "c")
             await q.check_answer_size(http, "https://a.example/x", big)
+
+
+async def test_a_timeout_error_that_is_not_the_deadline_is_not_reported_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the query's own deadline becomes "did not answer within": a TimeoutError raised
+    by a part (a bug) propagates as it is."""
+
+    async def broken(core: PluginCore, url: str) -> None:
+        raise TimeoutError("from a part")
+
+    monkeypatch.setattr(q, "check_agent_address", broken)
+    core = cast(PluginCore, SimpleNamespace(config=PluginConfig(), client=lambda: None))
+    params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
+    with pytest.raises(TimeoutError, match="from a part"):
+        await q.query_agent(core, params)

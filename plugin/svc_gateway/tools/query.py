@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 log = get_logger("svc_gateway.tools.query")
 
 HTTP_VERB = "POST"
+#: httpx's own timeouts sit this far past the query's deadline, which always ends first
+_HTTPX_SLACK_SECS = 5.0
 
 
 class QueryAgentParams(Params):
@@ -314,40 +317,21 @@ async def _mint(core: PluginCore, p: QueryAgentParams, purchase: Purchase) -> st
     QueryAgentParams,
 )
 async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
-    # httpx here, not the service client's session: one-off calls to other hosts need a
-    # streamed read with a size cap and their own per-call timeout.
-    import httpx
-
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
-    await check_agent_address(core, p.agent_url)
     deadline = core.config.request_timeout_secs
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(deadline), verify=_tls(), follow_redirects=False
-    ) as http:
-        found = await fetch_card(http, p.agent_url)
-        purchase = await decide_purchase(core, p, found)
-        await check_answer_size(http, p.agent_url, found)
-        token = await _mint(core, p, purchase)
-        version = _token_version(token)
-        try:
-            async with asyncio.timeout(deadline):
-                reply = await post_prompt(http, p.agent_url, p.prompt, token)
-        except TimeoutError:
-            raise ToolFailure(
-                "agent_timeout",
-                f"The agent did not answer within {deadline:g} s",
-                "It may still have charged the request: check svc_checkBalance before retrying; "
-                "raise requestTimeoutSecs for slow agents.",
-            ) from None
-        except httpx.HTTPError as exc:
-            raise ToolFailure(
-                "agent_unreachable",
-                f"Could not reach the agent: {type(exc).__name__}",
-                "Check agentUrl and that the agent is running.",
-            ) from None
-        finally:
-            core.spent(purchase.plan_id)  # the request may have been charged whatever came back
+    step = Step()
+    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, cards, service, HEAD, the request
+    try:
+        async with scope:
+            purchase, version, reply = await _buy(core, p, step)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise _timed_out(step, deadline, p.agent_url) from None
+    finally:
+        if step.token_sent:
+            core.spent(step.plan_id)  # the request may have been charged whatever came back
     result = interpret(reply, purchase, client.address, p.agent_url)
     result["tokenVersion"] = version
     if version < 3:
@@ -363,6 +347,81 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+@dataclass
+class Step:
+    """Where a query stands: whom it is waiting for (``dns``, ``agent`` or ``service``), and
+    whether the payment token has gone out, so that a deadline tells the truth."""
+
+    waiting: str = "dns"
+    token_sent: bool = False
+    plan_id: str = ""
+
+
+async def _buy(
+    core: PluginCore, p: QueryAgentParams, step: Step
+) -> tuple[Purchase, int, AgentReply]:
+    """Every step of the module docstring up to the agent's reply, each marked in ``step``."""
+    # httpx here, not the service client's session: one-off calls to other hosts need a
+    # streamed read with a size cap; the caller's deadline bounds them (httpx's own timeout is
+    # set past it, so the deadline, not a swallowed read timeout, is what ends a slow call).
+    import httpx
+
+    await check_agent_address(core, p.agent_url)
+    timeout = httpx.Timeout(core.config.request_timeout_secs + _HTTPX_SLACK_SECS)
+    async with httpx.AsyncClient(timeout=timeout, verify=_tls(), follow_redirects=False) as http:
+        step.waiting = "agent"
+        found = await fetch_card(http, p.agent_url)
+        step.waiting = "service"
+        purchase = await decide_purchase(core, p, found)
+        step.waiting = "agent"
+        await check_answer_size(http, p.agent_url, found)
+        step.waiting = "service"
+        token = await _mint(core, p, purchase)
+        step.waiting, step.token_sent, step.plan_id = "agent", True, purchase.plan_id
+        try:
+            reply = await post_prompt(http, p.agent_url, p.prompt, token)
+        except httpx.HTTPError as exc:
+            raise ToolFailure(
+                "agent_unreachable",
+                f"Could not reach the agent: {type(exc).__name__}",
+                "Check agentUrl and that the agent is running.",
+            ) from None
+    return purchase, _token_version(token), reply
+
+
+def _timed_out(step: Step, deadline: float, url: str) -> ToolFailure:
+    """The deadline passed: say whom the query was waiting for, and whether anything was paid."""
+    if step.token_sent:
+        return ToolFailure(
+            "agent_timeout",
+            f"The agent at {url} did not answer within {deadline:g} s after it was sent the "
+            "payment token",
+            "It may still have charged the request: check svc_checkBalance before retrying; "
+            "raise requestTimeoutSecs for slow agents.",
+        )
+    if step.waiting == "dns":
+        host = urlsplit(url).hostname
+        return ToolFailure(
+            "agent_unreachable",
+            f"The agent's host {host} could not be resolved within {deadline:g} s; nothing "
+            "was paid",
+            "Check the host name in agentUrl, or retry when name resolution works again.",
+        )
+    if step.waiting == "service":
+        return ToolFailure(
+            "service_timeout",
+            f"The service did not answer within {deadline:g} s; nothing was paid",
+            "Retry in a moment; raise requestTimeoutSecs if the service is slow.",
+        )
+    return ToolFailure(
+        "agent_timeout",
+        f"The agent at {url} did not answer within {deadline:g} s; nothing was paid",
+        "Check that the agent is running and that agentUrl is its paid endpoint; for a slow "
+        "agent raise requestTimeoutSecs (it bounds the whole query: agent card, HEAD and the "
+        "paid request).",
+    )
 
 
 async def _balance_after(core: PluginCore, plan_id: str, result: dict[str, Any]) -> None:
