@@ -71,7 +71,9 @@ async def test_no_agent_id_anywhere() -> None:
         f"Cannot tell which agent answers at {URL}: no agentId was given and the agent card "
         "names none; nothing was paid"
     )
-    assert failure.hint == "Pass agentId (the id the agent registered with the service)."
+    assert failure.hint == (
+        "Pass agentId (the id the agent registered with the service), or check agentUrl."
+    )
 
 
 async def test_an_unregistered_url_lists_the_registered_ones() -> None:
@@ -107,3 +109,32 @@ async def test_a_card_for_another_agent_keeps_its_hint() -> None:
     failure = await refused(core, params(agentId="a1"), card)
     assert failure.code == "agent_mismatch"
     assert failure.hint == "Check agentUrl and agentId: you may be talking to a different agent."
+
+
+@pytest.mark.parametrize("configured", ["a1", "a-gone"])
+async def test_the_configured_agent_is_not_a_fallback_for_a_url_it_never_registered(
+    configured: str,
+) -> None:
+    """Issue 14 (P15): an unregistered URL with no agentId named the configured agent as if the
+    user had meant it; now the error names the URL (a configured agent the service does not
+    know is no better a guess)."""
+    core = core_for({"a1": agent("https://b.example/q")}, agent_id=configured)
+    failure = await refused(core, params(), None)
+    assert failure.code == "unknown_agent"
+    assert URL in failure.message and configured not in failure.message
+    assert "agentId" in failure.hint and "agentUrl" in failure.hint
+    assert configured not in failure.hint
+
+
+async def test_the_configured_agent_is_used_at_its_own_url_and_named_ids_keep_their_errors() -> (
+    None
+):
+    core = core_for({"a1": agent(URL)}, agent_id="a1")
+    assert (await q.decide_purchase(core, params(), None)).agent_id == "a1"
+    elsewhere = core_for({"a1": agent("https://b.example/q")}, agent_id="a1")
+    named = await refused(elsewhere, params(agentId="a1"), None)
+    assert named.code == "agent_url_not_registered"  # the user named it: say what it registered
+    by_card = await refused(elsewhere, params(), FoundCard({"agentId": "a1"}, "c"))
+    assert by_card.code == "agent_url_not_registered"
+    gone = await refused(core_for({}, agent_id="a1"), params(agentId="a1"), None)
+    assert gone.message == "The service knows no agent a1; nothing was paid"

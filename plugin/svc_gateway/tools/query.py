@@ -65,7 +65,8 @@ class QueryAgentParams(Params):
     agent_id: str | None = Field(
         default=None,
         alias="agentId",
-        description="Agent id to pay; defaults to the id on the agent's card, then agentId",
+        description="Agent id to pay; defaults to the id on the agent's card, then your "
+        "configured agentId when agentUrl is one of its registered endpoints",
     )
     payment_type: Literal["crypto", "fiat"] | None = Field(
         default=None,
@@ -191,16 +192,25 @@ async def decide_purchase(
     card = found.card if found is not None else {}
     named = card.get("agentId") if isinstance(card.get("agentId"), str) else None
     agent_id = p.agent_id or named or core.agent_id  # a card naming another: check_card refuses
+    unknown = ToolFailure(
+        "unknown_agent",
+        f"Cannot tell which agent answers at {p.agent_url}: no agentId was given and the "
+        "agent card names none; nothing was paid",
+        "Pass agentId (the id the agent registered with the service), or check agentUrl.",
+    )
+    guessed = not (p.agent_id or named)  # only the configured agent: used if it is its URL
     if not agent_id:
-        raise ToolFailure(
-            "unknown_agent",
-            f"Cannot tell which agent answers at {p.agent_url}: no agentId was given and the "
-            "agent card names none; nothing was paid",
-            "Pass agentId (the id the agent registered with the service).",
-        )
-    document = await _agent_document(core, agent_id)
+        raise unknown
+    try:
+        document = await _agent_document(core, agent_id)
+    except ToolFailure:
+        if guessed:
+            raise unknown from None
+        raise
     endpoints = registered_endpoints(document)
     if not is_registered(p.agent_url, endpoints, agent_id):
+        if guessed:
+            raise unknown
         listed = ", ".join(url for verb, url in endpoints if verb == HTTP_VERB)[:500]
         raise ToolFailure(
             "agent_url_not_registered",
