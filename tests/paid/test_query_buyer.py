@@ -4,12 +4,18 @@ gave no answer (issue 16 #9), and the delegation the tools create (issue 16 #12)
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from aiohttp import web
+import pytest
+from aiohttp import ClientSession, web
 
-from .support import MarketFactory
-from .test_query import fake_agent, query, registered_fake
+from svc_gateway.client import ServiceClient
+from svc_gateway.encoding import decode_access_token
+from svc_gateway.models import Accept, PaymentRequirement, Resource
+
+from .support import Market, MarketFactory
+from .test_query import Answer, fake_agent, query, registered_fake
 
 
 async def test_an_unregistered_url_without_agent_id_does_not_fall_back_to_the_configured_agent(
@@ -43,3 +49,124 @@ async def test_the_configured_agent_is_paid_at_its_own_registered_url_without_a_
     assert data["agentId"] == market.agent_id
     answer_: Any = data["answer"]
     assert answer_ == {"answer": "from the configured agent"}
+
+
+# -- an agent that takes the payment and gives no answer (issue 16 #9) ----------------------
+
+
+async def settle_token(market: Market, request: web.Request, url: str) -> None:
+    """What a dishonest (or broken) agent does first: settle the token it was sent."""
+    token = request.headers["payment-signature"]
+    accepted = (decode_access_token(token) or {})["accepted"]
+    envelope = PaymentRequirement(
+        resource=Resource(url=url),
+        accepts=[
+            Accept(
+                scheme=accepted["scheme"],
+                network=accepted["network"],
+                plan_id=accepted["planId"],
+                extra={"agentId": market.agent_id, "httpVerb": "POST"},
+            )
+        ],
+    )
+    seller = ServiceClient(market.server.base_url, market.builder_key)
+    try:
+        settled = await seller.settle(envelope, token, 2, None)
+    finally:
+        await seller.aclose()
+    assert settled.success, settled
+
+
+async def ledger(market: Market) -> dict[str, int]:
+    path = f"/sandbox/ledger/{market.plan_id}/{market.subscriber_address}"
+    async with ClientSession() as http, http.get(market.server.base_url + path) as answer:
+        data = await answer.json()
+    return {k: int(data[k]) for k in ("granted", "burned", "balance")}
+
+
+async def _502(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"message": "upstream broke"}, status=502)
+
+
+async def _402(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"message": "pay first"}, status=402)
+
+
+async def _hang(request: web.Request) -> web.StreamResponse:
+    await asyncio.sleep(30)
+    return web.json_response({})
+
+
+async def _drop(request: web.Request) -> web.StreamResponse:
+    assert request.transport is not None
+    request.transport.close()
+    return web.json_response({})
+
+
+@pytest.mark.parametrize(
+    ("then", "code"),
+    [
+        pytest.param(_502, "agent_error", id="502"),
+        pytest.param(_402, "payment_required", id="402"),
+        pytest.param(_hang, "agent_timeout", id="timeout"),
+        pytest.param(_drop, "agent_unreachable", id="dropped"),
+    ],
+)
+async def test_an_agent_that_settles_and_gives_no_answer_is_reported_with_the_exact_charge(
+    make_market: MarketFactory, then: Answer, code: str
+) -> None:
+    holder: list[Market] = []
+    url: list[str] = []
+
+    async def settle_then(request: web.Request) -> web.StreamResponse:
+        await settle_token(holder[0], request, url[0])
+        return await then(request)
+
+    async with registered_fake(
+        make_market, settle_then, subscriber_config=lambda m: {"requestTimeoutSecs": 2}
+    ) as (market, agent):
+        holder.append(market)
+        url.append(agent.url)
+        failed, data = await query(market, agent.url)
+        assert len(agent.tokens) == 1
+    assert failed
+    error = data["error"]
+    assert error["code"] == code
+    assert (
+        "the service shows 2 credits charged for it (balance 10 -> 8 credits)" in (error["message"])
+    )
+    assert "nothing" not in error["message"] and "not charged" not in error["message"]
+    assert "a retry pays again" in error["hint"] and "Retry later" not in error["hint"]
+    assert await market.balance() == 8
+    books = await ledger(market)
+    assert books["granted"] == books["balance"] + books["burned"] == 10  # conservation
+
+
+@pytest.mark.parametrize(
+    ("then", "code"),
+    [pytest.param(_502, "agent_error", id="502"), pytest.param(_402, "payment_required", id="402")],
+)
+async def test_an_agent_that_fails_without_settling_is_reported_as_checked_and_uncharged(
+    make_market: MarketFactory, then: Answer, code: str
+) -> None:
+    async with registered_fake(make_market, then) as (market, agent):
+        failed, data = await query(market, agent.url)
+    assert failed and data["error"]["code"] == code
+    assert data["error"]["message"].endswith(
+        "; the service shows nothing was charged (balance 10 credits)"
+    )
+    assert await market.balance() == 10
+
+
+async def test_a_timeout_without_a_settle_says_the_agent_could_still_settle(
+    make_market: MarketFactory,
+) -> None:
+    async with registered_fake(
+        make_market, _hang, subscriber_config=lambda m: {"requestTimeoutSecs": 1}
+    ) as (market, agent):
+        failed, data = await query(market, agent.url)
+    assert failed and data["error"]["code"] == "agent_timeout"
+    message = data["error"]["message"]
+    assert "nothing charged so far (balance 10 credits)" in message
+    assert "could still settle it" in message
+    assert "svc_checkBalance" in data["error"]["hint"]

@@ -167,16 +167,12 @@ def test_agent_errors_word_for_word() -> None:
             "with a payment token. Use the agent's registered URL directly."
         )
     for status in (400, 401, 499):
-        assert failure(status).hint == (
-            "The agent refused this request; a refused request is not charged. Check the prompt."
-        )
+        assert failure(status).hint == ("The agent refused this request. Check the prompt.")
     assert failure(404).hint == (
         "There is no paid endpoint at https://a/x (wrong path or method): check agentUrl; "
         "retrying the same URL will not help."
     )
-    assert failure(503).hint == (
-        "The agent failed; a failed request is not charged. Retry later (after a few seconds)."
-    )
+    assert failure(503).hint == ("The agent failed. Retry later (after a few seconds).")
     long = failure(500, b'{"message": "' + b"m" * 400 + b'"}')
     assert long.message == "The agent answered HTTP 500: " + "m" * 300
 
@@ -210,15 +206,14 @@ def test_402_guidance_word_for_word() -> None:
         PAYER,
         "u",
     )
-    assert failure.message == "The agent refused the payment: " + "e" * 300 + (
-        "; nothing was charged"
-    )
+    # what it cost is added by the tool after reading the balance back (test_query_buyer)
+    assert failure.message == "The agent refused the payment: " + "e" * 300
     assert failure.hint == (
         "The agent accepts plan(s) p2, p3, p4, p5, p6, p7, p8, p9, p10, p11: order it with "
         "svc_orderPlan, then call svc_queryAgent again with planId p2."
     )
     bare = refusal(qa.interpret, reply(402, b"{}"), purchase(), PAYER, "u")
-    assert bare.message == "The agent refused the payment; nothing was charged"
+    assert bare.message == "The agent refused the payment"
     assert bare.hint == (
         "The agent accepts plan(s) not stated: order it with svc_orderPlan, then call "
         "svc_queryAgent again."

@@ -164,7 +164,7 @@ def test_a_402_envelope_names_the_plans_card_payment_and_agent() -> None:
         )
     failure = refused.value
     assert failure.code == "payment_required"
-    assert "no credits" in failure.message and "nothing was charged" in failure.message
+    assert failure.message == "The agent refused the payment: no credits"
     assert "svc_orderFiatPlan" in failure.hint and "planId p2" in failure.hint
     assert "agentId a2" in failure.hint
     with pytest.raises(ToolFailure) as bare:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -36,6 +35,7 @@ from ..redact import get_logger
 from .base import Params, ToolFailure, plan_payment_type, tool
 from .query_address import DEFAULT_PORTS, check_agent_address, check_agent_url
 from .query_answer import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
+from .query_outcome import Step, read_balance, timed_out, with_charge
 
 if TYPE_CHECKING:
     import httpx
@@ -338,11 +338,21 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     except TimeoutError:
         if not scope.expired():
             raise
-        raise _timed_out(step, deadline, p.agent_url) from None
+        failure = timed_out(step, deadline, p.agent_url)
+        if step.token_sent:
+            failure = await with_charge(core, step, failure, answered=False)
+        raise failure from None
+    except ToolFailure as failure:
+        if step.token_sent:  # the token went out and no answer came back
+            raise await with_charge(core, step, failure, answered=False) from None
+        raise
     finally:
         if step.token_sent:
             core.spent(step.plan_id)  # the request may have been charged whatever came back
-    result = interpret(reply, purchase, client.address, p.agent_url)
+    try:
+        result = interpret(reply, purchase, client.address, p.agent_url)
+    except ToolFailure as failure:  # a 402 or another non-2xx after the token was sent
+        raise await with_charge(core, step, failure, answered=True) from None
     result["tokenVersion"] = version
     if version < 3:
         purchase.warnings.append(
@@ -357,16 +367,6 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     if warnings:
         result["warnings"] = warnings
     return result
-
-
-@dataclass
-class Step:
-    """Where a query stands: whom it is waiting for (``dns``, ``agent`` or ``service``), and
-    whether the payment token has gone out, so that a deadline tells the truth."""
-
-    waiting: str = "dns"
-    token_sent: bool = False
-    plan_id: str = ""
 
 
 async def _buy(
@@ -389,7 +389,11 @@ async def _buy(
         await check_answer_size(http, p.agent_url, found)
         step.waiting = "service"
         token = await _mint(core, p, purchase)
-        step.waiting, step.token_sent, step.plan_id = "agent", True, purchase.plan_id
+        step.plan_id, step.balance_before = (
+            purchase.plan_id,
+            await read_balance(core, purchase.plan_id),
+        )
+        step.waiting, step.token_sent = "agent", True
         try:
             reply = await post_prompt(http, p.agent_url, p.prompt, token)
         except httpx.HTTPError as exc:
@@ -399,39 +403,6 @@ async def _buy(
                 "Check agentUrl and that the agent is running.",
             ) from None
     return purchase, _token_version(token), reply
-
-
-def _timed_out(step: Step, deadline: float, url: str) -> ToolFailure:
-    """The deadline passed: say whom the query was waiting for, and whether anything was paid."""
-    if step.token_sent:
-        return ToolFailure(
-            "agent_timeout",
-            f"The agent at {url} did not answer within {deadline:g} s after it was sent the "
-            "payment token",
-            "It may still have charged the request: check svc_checkBalance before retrying; "
-            "raise requestTimeoutSecs for slow agents.",
-        )
-    if step.waiting == "dns":
-        host = urlsplit(url).hostname
-        return ToolFailure(
-            "agent_unreachable",
-            f"The agent's host {host} could not be resolved within {deadline:g} s; nothing "
-            "was paid",
-            "Check the host name in agentUrl, or retry when name resolution works again.",
-        )
-    if step.waiting == "service":
-        return ToolFailure(
-            "service_timeout",
-            f"The service did not answer within {deadline:g} s; nothing was paid",
-            "Retry in a moment; raise requestTimeoutSecs if the service is slow.",
-        )
-    return ToolFailure(
-        "agent_timeout",
-        f"The agent at {url} did not answer within {deadline:g} s; nothing was paid",
-        "Check that the agent is running and that agentUrl is its paid endpoint; for a slow "
-        "agent raise requestTimeoutSecs (it bounds the whole query: agent card, HEAD and the "
-        "paid request).",
-    )
 
 
 async def _balance_after(core: PluginCore, plan_id: str, result: dict[str, Any]) -> None:

@@ -63,11 +63,11 @@ def _agent_error(status: int, message: str | None, url: str) -> ToolFailure:
             "retrying the same URL will not help."
         )
     elif status >= 500:
-        hint = "The agent failed; a failed request is not charged. Retry later" + (
+        hint = "The agent failed. Retry later" + (
             " (after a few seconds)." if status in (502, 503, 504) else "."
         )
     else:
-        hint = "The agent refused this request; a refused request is not charged. Check the prompt."
+        hint = "The agent refused this request. Check the prompt."
     return ToolFailure("agent_error", said, hint)
 
 
@@ -179,8 +179,6 @@ def _payment_guidance(
         hint += f" (pass agentId {wanted}: tokens are issued for one agent)"
     return ToolFailure(
         "payment_required",
-        "The agent refused the payment"
-        + (f": {str(reason)[:300]}" if reason else "")
-        + "; nothing was charged",
+        "The agent refused the payment" + (f": {str(reason)[:300]}" if reason else ""),
         hint + ".",
     )
