@@ -660,3 +660,21 @@ async def test_a_card_paid_agent_is_paid_by_card_without_being_told(
         await subscriber.aclose()
     listed = delegations if isinstance(delegations, list) else delegations["delegations"]
     assert [int(d["spendingLimitCents"]) for d in listed] == [4321]
+
+
+async def test_a_host_resolving_to_local_use_nat64_of_a_private_address_is_refused(
+    make_market: MarketFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 #11: 64:ff9b:1::a00:5 is 10.0.0.5 behind a local-use NAT64 prefix."""
+
+    async def nat64(host: str, port: int) -> list[str]:
+        return ["64:ff9b:1::a00:5"] if host == "agent.example.com" else ["127.0.0.1"]
+
+    market = await make_market()
+    await market.order()
+    monkeypatch.setattr(query_address, "resolver", nat64)
+    failed, data = await query(market, "https://agent.example.com/agent", agentId=market.agent_id)
+    assert failed and data["error"]["code"] == "private_agent_address", data
+    assert "carries the IPv4 address 10.0.0.5 (local-use NAT64)" in data["error"]["message"]
+    assert "allowedAgentHosts" in data["error"]["hint"]
+    assert await market.balance() == 10

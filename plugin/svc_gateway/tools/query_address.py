@@ -83,9 +83,52 @@ def _allowed(address: IpAddress, host: str, allow: list[str]) -> bool:
     return False
 
 
+#: IPv6 forms that carry an IPv4 address in their low 32 bits (RFC 6052, RFC 8215, RFC 6145,
+#: RFC 4291's deprecated IPv4-compatible form); 6to4 (RFC 3056) and Teredo (RFC 4380) are read
+#: with ``ipaddress``'s own accessors
+_LOW32_FORMS = (
+    (ipaddress.ip_network("64:ff9b::/96"), "NAT64"),
+    (ipaddress.ip_network("64:ff9b:1::/48"), "local-use NAT64"),
+    (ipaddress.ip_network("::ffff:0:0:0/96"), "IPv4-translated"),
+    (ipaddress.ip_network("::/96"), "IPv4-compatible"),
+)
+
+
+def embedded_ipv4(address: IpAddress) -> list[tuple[ipaddress.IPv4Address, str]]:
+    """The IPv4 addresses an IPv6 address carries, each with the name of its form (``::`` and
+    ``::1`` carry none; IPv4-mapped addresses are read as IPv4 before this)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    for network, form in _LOW32_FORMS:
+        if address in network and int(address) > 1:
+            return [(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), form)]
+    if address.sixtofour is not None:
+        return [(address.sixtofour, "6to4")]
+    if address.teredo is not None:
+        server, client = address.teredo
+        return [(client, "Teredo client"), (server, "Teredo server")]
+    return []
+
+
+def _public(address: IpAddress) -> bool:
+    return address.is_global and not address.is_multicast
+
+
+def _refusal(host: str, what: str) -> ToolFailure:
+    return ToolFailure(
+        "private_agent_address",
+        f"Refusing to pay an agent at {host}: it resolves to {what}, a private, link-local or "
+        "unspecified address; nothing was paid",
+        "Agents on this machine (127.0.0.1) and on the public internet are allowed; to pay one "
+        "on a private network, the operator adds its host or range to allowedAgentHosts in the "
+        "plugin config.",
+    )
+
+
 async def check_agent_address(core: PluginCore, url: str) -> None:
     """Refuse an agent whose host resolves to a private, link-local, unspecified or otherwise
-    non-public address; loopback and ``allowedAgentHosts`` are allowed."""
+    non-public address, or to an IPv6 form carrying such an IPv4 address (NAT64, 6to4, Teredo,
+    IPv4-translated or -compatible); loopback and ``allowedAgentHosts`` are allowed."""
     parts = urlsplit(url)
     host = (parts.hostname or "").strip("[]")
     port = parts.port or DEFAULT_PORTS.get(parts.scheme, 443)
@@ -104,15 +147,14 @@ async def check_agent_address(core: PluginCore, url: str) -> None:
         except ValueError:
             address = ipaddress.ip_address("0.0.0.0")  # unreadable: refused below
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
+            address = address.ipv4_mapped  # the same socket as the IPv4 address: loopback too
         if address.is_loopback or _allowed(address, host, allow):
             continue
-        if not address.is_global or address.is_multicast:
-            raise ToolFailure(
-                "private_agent_address",
-                f"Refusing to pay an agent at {host}: it resolves to {address}, a private, "
-                "link-local or unspecified address; nothing was paid",
-                "Agents on this machine (127.0.0.1) and on the public internet are allowed; to "
-                "pay one on a private network, the operator adds its host or range to "
-                "allowedAgentHosts in the plugin config.",
-            )
+        inner = embedded_ipv4(address)
+        for ipv4, form in inner:
+            if not _allowed(ipv4, host, allow) and not _public(ipv4):
+                raise _refusal(host, f"{address}, which carries the IPv4 address {ipv4} ({form})")
+        if inner and all(_allowed(ipv4, host, allow) for ipv4, _ in inner):
+            continue
+        if not _public(address):  # the wrapper counts too: Teredo is not globally reachable
+            raise _refusal(host, str(address))
