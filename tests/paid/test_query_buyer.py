@@ -170,3 +170,39 @@ async def test_a_timeout_without_a_settle_says_the_agent_could_still_settle(
     assert "nothing charged so far (balance 10 credits)" in message
     assert "could still settle it" in message
     assert "svc_checkBalance" in data["error"]["hint"]
+
+
+# -- the delegation the tools create (issue 16 #12) -----------------------------------------
+
+LIMIT_CENTS = 1234
+DURATION_SECS = 3 * 86_400 + 7
+
+
+@pytest.mark.parametrize("tool", ["svc_queryAgent", "svc_getAccessToken"])
+async def test_the_delegation_created_carries_exactly_the_configured_limit_and_duration(
+    make_market: MarketFactory, tool: str
+) -> None:
+    """Read back from the sandbox's delegation list: a swap of the two values (or either one
+    replaced by its default) fails here."""
+    market = await make_market(
+        subscriber_config=lambda m: {
+            "defaultSpendingLimitCents": LIMIT_CENTS,
+            "defaultDelegationDurationSecs": DURATION_SECS,
+        }
+    )
+    await market.order()
+    if tool == "svc_queryAgent":
+        failed, data = await query(market, market.endpoint.url)
+        assert not failed, data
+    else:
+        await market.token()
+    subscriber = ServiceClient(market.server.base_url, market.subscriber_key)
+    try:
+        listed = await subscriber._request("GET", "delegation")
+    finally:
+        await subscriber.aclose()
+    delegations = listed if isinstance(listed, list) else listed["delegations"]
+    assert [(int(d["spendingLimitCents"]), int(d["durationSecs"])) for d in delegations] == [
+        (LIMIT_CENTS, DURATION_SECS)
+    ]
+    assert delegations[0]["provider"] == "erc4337"
