@@ -210,13 +210,15 @@ def test_402_guidance_word_for_word() -> None:
     assert failure.message == "The agent refused the payment: " + "e" * 300
     assert failure.hint == (
         "The agent accepts plan(s) p2, p3, p4, p5, p6, p7, p8, p9, p10, p11: order it with "
-        "svc_orderPlan, then call svc_queryAgent again with planId p2."
+        "svc_orderPlan, then call svc_queryAgent again with planId p2. A token can also buy "
+        "the plan by itself when credits run short (automatic top-up), charged to its "
+        "delegation and bounded by its spending limit (defaultSpendingLimitCents)."
     )
     bare = refusal(qa.interpret, reply(402, b"{}"), purchase(), PAYER, "u")
     assert bare.message == "The agent refused the payment"
     assert bare.hint == (
         "The agent accepts plan(s) not stated: order it with svc_orderPlan, then call "
-        "svc_queryAgent again."
+        "svc_queryAgent again. " + qa.TOP_UP
     )
     card = refusal(
         qa.interpret,

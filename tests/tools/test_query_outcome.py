@@ -11,6 +11,8 @@ import pytest
 
 from svc_gateway.core import PluginCore
 from svc_gateway.errors import ServiceError
+from svc_gateway.tools import TOOLS
+from svc_gateway.tools import query as q
 from svc_gateway.tools import query_outcome as qo
 from svc_gateway.tools.base import ToolFailure
 
@@ -90,3 +92,37 @@ async def test_a_balance_read_that_hangs_gives_up_after_the_readback_bound(
     monkeypatch.setattr(qo, "READBACK_SECS", 0.05)
     assert await qo.read_balance(core_reading(None), "p1") is None
     assert await qo.read_balance(core_reading(7), "p1") == 7
+
+
+def test_the_tool_description_says_what_top_up_and_the_deadline_mean_for_a_buyer() -> None:
+    """Issue 15: a buyer learns that paying can buy the plan, and what bounds it."""
+    description = TOOLS["svc_queryAgent"].description
+    assert "automatic top-up" in description
+    assert "bounded by its spending limit (defaultSpendingLimitCents)" in description
+    assert "requestTimeoutSecs bounds the whole query" in description
+    assert "what the service shows was charged" in description
+
+
+class _After:
+    def __init__(self, balance: int) -> None:
+        self.balance = balance
+
+    async def get_plan_balance(self, plan_id: str) -> Any:
+        return SimpleNamespace(balance=self.balance)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "warned"), [(0, 8, True), (10, 8, False), (None, 8, False)]
+)
+async def test_a_balance_that_rose_during_a_paid_answer_is_a_top_up_said_out_loud(
+    before: int | None, after: int, warned: bool
+) -> None:
+    client = _After(after)
+    core = cast(PluginCore, SimpleNamespace(client=lambda: client))
+    result: dict[str, Any] = {}
+    await q._balance_after(core, "p1", result, before)
+    assert result["balanceAfter"] == str(after)
+    top_up = [w for w in result["warnings"] if "automatic top-up" in w]
+    assert bool(top_up) == warned
+    if warned:
+        assert top_up[0].startswith("Your balance went from 0 to 8 credits during this request")

@@ -323,7 +323,12 @@ async def _mint(core: PluginCore, p: QueryAgentParams, purchase: Purchase) -> st
     "registered endpoints and not on a private network. Returns the answer, the agent's "
     "receipt (credits redeemed) and your balance as the service reports it afterwards. "
     f"Answers are read up to {MAX_ANSWER_BYTES // 1024} KiB (1 MiB); a longer answer is cut "
-    "short with a warning, or refused before paying when the agent announces its size.",
+    "short with a warning, or refused before paying when the agent announces its size. "
+    "Paying can buy: the token is backed by a delegation, so when the plan's credits run short "
+    "the service may order the plan again at settle (automatic top-up), charged to that "
+    "delegation and bounded by its spending limit (defaultSpendingLimitCents). "
+    "requestTimeoutSecs bounds the whole query; when the agent gives no answer after receiving "
+    "the token, the result says what the service shows was charged.",
     QueryAgentParams,
 )
 async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
@@ -359,7 +364,7 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
             "The service issued a reusable (v2) token instead of a single-use one bound to this "
             "URL: until it expires, whoever holds it can spend credits of this plan."
         )
-    await _balance_after(core, purchase.plan_id, result)
+    await _balance_after(core, purchase.plan_id, result, step.balance_before)
     result.update(
         {"planId": purchase.plan_id, "agentId": purchase.agent_id, "agentUrl": p.agent_url}
     )
@@ -405,8 +410,11 @@ async def _buy(
     return purchase, _token_version(token), reply
 
 
-async def _balance_after(core: PluginCore, plan_id: str, result: dict[str, Any]) -> None:
-    """The service's balance after the call: the number that counts, whatever a receipt says."""
+async def _balance_after(
+    core: PluginCore, plan_id: str, result: dict[str, Any], before: int | None = None
+) -> None:
+    """The service's balance after the call: the number that counts, whatever a receipt says
+    (and a rise over ``before``, read just before paying, is a top-up said out loud)."""
     warnings: list[str] = result.setdefault("warnings", [])
     try:
         balance = (await core.client().get_plan_balance(plan_id)).balance
@@ -415,6 +423,12 @@ async def _balance_after(core: PluginCore, plan_id: str, result: dict[str, Any])
         warnings.append("Could not read your balance from the service after the call.")
         return
     result["balanceAfter"] = str(balance)
+    if before is not None and balance > before:
+        warnings.append(
+            f"Your balance went from {before} to {balance} credits during this request: the "
+            "token's delegation bought the plan again (automatic top-up), charged to the "
+            "delegation within its spending limit (defaultSpendingLimitCents)."
+        )
     receipt = result.get("receipt") or {}
     claimed = receipt.get("remainingBalance")
     if claimed is not None and claimed != str(balance):

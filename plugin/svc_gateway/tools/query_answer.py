@@ -15,6 +15,11 @@ from .base import ToolFailure
 MAX_ANSWER_BYTES = 1024 * 1024
 #: the longest text answer returned to the model (a JSON answer within the limit is whole)
 MAX_TEXT_CHARS = 20_000
+#: what automatic top-up means for a buyer, wherever a hint explains paying
+TOP_UP = (
+    "A token can also buy the plan by itself when credits run short (automatic top-up), "
+    "charged to its delegation and bounded by its spending limit (defaultSpendingLimitCents)."
+)
 _NUMBER = re.compile(r"\d{1,78}")
 
 
@@ -180,5 +185,5 @@ def _payment_guidance(
     return ToolFailure(
         "payment_required",
         "The agent refused the payment" + (f": {str(reason)[:300]}" if reason else ""),
-        hint + ".",
+        hint + f". {TOP_UP}",
     )
