@@ -174,7 +174,7 @@ def test_agent_errors_word_for_word() -> None:
     )
     assert failure(503).hint == ("The agent failed. Retry later (after a few seconds).")
     long = failure(500, b'{"message": "' + b"m" * 400 + b'"}')
-    assert long.message == "The agent answered HTTP 500: " + "m" * 300
+    assert long.message == 'The agent answered HTTP 500: "' + "m" * 299 + '…"'
 
 
 def test_a_cut_short_error_body_is_not_read_as_json() -> None:
@@ -207,7 +207,7 @@ def test_402_guidance_word_for_word() -> None:
         "u",
     )
     # what it cost is added by the tool after reading the balance back (test_query_buyer)
-    assert failure.message == "The agent refused the payment: " + "e" * 300
+    assert failure.message == 'The agent refused the payment: "' + "e" * 299 + '…"'
     assert failure.hint == (
         "The agent accepts plan(s) p2, p3, p4, p5, p6, p7, p8, p9, p10, p11: order it with "
         "svc_orderPlan, then call svc_queryAgent again with planId p2. A token can also buy "

@@ -85,7 +85,7 @@ async def test_an_unregistered_url_lists_the_registered_ones() -> None:
         f"{URL} is not one of the endpoints agent a1 registered with the service, so paying "
         "it could hand a token to someone else; nothing was paid"
     )
-    listed = ("https://b.example/q, " + long)[:500]
+    listed = "https://b.example/q, " + long[:299] + "…"  # each URL one clean line, cut
     assert failure.hint == f"The agent's registered POST endpoints: {listed}. Use one of them."
     bare = await refused(core, params(agentId="a2"), None)
     assert bare.hint == "The agent registered no endpoint; ask its owner to register the URL."

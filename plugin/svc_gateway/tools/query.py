@@ -26,12 +26,21 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from ..agent_card import CardRejected, FoundCard, TooLarge, check_card, fetch_card, read_limited
+from ..agent_card import (
+    ID_LIMIT,
+    CardRejected,
+    FoundCard,
+    TooLarge,
+    check_card,
+    fetch_card,
+    read_limited,
+)
 from ..core import PluginCore
 from ..encoding import decode_access_token, token_authorization
 from ..errors import NotFound, ServiceError
 from ..models import SCHEME_CARD, SCHEME_CRYPTO
 from ..redact import get_logger
+from ..safe_text import one_line
 from .base import Params, ToolFailure, plan_payment_type, tool
 from .query_address import DEFAULT_PORTS, check_agent_address, check_agent_url
 from .query_answer import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
@@ -180,7 +189,7 @@ def _choose_plan(
     raise ToolFailure(
         "missing_plan_id",
         f"Agent {agent_id} sells {len(sold)} plans; say which one to pay with: "
-        + ", ".join(sold[:10]),
+        + ", ".join(one_line(plan, ID_LIMIT) for plan in sold[:10]),
         "Pass planId with one of these plans (svc_orderPlan buys one if you have none).",
     )
 
@@ -211,7 +220,8 @@ async def decide_purchase(
     if not is_registered(p.agent_url, endpoints, agent_id):
         if guessed:
             raise unknown
-        listed = ", ".join(url for verb, url in endpoints if verb == HTTP_VERB)[:500]
+        urls = (one_line(url, 300) for verb, url in endpoints if verb == HTTP_VERB)
+        listed = ", ".join(urls)[:500]
         raise ToolFailure(
             "agent_url_not_registered",
             f"{p.agent_url} is not one of the endpoints agent {agent_id} registered with the "

@@ -7,8 +7,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agent_card import ID_LIMIT
 from ..encoding import decode_b64_json, is_address
 from ..models import SCHEME_CARD
+from ..safe_text import one_line, quoted
 from .base import ToolFailure
 
 #: the largest agent answer read; past it the read stops and the answer is returned cut short
@@ -56,7 +58,7 @@ def _answer(headers: dict[str, str], body: bytes, truncated: bool) -> tuple[Any,
 
 
 def _agent_error(status: int, message: str | None, url: str) -> ToolFailure:
-    said = f"The agent answered HTTP {status}" + (f": {message[:300]}" if message else "")
+    said = f"The agent answered HTTP {status}" + (f": {quoted(message, 300)}" if message else "")
     if 300 <= status < 400:
         hint = (
             "The agent sent the request elsewhere; svc_queryAgent does not follow redirects with "
@@ -162,7 +164,7 @@ def _payment_guidance(
     accepts = (
         [a for a in raw_accepts if isinstance(a, dict)] if isinstance(raw_accepts, list) else []
     )
-    plans = [str(a.get("planId")) for a in accepts if a.get("planId")]
+    plans = [one_line(a.get("planId"), ID_LIMIT) for a in accepts if a.get("planId")]
     fiat = any(a.get("scheme") == SCHEME_CARD for a in accepts)
     detail, _ = _answer(headers, body, False)
     reason = envelope.get("error") or (detail.get("message") if isinstance(detail, dict) else None)
@@ -181,9 +183,9 @@ def _payment_guidance(
         (a["extra"].get("agentId") for a in accepts if isinstance(a.get("extra"), dict)), None
     )
     if isinstance(wanted, str) and wanted and wanted != agent_id:
-        hint += f" (pass agentId {wanted}: tokens are issued for one agent)"
+        hint += f" (pass agentId {one_line(wanted, ID_LIMIT)}: tokens are issued for one agent)"
     return ToolFailure(
         "payment_required",
-        "The agent refused the payment" + (f": {str(reason)[:300]}" if reason else ""),
+        "The agent refused the payment" + (f": {quoted(reason, 300)}" if reason else ""),
         hint + f". {TOP_UP}",
     )
