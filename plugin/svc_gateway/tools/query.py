@@ -426,9 +426,8 @@ async def _balance_after(
     """The service's balance after the call: the number that counts, whatever a receipt says
     (and a rise over ``before``, read just before paying, is a top-up said out loud)."""
     warnings: list[str] = result.setdefault("warnings", [])
-    try:
-        balance = (await core.client().get_plan_balance(plan_id)).balance
-    except ServiceError:
+    balance = await read_balance(core, plan_id)  # bounded: the answer is not held back long
+    if balance is None:
         result["balanceAfter"] = None
         warnings.append("Could not read your balance from the service after the call.")
         return
