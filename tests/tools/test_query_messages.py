@@ -17,6 +17,7 @@ from svc_gateway.errors import ServiceError
 from svc_gateway.tools import query as q
 from svc_gateway.tools import query_address as qd
 from svc_gateway.tools import query_answer as qa
+from svc_gateway.tools import query_purchase as qp
 from svc_gateway.tools.base import ToolFailure
 from tests.tools.test_query_parts import PAYER, b64, core_with, purchase, reply
 
@@ -103,13 +104,13 @@ async def test_unresolvable_and_private_hosts_say_what_to_do(
 
 
 def test_the_canonical_form_of_an_endpoint_url() -> None:
-    assert q._normalise("HTTPS://A.Example:443/x/") == "https://a.example/x"
-    assert q._normalise("https://a.example") == "https://a.example/"
-    assert q._normalise("https://a.example/x?") == "https://a.example/x"
-    assert q._normalise("http://[::1]:80/x") == "http://[::1]/x"
-    assert q._normalise("http://[::1]:81/x") == "http://[::1]:81/x"
-    assert q._normalise("https://a.example:8443/x") == "https://a.example:8443/x"
-    assert q._normalise("https:///x") == "https:///x"
+    assert qp._normalise("HTTPS://A.Example:443/x/") == "https://a.example/x"
+    assert qp._normalise("https://a.example") == "https://a.example/"
+    assert qp._normalise("https://a.example/x?") == "https://a.example/x"
+    assert qp._normalise("http://[::1]:80/x") == "http://[::1]/x"
+    assert qp._normalise("http://[::1]:81/x") == "http://[::1]:81/x"
+    assert qp._normalise("https://a.example:8443/x") == "https://a.example:8443/x"
+    assert qp._normalise("https:///x") == "https:///x"
 
 
 @pytest.mark.parametrize(
@@ -124,7 +125,7 @@ def test_the_canonical_form_of_an_endpoint_url() -> None:
 def test_an_endpoint_that_differs_anywhere_is_not_the_registered_one(
     url: str, registered: str
 ) -> None:
-    assert not q.is_registered(url, [("POST", registered)], "7")
+    assert not qp.is_registered(url, [("POST", registered)], "7")
 
 
 def test_endpoints_under_api_and_registry_are_read() -> None:
@@ -132,7 +133,7 @@ def test_endpoints_under_api_and_registry_are_read() -> None:
         "api": {"endpoints": [{"POST": "https://a.example/api"}]},
         "registry": {"endpoints": [{"POST": "https://a.example/reg"}]},
     }
-    assert q.registered_endpoints(document) == [
+    assert qp.registered_endpoints(document) == [
         ("POST", "https://a.example/api"),
         ("POST", "https://a.example/reg"),
     ]
@@ -140,14 +141,14 @@ def test_endpoints_under_api_and_registry_are_read() -> None:
 
 def test_choosing_a_plan_says_which_to_pass() -> None:
     core = cast(PluginCore, SimpleNamespace(plan_id=None))
-    none = refusal(q._choose_plan, core, None, None, [], "a7")
+    none = refusal(qp._choose_plan, core, None, None, [], "a7")
     assert (none.code, none.message, none.hint) == (
         "missing_plan_id",
         "Agent a7 sells no plan, so there is nothing to pay it with",
         "Ask the agent's owner which plan to buy, then pass planId.",
     )
     sold = [str(n) for n in range(1, 12)]
-    many = refusal(q._choose_plan, core, None, None, sold, "a7")
+    many = refusal(qp._choose_plan, core, None, None, sold, "a7")
     assert many.code == "missing_plan_id"
     assert many.message == (
         "Agent a7 sells 11 plans; say which one to pay with: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"

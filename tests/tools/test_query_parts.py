@@ -19,6 +19,7 @@ from svc_gateway.errors import ServiceError
 from svc_gateway.tools import query as q
 from svc_gateway.tools import query_address as qd
 from svc_gateway.tools import query_answer as qa
+from svc_gateway.tools import query_purchase as qp
 from svc_gateway.tools.base import ToolFailure
 
 PAYER = "0x" + "cd" * 20
@@ -93,13 +94,13 @@ def test_registered_endpoints_in_every_shape() -> None:
         "metadata": {"agent": {"endpoints": [{"PUT": "https://c.example/x"}]}},
         "registry": {"endpoints": "nope"},
     }
-    assert q.registered_endpoints(document) == [
+    assert qp.registered_endpoints(document) == [
         ("POST", "https://a.example/x"),
         ("GET", "https://a.example/y"),
         ("POST", "https://b.example/x"),
         ("PUT", "https://c.example/x"),
     ]
-    assert q.registered_endpoints({"endpoints": None, "api": []}) == []
+    assert qp.registered_endpoints({"endpoints": None, "api": []}) == []
 
 
 @pytest.mark.parametrize(
@@ -118,26 +119,26 @@ def test_registered_endpoints_in_every_shape() -> None:
     ],
 )
 def test_is_registered(url: str, registered: str, expected: bool) -> None:
-    assert q.is_registered(url, [("POST", registered)], "7") is expected
-    assert not q.is_registered(url, [("GET", registered)], "7")
+    assert qp.is_registered(url, [("POST", registered)], "7") is expected
+    assert not qp.is_registered(url, [("GET", registered)], "7")
 
 
 def test_agent_plan_ids_from_either_place() -> None:
-    assert q.agent_plan_ids({"registry": {"plans": ["1", 2, True, "", "1"]}}) == ["1", "2"]
-    assert q.agent_plan_ids({"plans": [{"planId": "3"}, {"id": "4"}, {"x": 1}]}) == ["3", "4"]
-    assert q.agent_plan_ids({"registry": {}, "plans": "no"}) == []
+    assert qp.agent_plan_ids({"registry": {"plans": ["1", 2, True, "", "1"]}}) == ["1", "2"]
+    assert qp.agent_plan_ids({"plans": [{"planId": "3"}, {"id": "4"}, {"x": 1}]}) == ["3", "4"]
+    assert qp.agent_plan_ids({"registry": {}, "plans": "no"}) == []
 
 
 def test_choose_plan() -> None:
     core = cast(PluginCore, SimpleNamespace(plan_id="9"))
-    assert q._choose_plan(core, "5", None, [], "a") == "5"
-    assert q._choose_plan(core, None, "2", ["1", "9"], "a") == "9"  # config, when sold
-    assert q._choose_plan(core, None, "1", ["1", "2"], "a") == "1"  # then the card's
-    assert q._choose_plan(core, None, "7", ["3"], "a") == "3"  # then the only one sold
+    assert qp._choose_plan(core, "5", None, [], "a") == "5"
+    assert qp._choose_plan(core, None, "2", ["1", "9"], "a") == "9"  # config, when sold
+    assert qp._choose_plan(core, None, "1", ["1", "2"], "a") == "1"  # then the card's
+    assert qp._choose_plan(core, None, "7", ["3"], "a") == "3"  # then the only one sold
     with pytest.raises(ToolFailure, match="sells no plan"):
-        q._choose_plan(core, None, None, [], "a")
+        qp._choose_plan(core, None, None, [], "a")
     with pytest.raises(ToolFailure, match="sells 2 plans"):
-        q._choose_plan(core, None, "7", ["1", "2"], "a")
+        qp._choose_plan(core, None, "7", ["1", "2"], "a")
 
 
 def purchase() -> qa.Purchase:
@@ -310,7 +311,7 @@ async def test_allow_list_details(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_endpoint_entry_named_url_alone_is_read_as_a_verb() -> None:
-    assert q.registered_endpoints({"endpoints": [{"url": "https://a/x"}]}) == [
+    assert qp.registered_endpoints({"endpoints": [{"url": "https://a/x"}]}) == [
         ("URL", "https://a/x")
     ]
 

@@ -13,6 +13,7 @@ from svc_gateway.config import PluginConfig
 from svc_gateway.core import PluginCore
 from svc_gateway.errors import NotFound, ServiceError
 from svc_gateway.tools import query as q
+from svc_gateway.tools import query_purchase as qp
 from svc_gateway.tools.base import ToolFailure
 
 URL = "https://a.example/x"
@@ -51,7 +52,7 @@ def agent(*urls: str, plans: tuple[str, ...] = ("p1",)) -> dict[str, Any]:
 
 async def refused(core: PluginCore, p: q.QueryAgentParams, found: FoundCard | None) -> ToolFailure:
     with pytest.raises(ToolFailure) as failure:
-        await q.decide_purchase(core, p, found)
+        await qp.decide_purchase(core, p, found)
     return failure.value
 
 
@@ -94,7 +95,7 @@ async def test_an_unregistered_url_lists_the_registered_ones() -> None:
 async def test_card_fields_of_the_wrong_type_are_ignored() -> None:
     core = core_for({"a1": agent(URL)}, agent_id="a1")
     card = FoundCard({"agentId": 5, "planId": 7, "schemes": ["svc:erc4337"]}, "c")
-    chosen = await q.decide_purchase(core, params(), card)
+    chosen = await qp.decide_purchase(core, params(), card)
     assert (chosen.agent_id, chosen.plan_id, chosen.payment_type) == ("a1", "p1", "crypto")
 
 
@@ -130,7 +131,7 @@ async def test_the_configured_agent_is_used_at_its_own_url_and_named_ids_keep_th
     None
 ):
     core = core_for({"a1": agent(URL)}, agent_id="a1")
-    assert (await q.decide_purchase(core, params(), None)).agent_id == "a1"
+    assert (await qp.decide_purchase(core, params(), None)).agent_id == "a1"
     elsewhere = core_for({"a1": agent("https://b.example/q")}, agent_id="a1")
     named = await refused(elsewhere, params(agentId="a1"), None)
     assert named.code == "agent_url_not_registered"  # the user named it: say what it registered

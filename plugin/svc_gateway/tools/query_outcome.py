@@ -24,6 +24,12 @@ class Step:
     plan_id: str = ""
     balance_before: int | None = None
 
+    def done(self, core: PluginCore) -> None:
+        """Once the token went out the request may have been charged, whatever came back: the
+        balance context reads the balance afresh."""
+        if self.token_sent:
+            core.spent(self.plan_id)
+
 
 def timed_out(step: Step, deadline: float, url: str) -> ToolFailure:
     """The deadline passed: say whom the query was waiting for, and whether anything was paid
