@@ -238,10 +238,10 @@ async def _buy(
         step.waiting = "agent"
         await check_answer_size(http, p.agent_url, found)
         step.waiting = "service"
-        token = await _mint(core, p, purchase)
-        step.plan_id, step.balance_before = (
-            purchase.plan_id,
-            await read_balance(core, purchase.plan_id),
+        step.plan_id = purchase.plan_id
+        # the balance before paying, read while the token is minted (minting burns nothing)
+        token, step.balance_before = await asyncio.gather(
+            _mint(core, p, purchase), read_balance(core, purchase.plan_id)
         )
         step.waiting, step.token_sent = "agent", True
         try:
