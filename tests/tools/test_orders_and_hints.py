@@ -196,3 +196,17 @@ async def test_quotes_for_time_and_free_plans(
     for tool in ("svc_orderPlan", "svc_orderFiatPlan"):  # a free plan is neither kind
         free_quote = ok(await buyer.call_tool(tool, {"planId": free}))["quote"]
         assert free_quote["price"] == "free" and free_quote["grants"] == "3 credits"
+
+
+async def test_a_quote_says_what_automatic_top_up_means_for_a_buyer(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    """Issue 15: a delegation-backed token may buy the plan at settle; the quote says so and
+    names what bounds it."""
+    gateway, _ = await make_host(subscriber["apiKey"])
+    quote = ok(await gateway.call_tool("svc_orderPlan", {"planId": plan_id}))
+    assert quote["topUp"] == (
+        "Paying for a query can also buy this plan: a token backed by a delegation may order "
+        "it at settle when credits run short (automatic top-up), charged to the delegation and "
+        "bounded by its spending limit (defaultSpendingLimitCents)."
+    )

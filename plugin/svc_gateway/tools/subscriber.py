@@ -141,6 +141,9 @@ def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
             "environment": core.environment,
         },
         "message": f"Nothing was bought. To buy, call {tool_name} again with confirm: true.",
+        "topUp": "Paying for a query can also buy this plan: a token backed by a delegation may "
+        "order it at settle when credits run short (automatic top-up), charged to the "
+        "delegation and bounded by its spending limit (defaultSpendingLimitCents).",
     }
 
 
