@@ -345,7 +345,7 @@ def test_access_windows_read_naturally(secs: int, text: str) -> None:
     entry = BalanceEntry("p", "Pass", 1, True, is_time=True, duration_secs=secs)
     assert (
         format_line(entry)
-        == f"- Pass (plan p): time plan, access active, each purchase gives {text} of access"
+        == f'- "Pass" (plan p): time plan, access active, each purchase gives {text} of access'
     )
 
 

@@ -26,6 +26,7 @@ from .core import PluginCore
 from .errors import ServiceError
 from .models import PlanBalance
 from .redact import get_logger
+from .safe_text import NAME_LIMIT, one_line, quoted
 
 log = get_logger("svc_gateway.context")
 
@@ -195,7 +196,7 @@ def _span(secs: int) -> str:
 
 
 def format_line(entry: BalanceEntry) -> str:
-    head = f"- {entry.name} (plan {entry.plan_id}): "
+    head = f"- {quoted(entry.name, NAME_LIMIT)} (plan {one_line(entry.plan_id, 100)}): "
     if entry.is_time:
         window = ""
         if entry.duration_secs:

@@ -22,6 +22,7 @@ from ..models import SCHEME_CARD
 from ..pricing import PriceError
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
+from ..safe_text import NAME_LIMIT, quoted
 
 log = get_logger("svc_gateway.tools")
 
@@ -200,7 +201,8 @@ async def plan_payment_type(core: PluginCore, plan_id: str, given: str | None) -
         paid = "by card" if kind == "fiat" else "in crypto"
         raise ToolFailure(
             "payment_type_mismatch",
-            f"Plan {plan.name} is paid {paid}, but paymentType {given} was given",
+            f"Plan {quoted(plan.name, NAME_LIMIT)} is paid {paid}, "
+            f"but paymentType {given} was given",
             f"Pass paymentType: {kind} (or leave paymentType out to follow the plan).",
         )
     return kind

@@ -21,6 +21,7 @@ from ..pricing import (
     is_dollar_amount,
     parse_amounts,
 )
+from ..safe_text import NAME_LIMIT, one_line
 from .base import Params, ToolFailure, tool
 from .subscriber import describe_price
 
@@ -280,7 +281,7 @@ async def list_plans(core: PluginCore, p: ListPlansParams) -> dict[str, Any]:
     plans = [
         {
             "planId": plan.id,
-            "name": plan.name,
+            "name": one_line(plan.name, NAME_LIMIT),
             "price": describe_price(plan),
             "isCrypto": plan.is_crypto,
             "type": "time" if plan.is_time_plan else "credits",

@@ -10,6 +10,7 @@ from ..core import PluginCore
 from ..encoding import decode_access_token
 from ..models import Plan
 from ..pricing import format_price
+from ..safe_text import NAME_LIMIT, one_line, quoted
 from .base import Params, ToolFailure, plan_payment_type, require_agent, require_plan, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
@@ -39,7 +40,7 @@ async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, An
         core.balance_read(plan_id, balance)  # the balance context shows this fresh value
     return {
         "planId": plan_id,
-        "planName": balance.plan_name,
+        "planName": one_line(balance.plan_name, NAME_LIMIT) if balance.plan_name else None,
         "address": balance.holder_address or p.address or client.address,
         "balance": str(balance.balance),
         "isSubscriber": balance.is_subscriber,
@@ -133,7 +134,7 @@ def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
         "confirmRequired": True,
         "quote": {
             "planId": plan.id,
-            "planName": plan.name,
+            "planName": one_line(plan.name, NAME_LIMIT),
             "price": describe_price(plan),
             "grants": grants,
             "credits": str(credits.amount),
@@ -153,7 +154,7 @@ async def _plan_to_order(core: PluginCore, plan_id: str | None, *, by_card: bool
         )
         raise ToolFailure(
             "crypto_plan" if by_card else "fiat_plan",
-            f"Plan {plan.name} is paid {kind}",
+            f"Plan {quoted(plan.name, NAME_LIMIT)} is paid {kind}",
             f"Use {other} for this plan.",
         )
     return plan
@@ -177,7 +178,7 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     return {
         "ordered": True,
         "planId": plan_id,
-        "planName": plan.name,
+        "planName": one_line(plan.name, NAME_LIMIT),
         "price": describe_price(plan),
         "txHash": result.tx_hash,
         "balance": str(balance.balance),
@@ -200,7 +201,7 @@ async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     return {
         "checkoutUrl": checkout.checkout_url,
         "planId": plan_id,
-        "planName": plan.name,
+        "planName": one_line(plan.name, NAME_LIMIT),
         "price": describe_price(plan),
         "message": "Open the checkout URL to pay; credits arrive once payment completes.",
     }
