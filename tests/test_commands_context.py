@@ -51,7 +51,7 @@ async def test_login_rejects_bad_input_clearly(make_host: HostFactory) -> None:
 
 async def test_key_for_an_environment_without_url_is_refused(make_host: HostFactory) -> None:
     gateway, handle = await make_host(baseUrl=None, environment="sandbox")
-    reply = await gateway.run_command("svc_login", fake_key("live"))
+    reply = await gateway.run_command("svc_login", fake_key("sandbox"))
     assert "No service URL" in reply and handle.core.session is None
 
 

@@ -56,12 +56,17 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """
     from .config import ConfigError, load_config
 
+    from_variable = False
     if not config.get("svcApiKey") and os.environ.get(KEY_VARIABLE, "").strip():
         config = {**config, "svcApiKey": os.environ[KEY_VARIABLE].strip()}
+        from_variable = True
     try:
         parsed = load_config(config)
     except ConfigError as exc:
-        raise SystemExit(f"svc-gateway: {exc}") from None
+        text = str(exc)
+        if from_variable:
+            text = text.replace("svcApiKey", f"${KEY_VARIABLE}")
+        raise SystemExit(f"svc-gateway: {text}") from None
     if "environment" not in config and not config.get("svcApiKey") and not config.get("baseUrl"):
         return config, True
     if parsed.environment != "local" and parsed.svc_api_key is None:

@@ -159,15 +159,28 @@ class Commands:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    def _key_origin(self, source: str) -> str:
+        return {
+            "config": "key from the plugin config",
+            "keyring": "key in the system keyring",
+            "file": f"key in {self.core.store.path}",
+        }.get(source, "key stored by an earlier /svc_login")
+
     def status(self) -> str:
         session = self.core.session
         parts = []
         if session is None:
-            parts.append("Not logged in to the payments service. " + LOGIN_USAGE)
+            parts.append("Not logged in to the payments service.")
+            for other in self.core.other_stored:
+                parts.append(
+                    f"A key for {other} is stored; this gateway is configured for "
+                    f"{self.core.config.environment}, so that key is not used."
+                )
+            parts.append(LOGIN_USAGE)
         else:
             parts.append(
                 f"Logged in to {session.environment} as {session.address} "
-                f"(key from {session.source})."
+                f"({self._key_origin(session.source)})."
             )
         if self.pending is not None:
             parts.append(f"A browser login is waiting: {self.pending.login_url}")

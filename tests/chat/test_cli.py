@@ -267,6 +267,6 @@ async def test_the_key_can_come_from_svc_api_key(
     out, err = await asyncio.wait_for(child.communicate(b"/svc_login status\n"), WAIT_SECS)
     text = out.decode()
     assert child.returncode == 0, err.decode()
-    assert f"Logged in to local as {subscriber['address']} (key from config)" in text
+    assert f"Logged in to local as {subscriber['address']} (key from the plugin config)" in text
     assert "embedded sandbox" not in text
     assert subscriber["apiKey"].split(":", 1)[1] not in text + err.decode()
