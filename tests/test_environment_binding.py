@@ -83,7 +83,8 @@ async def test_the_stored_key_of_the_configured_environment_is_used(
     try:
         assert handle.core.session is not None
         assert handle.core.session.address == subscriber["address"]
-        assert "(key stored by an earlier /svc_login)" in await gateway.run_command("svc_login", "status")
+        status = await gateway.run_command("svc_login", "status")
+        assert "(key stored by an earlier /svc_login)" in status
     finally:
         await asyncio.to_thread(handle.close)
 
