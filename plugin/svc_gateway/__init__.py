@@ -169,13 +169,36 @@ def register(
         if config.enable_paid_endpoint:
             from .paid import attach_paid_endpoint
 
-            handle.extras["paid_endpoint"] = runtime.run_sync(attach_paid_endpoint(api, core))
+            try:
+                endpoint = runtime.run_sync(attach_paid_endpoint(api, core))
+            except ConfigError as error:
+                raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
+            handle.extras["paid_endpoint"] = endpoint
+            core.paid_endpoint_url = endpoint.url
+            core.paid_endpoint_bound_url = endpoint.bound_url
+            from .seller_notes import startup_notes
+
+            for note in startup_notes(core):
+                log.info("%s", note)
     except BaseException:
         runtime.close()
         raise
     who = core.session.address if core.session else "nobody (run /svc_login)"
     log.info("svc plugin %s registered; logged in as %s", __version__, who)
     return handle
+
+
+def _handler_hint(message: str, handler: str | None) -> str:
+    """An ``agentHandler`` module that cannot be imported: say where Python looks for it."""
+    if handler is None or "cannot import module" not in message:
+        return message
+    module = handler.partition(":")[0]
+    path = module.replace(".", "/")
+    return (
+        f"{message}: put the directory that holds {path}.py (or the package {module.split('.')[0]}"
+        ") on PYTHONPATH, or install it into the gateway's Python; svc-gateway chat also looks "
+        "in the directory it is started from"
+    )
 
 
 def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:

@@ -82,6 +82,27 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return config, False
 
 
+def _handler_from_cwd(config: dict[str, Any]) -> str | None:
+    """``agentHandler`` names a module Python cannot find but the working directory holds: add
+    the directory to the module path (as ``python -m`` would) and return a note saying so."""
+    import importlib.util
+
+    spec = config.get("agentHandler")
+    if not isinstance(spec, str) or ":" not in spec:
+        return None
+    top = spec.partition(":")[0].split(".")[0]
+    try:
+        if not top or importlib.util.find_spec(top) is not None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    cwd = Path.cwd()
+    if not ((cwd / f"{top}.py").is_file() or (cwd / top).is_dir()):
+        return None
+    sys.path.insert(0, str(cwd))
+    return f"agentHandler: added the working directory {cwd} to the module path to import {top}"
+
+
 async def _chat(args: argparse.Namespace) -> int:
     from . import register
     from .config import ConfigError
@@ -90,6 +111,8 @@ async def _chat(args: argparse.Namespace) -> int:
     from .login import CredentialStore
 
     config, enabled = _chat_config(_read_config(args.config))
+    if note := _handler_from_cwd(config):
+        print(note)
     with tempfile.TemporaryDirectory(prefix="svc-chat-") as scratch:
         async with embedded_session(config, enabled) as embedded:
             gateway = ReferenceGateway(embedded.plugin_config)
@@ -111,6 +134,10 @@ async def _chat(args: argparse.Namespace) -> int:
                     print(f"Paid endpoint: POST {getattr(endpoint, 'url', endpoint)}")
                     if card := getattr(endpoint, "card_url", None):
                         print(f"Agent card:    GET  {card}")
+                    from .seller_notes import startup_notes
+
+                    for note in startup_notes(handle.core):
+                        print(note)
                 print(
                     f"svc-gateway {__version__} reference chat. Type /help; "
                     "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."

@@ -82,6 +82,10 @@ class PluginCore:
         #: Environments with a stored key other than the configured one (never used; status
         #: names them so the user knows why the gateway is logged out).
         self.other_stored: list[str] = []
+        #: The paid endpoint as clients see it, and where the plugin's own server listens
+        #: (``None`` when there is no endpoint, or it is mounted on the host's app).
+        self.paid_endpoint_url: str | None = None
+        self.paid_endpoint_bound_url: str | None = None
         self._client: ServiceClient | None = None
         self._public: ServiceClient | None = None
         self._listeners: list[Callable[[], None]] = []

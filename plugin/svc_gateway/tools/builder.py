@@ -22,6 +22,7 @@ from ..pricing import (
     parse_amounts,
 )
 from ..safe_text import NAME_LIMIT, one_line
+from ..seller_notes import keep_selling
 from .base import Params, ToolFailure, tool
 from .subscriber import describe_price
 
@@ -168,7 +169,7 @@ async def register_agent(core: PluginCore, p: RegisterAgentParams) -> dict[str, 
         **price_fields(price),
         "creditsAmount": p.credits_amount,
         "creditsPerRequest": per_request,
-        "message": "Registered; these ids are now this gateway's default agentId and planId.",
+        **keep_selling(core, ids.plan_id, ids.agent_id),
     }
 
 
