@@ -395,7 +395,7 @@ async def test_login_from_an_environment_variable(
 async def test_browser_login_refuses_a_key_for_another_environment(
     make_host: HostFactory, sandbox: SandboxServer
 ) -> None:
-    """Asked for sandbox; the (local) sandbox frontend hands back a local: key."""
+    """A gateway configured for sandbox; the (local) sandbox frontend hands back a local: key."""
     pages: list[int] = []
 
     def open_browser(url: str) -> bool:
@@ -405,8 +405,10 @@ async def test_browser_login_refuses_a_key_for_another_environment(
         threading.Thread(target=browse).start()
         return True
 
-    gateway, handle = await make_host(open_browser=open_browser, frontendUrl=sandbox.origin)
-    await gateway.run_command("svc_login", "sandbox")
+    gateway, handle = await make_host(
+        open_browser=open_browser, frontendUrl=sandbox.origin, environment="sandbox"
+    )
+    await gateway.run_command("svc_login", "")
     status = ""
     for _ in range(200):
         status = await gateway.run_command("svc_login", "status")
