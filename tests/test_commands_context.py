@@ -64,6 +64,7 @@ async def test_logout_forgets_key_and_state(
     assert reply.startswith("Logged out")
     assert handle.core.session is None
     assert handle.core.store.load("local") is None
+    assert "not logged in" in await gateway.context_text()  # told once that /svc_login exists
     assert await gateway.context_text() == ""
     result = await gateway.call_tool("svc_checkBalance", {})
     assert result.structuredContent["error"]["code"] == "not_logged_in"
@@ -173,6 +174,7 @@ async def test_context_is_cached_60s_and_invalidated(
     assert fetches() == before + 1
     # logout and login drop the cache
     await gateway.run_command("svc_logout")
+    assert "/svc_login" in await gateway.context_text()
     assert await gateway.context_text() == ""
     await gateway.run_command("svc_login", subscriber["apiKey"])
     count = fetches()

@@ -38,7 +38,7 @@ async def test_a_key_stored_for_another_environment_is_never_sent(
         )
         result = await gateway.call_tool("svc_checkBalance", {"planId": "1"})
         assert result.structuredContent["error"]["code"] == "not_logged_in"
-        assert await gateway.context_text() == ""
+        assert "not logged in" in await gateway.context_text()
         assert transport.requests == []  # nothing, let alone the local key, reached the URL
     finally:
         await asyncio.to_thread(handle.close)

@@ -85,6 +85,9 @@ class PluginCore:
         #: The paid endpoint as clients see it, and where the plugin's own server listens
         #: (``None`` when there is no endpoint, or it is mounted on the host's app).
         self.paid_endpoint_url: str | None = None
+        #: Plans this session bought or paid with (insertion order): the balance context shows
+        #: them even when the config names no plan.
+        self.used_plans: dict[str, None] = {}
         self.paid_endpoint_bound_url: str | None = None
         self._client: ServiceClient | None = None
         self._public: ServiceClient | None = None
@@ -143,6 +146,8 @@ class PluginCore:
         self._spend_listeners.append(listener)
 
     def spent(self, plan_id: str) -> None:
+        if plan_id:
+            self.used_plans[plan_id] = None
         for listener in self._spend_listeners:
             listener(plan_id)
 
@@ -157,6 +162,7 @@ class PluginCore:
     async def set_session(self, session: Session | None) -> None:
         if session is not None:
             self.other_stored = []
+        self.used_plans = {}  # another account's plans are not this one's
         async with self._lock:
             old = [c for c in (self._client, self._public) if c is not None]
             self._client = self._public = None

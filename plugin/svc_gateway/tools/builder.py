@@ -113,7 +113,7 @@ class RegisterAgentParams(Params):
     )
     plan_name: str = Field(alias="planName", min_length=1, description="Name of the new plan")
     price_amounts: list[str | int] | str | int = Field(
-        alias="priceAmounts", description=AMOUNTS_DOC
+        alias="priceAmounts", description=AMOUNTS_DOC + '. Required: "0" for a free plan'
     )
     price_receivers: list[str] | str | None = Field(
         default=None, alias="priceReceivers", description=RECEIVERS_DOC
@@ -186,7 +186,7 @@ class CreatePlanParams(Params):
         default="crypto", alias="paymentType", description="crypto price, or fiat (card) price"
     )
     price_amounts: list[str | int] | str | int = Field(
-        default="0", alias="priceAmounts", description=AMOUNTS_DOC + "; 0 for a free plan"
+        alias="priceAmounts", description=AMOUNTS_DOC + '. Required: "0" for a free plan'
     )
     price_receivers: list[str] | str | None = Field(
         default=None, alias="priceReceivers", description=RECEIVERS_DOC
@@ -292,4 +292,10 @@ async def list_plans(core: PluginCore, p: ListPlansParams) -> dict[str, Any]:
         for plan in page.plans
     ]
     pages = max(1, -(-page.total // p.page_size))
-    return {"plans": plans, "total": page.total, "page": p.page, "pages": pages}
+    result: dict[str, Any] = {"plans": plans, "total": page.total, "page": p.page, "pages": pages}
+    if page.total == 0:
+        result["message"] = (
+            "This account owns no plans: svc_listPlans lists the plans you own (sell), not "
+            "plans you bought; svc_checkBalance shows your balance on a plan you bought."
+        )
+    return result
