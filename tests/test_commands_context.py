@@ -49,10 +49,9 @@ async def test_login_rejects_bad_input_clearly(make_host: HostFactory) -> None:
     assert "authorised" in refused and handle.core.session is None
 
 
-async def test_key_for_an_environment_without_url_is_refused(make_host: HostFactory) -> None:
-    gateway, handle = await make_host(baseUrl=None, environment="sandbox")
-    reply = await gateway.run_command("svc_login", fake_key("sandbox"))
-    assert "No service URL" in reply and handle.core.session is None
+async def test_an_environment_without_url_is_refused_at_start(make_host: HostFactory) -> None:
+    with pytest.raises(ConfigError, match="No service URL is known for environment 'sandbox'"):
+        await make_host(baseUrl=None, environment="sandbox")
 
 
 async def test_logout_forgets_key_and_state(

@@ -123,10 +123,12 @@ def register(
     ``on_config_error="degrade"`` an invalid configuration does not raise: the tools and
     commands are registered anyway and each answers with the configuration error and its fix.
     """
-    from .config import ConfigError, load_config
+    from .config import ConfigError, load_config, resolve_base_url
 
     try:
         config = load_config(api.plugin_config)
+        # an environment with no URL would log in and then fail every tool: say it at start
+        resolve_base_url(config, config.environment)
     except ConfigError as error:
         if on_config_error != "degrade":
             raise

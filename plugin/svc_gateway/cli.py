@@ -54,7 +54,7 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     ``svcApiKey`` (in the file or ``$SVC_API_KEY``) and no ``baseUrl``. An explicit environment
     is validated first (``moon`` is refused) and a remote one needs a key.
     """
-    from .config import ConfigError, load_config
+    from .config import ConfigError, load_config, resolve_base_url
 
     from_variable = False
     if not config.get("svcApiKey") and os.environ.get(KEY_VARIABLE, "").strip():
@@ -69,6 +69,10 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         raise SystemExit(f"svc-gateway: {text}") from None
     if "environment" not in config and not config.get("svcApiKey") and not config.get("baseUrl"):
         return config, True
+    try:
+        resolve_base_url(parsed, parsed.environment)
+    except ConfigError as exc:
+        raise SystemExit(f"svc-gateway: {exc}") from None
     if parsed.environment != "local" and parsed.svc_api_key is None:
         from .login import CredentialStore
 

@@ -87,7 +87,9 @@ def test_unknown_environment_is_refused_not_replaced_by_the_sandbox(tmp_path: Pa
 
 
 def test_live_without_a_key_is_refused_with_the_ways_to_give_one(tmp_path: Path) -> None:
-    run = run_chat(tmp_path, {"environment": "live"}, "/context\n")
+    run = run_chat(
+        tmp_path, {"environment": "live", "baseUrl": "http://127.0.0.1:9/api/v1"}, "/context\n"
+    )
     assert run.returncode != 0
     assert "environment 'live' needs an API key" in run.stderr
     assert "SVC_API_KEY" in run.stderr and "svcApiKey" in run.stderr
