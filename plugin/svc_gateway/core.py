@@ -146,8 +146,9 @@ class PluginCore:
         self._spend_listeners.append(listener)
 
     def spent(self, plan_id: str) -> None:
-        if plan_id:
-            self.used_plans[plan_id] = None
+        if plan_id and plan_id not in self.used_plans:
+            # replaced, never changed in place: the context reads it from other threads
+            self.used_plans = {**self.used_plans, plan_id: None}
         for listener in self._spend_listeners:
             listener(plan_id)
 
