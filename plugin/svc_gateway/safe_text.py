@@ -15,6 +15,8 @@ from typing import Final
 
 ELLIPSIS: Final = "…"
 DEFAULT_LIMIT: Final = 200
+#: Plan and agent names: long enough to tell plans apart, too short to carry a speech.
+NAME_LIMIT: Final = 80
 
 # Unicode categories removed outright: Cc (C0/C1 controls: newlines, ESC, NUL...), Cf (format:
 # bidi embeddings/overrides/isolates, zero-width space/joiners, BOM, soft hyphen...), Cs (lone

@@ -37,10 +37,11 @@ async def test_only_json_true_confirms_an_order(
 ) -> None:
     plan = await make_plan(builder_client, builder["address"], fiat=tool == "svc_orderFiatPlan")
     gateway, _ = await make_host(subscriber["apiKey"])
-    error = err(
-        await gateway.call_tool(tool, {"planId": plan, "confirm": confirm}), "invalid_params"
+    quote = ok(await gateway.call_tool(tool, {"planId": plan, "confirm": confirm}))
+    assert quote["confirmRequired"] is True and quote["quote"]["planId"] == plan
+    assert quote["message"].startswith(
+        "Nothing was bought: confirm must be JSON true, without quotes, to buy (confirm was "
     )
-    assert "confirm" in error["message"]
     balance = ok(await gateway.call_tool("svc_checkBalance", {"planId": plan}))
     assert balance["balance"] == "0" and balance["isSubscriber"] is False
 
@@ -187,9 +188,11 @@ async def test_quotes_for_time_and_free_plans(
             },
         )
     )["planId"]
-    free = ok(await owner.call_tool("svc_createPlan", {"name": "Free", "creditsAmount": 3}))[
-        "planId"
-    ]
+    free = ok(
+        await owner.call_tool(
+            "svc_createPlan", {"name": "Free", "creditsAmount": 3, "priceAmounts": "0"}
+        )
+    )["planId"]
     buyer, _ = await make_host(subscriber["apiKey"])
     quote = ok(await buyer.call_tool("svc_orderFiatPlan", {"planId": timed}))["quote"]
     assert quote["grants"] == "access for 2592000 s" and quote["price"] == "$5.00"
