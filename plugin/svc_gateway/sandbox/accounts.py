@@ -29,8 +29,14 @@ class Account:
     pinned_version: str
 
 
-def create_account(store: Store, label: str = "", api_version: str | None = None) -> dict[str, str]:
-    """A new account with one key (pinned to ``api_version`` or the current version)."""
+def create_account(
+    store: Store, label: str = "", api_version: str | None = None, *, kind: str = "owner"
+) -> dict[str, str]:
+    """A new account with one key (pinned to ``api_version`` or the current version).
+
+    ``kind`` is ``owner`` for an account a person opens (it administers its own
+    organization), ``customer`` or ``member`` for one an organization enrols.
+    """
     pinned = CURRENT
     if api_version is not None:
         normalized = known_version(api_version)
@@ -41,11 +47,17 @@ def create_account(store: Store, label: str = "", api_version: str | None = None
     now = store.now()
     with store.tx():
         store.run(
-            "INSERT INTO accounts (address, label, card_id, created_at) VALUES (?, ?, ?, ?)",
-            (address, label, "pm_sandbox_" + random_hex(12), now),
+            "INSERT INTO accounts (address, label, card_id, kind, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (address, label, "pm_sandbox_" + random_hex(12), kind, now),
         )
         key = _issue_key(store, address, pinned, now)
     return {"apiKey": key, "address": address}
+
+
+def issue_key(store: Store, address: str) -> str:
+    """Another key for an existing account (pinned to the current version)."""
+    return _issue_key(store, address, CURRENT, store.now())
 
 
 def _issue_key(store: Store, address: str, pinned: str, now: float) -> str:

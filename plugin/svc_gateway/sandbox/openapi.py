@@ -403,6 +403,43 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         )
         for name in ("permissions", "challenge", "verify", "settle")
     },
+    ("GET", _A + "/organizations/my-memberships"): RouteDoc(
+        "Organizations you belong to (your own is created on first use)", tag="organizations"
+    ),
+    ("POST", _A + "/organizations/members"): RouteDoc(
+        "Admin: list your organization's members (X-Current-Org-Id picks the organization)",
+        tag="organizations",
+        body={
+            "type": "object",
+            "properties": {
+                "page": {"type": "integer"},
+                "offset": {"type": "integer"},
+                "role": {"enum": ["Admin", "Member", "Client"]},
+                "isActive": {"type": "boolean"},
+            },
+        },
+    ),
+    ("POST", _A + "/organizations/account"): RouteDoc(
+        "Admin: onboard a white-label customer or enrol a member; returns its own API key "
+        "(walletResult.hash)",
+        tag="organizations",
+        body={
+            "type": "object",
+            "properties": {
+                "email": {"type": "string"},
+                "as": {"const": "customer"},
+                "uniqueExternalId": {"type": "string"},
+                "role": {"enum": ["Admin", "Member"]},
+            },
+        },
+        example={"email": "customer@example.com", "as": "customer"},
+        status=201,
+    ),
+    ("GET", _A + "/organizations/{orgId}/activity"): RouteDoc(
+        "Your organization's activity feed, newest first",
+        tag="organizations",
+        query=("eventType", "actorUserId", "page", "limit"),
+    ),
     ("GET", "/"): RouteDoc(
         "Deployment info: the sandbox's (made-up) contract addresses", auth=PUBLIC, tag="meta"
     ),
