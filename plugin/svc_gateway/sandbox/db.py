@@ -25,7 +25,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS accounts (
     address TEXT PRIMARY KEY, label TEXT NOT NULL, card_id TEXT NOT NULL UNIQUE,
-    card_alias TEXT, wallet_alias TEXT, kind TEXT NOT NULL DEFAULT 'owner',
+    card_alias TEXT, wallet_alias TEXT, bt_card_id TEXT, bt_alias TEXT,
+    kind TEXT NOT NULL DEFAULT 'owner',
     created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS api_keys (
     jti TEXT PRIMARY KEY, address TEXT NOT NULL REFERENCES accounts(address),
