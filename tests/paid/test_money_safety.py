@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.client import ServiceClient
+from svc_gateway.config import PluginConfig
 from svc_gateway.embedded import DEMO_TOKEN
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
@@ -236,3 +237,53 @@ async def test_a_client_gone_while_settling_leaves_the_settle_owed_and_paid_once
     assert market.stub.burned == 1  # once, though two settles were sent for it
     assert flow.stats.settle_queue == 0 and flow.stats.settle_lost == 0
     assert market.stub.balance_of(PAYER) + market.stub.burned == 2  # conservation
+
+
+# -- 3. a buyer who has gone away is not charged ---------------------------------------------
+
+
+class Slow:
+    """Answers ``slow`` after a pause (async or in a worker thread), anything else at once."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+
+    async def __call__(self, request: dict[str, Any]) -> Any:
+        if request["prompt"] == "slow":
+            await asyncio.sleep(1.0)
+        self.finished += 1
+        return await default_handler(request)
+
+
+async def test_an_answer_ready_after_its_client_left_is_not_settled(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    handler = Slow()
+    market = await make_stub_market(stub=StubService(balance=5), handler=handler)
+    flow = market.endpoint.flow
+    async with httpx.AsyncClient(timeout=30) as http:
+        with pytest.raises(httpx.ReadTimeout):  # the buyer gives up before the answer
+            await http.post(
+                market.url,
+                json={"prompt": "slow"},
+                headers={"payment-signature": make_token(PAYER)},
+                timeout=0.3,
+            )
+        await until(lambda: handler.finished == 1)
+        await until(lambda: flow.stats.abandoned == 1)
+        assert market.stub.calls["settle"] == 0 and market.stub.burned == 0
+        assert flow.book.known("plan-1", PAYER) == (5, 0)  # the claim is released
+        after = await paid_post(http, market.url)
+    assert after.status_code == 200 and redeemed([after]) == 1
+    assert market.stub.balance_of(PAYER) + market.stub.burned == 5  # conservation
+
+
+def test_the_buyer_waits_at_least_as_long_as_a_seller_of_ours_may_work() -> None:
+    config = PluginConfig.model_validate({})
+    seller_may_take = (
+        config.paid_budget_secs  # plan, balance, verify
+        + config.handler_timeout_secs  # the agent's work
+        + config.paid_budget_secs  # settling
+    )
+    assert config.request_timeout_secs >= seller_may_take
+    assert (config.request_timeout_secs, config.handler_timeout_secs) == (60.0, 30.0)

@@ -1,9 +1,10 @@
 """One paid request, as the state table of SPEC.md ("States and transitions") draws it.
 
 received → (no token | verify invalid | too few credits) → 402 with the envelope · (verify
-valid, credits admitted) → verified → handler non-2xx, exception or timeout → no settle, no
-charge · handler 2xx → settle (retried on its ``agentRequestId``, which makes it idempotent) →
-receipt in ``payment-response``.
+valid, credits admitted) → verified → handler non-2xx, exception or timeout, or its client
+gone → no settle, no charge · handler 2xx → settle (retried on its ``agentRequestId``, which
+makes it idempotent) → receipt in ``payment-response``. The admission is closed on every path,
+a cancelled request included.
 
 When settle fails:
 
@@ -36,6 +37,7 @@ import enum
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,7 @@ GUIDANCE = (
 class PaidStats:
     """Counters the builder can read (the demo checks its receipts against the subscriber's).
 
+    ``abandoned``: answers ready after their client went away (not settled, not charged);
     ``settle_deferred``: answers delivered while settle could not reach the service (queued);
     ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
     delivered that will never be paid (the service refused the settle for a reason that is not
@@ -91,6 +94,7 @@ class PaidStats:
     unavailable: int = 0
     handler_failures: int = 0
     handler_timeouts: int = 0
+    abandoned: int = 0
     settled: int = 0
     credits_settled: int = 0
     settle_failures: int = 0
@@ -217,8 +221,16 @@ class PaidFlow:
 
     # -- the state machine ---------------------------------------------------------------------
 
-    async def serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        """Answer one well-formed request (the HTTP layer has checked method, size, JSON)."""
+    async def serve(
+        self,
+        prompt: str,
+        token: str | None,
+        url: str,
+        connected: Callable[[], bool] | None = None,
+    ) -> Answer:
+        """Answer one well-formed request (the HTTP layer has checked method, size, JSON).
+        ``connected`` says whether the client is still there to receive the answer; asked just
+        before settling (a client gone is never charged for an answer it cannot receive)."""
         if self._in_flight >= self.max_in_flight:
             self.stats.unavailable += 1
             return error_answer(
@@ -230,11 +242,13 @@ class PaidFlow:
         self._in_flight += 1
         self.stats.requests += 1
         try:
-            return await self._serve(prompt, token, url)
+            return await self._serve(prompt, token, url, connected)
         finally:
             self._in_flight -= 1
 
-    async def _serve(self, prompt: str, token: str | None, url: str) -> Answer:
+    async def _serve(
+        self, prompt: str, token: str | None, url: str, connected: Callable[[], bool] | None
+    ) -> Answer:
         plan_id = self.plan_id()
         if plan_id is None:
             self.stats.unavailable += 1
@@ -254,7 +268,7 @@ class PaidFlow:
             return self._outage(None, "verify a payment in time")
         if isinstance(admitted, Answer):
             return admitted
-        return await self._work(admitted, prompt)
+        return await self._work(admitted, prompt, connected)
 
     async def _admit(
         self, plan_id: str, prompt: str, token: str | None, url: str
@@ -302,7 +316,9 @@ class PaidFlow:
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
-    async def _work(self, call: PaidCall, prompt: str) -> Answer:
+    async def _work(
+        self, call: PaidCall, prompt: str, connected: Callable[[], bool] | None = None
+    ) -> Answer:
         """verified → work done / work failed → settled / unsettled. The admission is closed on
         every path: by the settle's outcome once settling starts, else released here (also when
         the request is cancelled: a client gone, a host that cancels its handlers)."""
@@ -311,6 +327,8 @@ class PaidFlow:
             answer = await self._handle(prompt)
             if not answer.ok:
                 return answer
+            if connected is not None and not connected():
+                return self._abandoned(call)
             settling = True
             outcome = await self._settle(call)
         finally:
@@ -358,6 +376,19 @@ class PaidFlow:
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
         return answer
+
+    def _abandoned(self, call: PaidCall) -> Answer:
+        """The client left before its answer was ready: nothing delivered, nothing settled."""
+        self.stats.abandoned += 1
+        log.info(
+            "the client of agentRequestId %s (payer %s) went away before the answer was ready; "
+            "not settled, not charged",
+            call.request_id,
+            call.payer or "unknown",
+        )
+        return error_answer(
+            499, "Client Closed Request", "The client went away; nothing was charged."
+        )
 
     async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
