@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,7 +20,7 @@ from svc_gateway.config import PluginConfig
 from svc_gateway.embedded import DEMO_TOKEN
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.paid.handlers import default_handler
+from svc_gateway.paid.handlers import SyncHandlerPool, default_handler
 from svc_gateway.pricing import crypto_price, expirable_credits
 
 from .conftest import StubMarketFactory
@@ -287,3 +288,74 @@ def test_the_buyer_waits_at_least_as_long_as_a_seller_of_ours_may_work() -> None
     )
     assert config.request_timeout_secs >= seller_may_take
     assert (config.request_timeout_secs, config.handler_timeout_secs) == (60.0, 30.0)
+
+
+# -- 4. sync handlers on their own bounded threads -------------------------------------------
+
+
+class Blocking:
+    """A sync handler: ``stuck`` blocks its thread until released; it notes its threads."""
+
+    def __init__(self) -> None:
+        self.unblock = threading.Event()
+        self.threads: set[str] = set()
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        self.threads.add(threading.current_thread().name)
+        if request["prompt"] == "stuck":
+            self.unblock.wait(30)
+        return {"answer": request["prompt"]}
+
+
+async def test_when_every_handler_thread_is_stuck_new_requests_get_503_before_verify(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    handler = Blocking()
+    market = await make_stub_market(
+        stub=StubService(balance=5), handler=handler, config={"handlerTimeoutSecs": 0.3}
+    )
+    flow = market.endpoint.flow
+    flow.handler_pool = SyncHandlerPool(workers=2)
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            slow = await asyncio.gather(*(paid_post(http, market.url, "stuck") for _ in range(2)))
+            assert [r.status_code for r in slow] == [504, 504]  # nothing charged
+            assert flow.handler_pool.overdue == 2 and flow.handler_pool.stuck
+            verified = market.stub.calls["verify"]
+            refused = await paid_post(http, market.url, "a fresh question")
+            assert refused.status_code == 503 and refused.headers["Retry-After"] == "5"
+            assert "nothing was charged" in refused.json()["message"]
+            assert market.stub.calls["verify"] == verified  # refused before verify
+            handler.unblock.set()  # the stuck threads return
+            await until(lambda: flow.handler_pool.overdue == 0)
+            after = await paid_post(http, market.url, "now")
+    finally:
+        handler.unblock.set()
+    assert after.status_code == 200 and after.json() == {"answer": "now"}
+    assert handler.threads and all(name.startswith("svc-handler") for name in handler.threads)
+    assert market.stub.burned == 1 and market.stub.balance_of(PAYER) == 4  # conservation
+
+
+async def test_a_call_whose_caller_left_before_a_thread_was_free_never_runs() -> None:
+    pool = SyncHandlerPool(workers=1)
+    gate, ran = threading.Event(), []
+
+    def work(arg: dict[str, Any]) -> str:
+        ran.append(arg["prompt"])
+        gate.wait(10)
+        return str(arg["prompt"])
+
+    first = asyncio.create_task(pool.run(work, {"prompt": "first"}))
+    await until(lambda: ran == ["first"])
+    queued = asyncio.create_task(pool.run(work, {"prompt": "queued"}))
+    await asyncio.sleep(0.05)
+    queued.cancel()  # its caller gave up while it waited for the only thread
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert pool.overdue == 0  # it never held a thread
+    gate.set()
+    assert await first == "first"
+    assert await pool.run(work, {"prompt": "next"}) == "next"
+    assert ran == ["first", "next"]
+    pool.shutdown()
+    pool.shutdown()  # idempotent

@@ -48,7 +48,15 @@ from ..encoding import b64_json, decode_access_token, to_int, token_authorizatio
 from ..models import PaymentRequirement, SettleResult
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
-from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
+from .handlers import (
+    AgentHandler,
+    Answer,
+    CreditsFn,
+    HandlerError,
+    SyncHandlerPool,
+    call_maybe_async,
+    run_handler,
+)
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
 from .state import AdmissionBook, LocalSettleStore, SettleStore
@@ -193,6 +201,7 @@ class PaidFlow:
             queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
         )
         self._deferred: dict[str, Admission] = {}
+        self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
         self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
         self._drainer: asyncio.Task[None] | None = None
@@ -258,6 +267,8 @@ class PaidFlow:
                 "This agent is not selling yet: no plan is configured (its operator sets planId "
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
+        if self.handler_pool.stuck:
+            return self._stuck()
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
@@ -348,7 +359,7 @@ class PaidFlow:
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
             async with deadline:
-                answer = await run_handler(self.handler, prompt)
+                answer = await run_handler(self.handler, prompt, self.handler_pool)
         except (Exception, asyncio.CancelledError) as exc:
             task = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
@@ -643,6 +654,7 @@ class PaidFlow:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
+        self.handler_pool.shutdown()
         await self.queue.aclose()
         await self.book.aclose()
 
@@ -662,6 +674,23 @@ class PaidFlow:
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
         return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+
+    def _stuck(self) -> Answer:
+        """Every thread of the sync handler still runs a request that timed out: new work
+        would only wait for a 504. Refused before verify, so nothing is charged."""
+        self.stats.unavailable += 1
+        log.warning(
+            "all %d threads of the agent handler are still running requests that timed out; "
+            "new requests get 503 until one returns",
+            self.handler_pool.workers,
+        )
+        return error_answer(
+            503,
+            "Service Unavailable",
+            "The agent is overloaded (its earlier requests are still running); nothing was "
+            f"charged. Retry in {RETRY_AFTER_SECS} s.",
+            **{"Retry-After": str(RETRY_AFTER_SECS)},
+        )
 
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1
