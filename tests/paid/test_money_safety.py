@@ -28,6 +28,8 @@ from .stub_service import StubService, make_token
 from .support import Market, MarketFactory, scripted_handler
 
 PAYER = "0x" + "aa" * 20
+#: the service rejects the seller's own key: settles are queued (retried without backoff)
+OWN_KEY_REJECTED = (401, {"code": "BCK.APIKEY.0004", "message": "invalid API key"})
 
 
 def redeemed(responses: list[httpx.Response]) -> int:
@@ -359,3 +361,35 @@ async def test_a_call_whose_caller_left_before_a_thread_was_free_never_runs() ->
     assert ran == ["first", "next"]
     pool.shutdown()
     pool.shutdown()  # idempotent
+
+
+# -- 7. after a restart, settles still owed are credits in flight ----------------------------
+
+
+async def test_after_a_restart_6_credits_do_not_buy_9_answers(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    stub = StubService(balance=6)
+    first = await make_stub_market(stub=stub, store_dir="seller")
+    stub.faults["settle"] = OWN_KEY_REJECTED  # not the payer's fault: answers delivered, queued
+    async with httpx.AsyncClient(timeout=30) as http:
+        before = [await paid_post(http, first.url, f"q{i}") for i in range(3)]
+        assert [r.status_code for r in before] == [200] * 3
+        assert first.endpoint.stats.settle_queue == 3
+        await asyncio.to_thread(first.handle.close)  # the seller restarts, the outage goes on
+        second = await make_stub_market(stub=stub, store_dir="seller")
+        flow = second.endpoint.flow
+        assert flow.stats.settle_queue == 3
+        assert flow.book.known("plan-1", PAYER) == (0, 3)  # owed: in flight before any read
+        after = [await paid_post(http, second.url, f"r{i}") for i in range(6)]
+    statuses = Counter(r.status_code for r in after)
+    assert statuses == {200: 3, 402: 3}  # 6 credits, 3 of them owed: 3 more answers
+    del stub.faults["settle"]
+    for _ in range(50):  # bounded
+        if not flow.stats.settle_queue:
+            break
+        await flow.core.runtime.run(flow.drain_queue())
+    assert flow.stats.settle_queue == 0 and flow.stats.settle_lost == 0
+    assert flow.stats.settle_recovered == 6  # every delivered answer paid, from the queue
+    assert stub.burned == 6 and stub.balance_of(PAYER) == 0  # conservation: 6 = 0 + 6
+    assert flow.book.known("plan-1", PAYER) == (0, 0)

@@ -558,8 +558,15 @@ class PaidFlow:
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
     async def start(self) -> int:
-        """Start retrying the settles a previous run left owed. Returns how many are owed."""
+        """Count the settles a previous run left owed as in flight for their payers (until
+        they settle or are given up: those credits are not for sale again) and start retrying
+        them. Returns how many are owed."""
         owed = await self.queue.entries()
+        for entry in owed:
+            if entry.payer and entry.request_id not in self._deferred:
+                self._deferred[entry.request_id] = await self.book.restore(
+                    entry.plan_id, entry.payer, entry.amount, entry.request_id
+                )
         self.stats.settle_queue = len(owed)
         if owed:
             self.kick_queue()
