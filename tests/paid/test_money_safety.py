@@ -25,7 +25,13 @@ from svc_gateway.pricing import crypto_price, expirable_credits
 
 from .conftest import StubMarketFactory
 from .stub_service import StubService, make_token
-from .support import Market, MarketFactory, scripted_handler
+from .support import (
+    Market,
+    MarketFactory,
+    answer_lost_500,
+    refuse_500,
+    scripted_handler,
+)
 
 PAYER = "0x" + "aa" * 20
 #: the service rejects the seller's own key: settles are queued (retried without backoff)
@@ -393,3 +399,34 @@ async def test_after_a_restart_6_credits_do_not_buy_9_answers(
     assert flow.stats.settle_recovered == 6  # every delivered answer paid, from the queue
     assert stub.burned == 6 and stub.balance_of(PAYER) == 0  # conservation: 6 = 0 + 6
     assert flow.book.known("plan-1", PAYER) == (0, 0)
+
+
+# -- 8. a queued settle is retried with its original agentRequestId --------------------------
+
+
+async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charged_once(
+    make_market: MarketFactory, http: httpx.AsyncClient
+) -> None:
+    market = await make_market(faults=True)  # 10 credits, 2 per request, the real sandbox
+    flow = market.endpoint.flow
+    flow.settle_backoff = (0.0, 0.0)
+    await market.order()
+    assert market.transport is not None
+    # the first settle burns but its answer is lost; the in-flow retries find the service down
+    market.transport.faults["x402/settle"] = [answer_lost_500, refuse_500, refuse_500]
+    token = await market.token()
+    response = await http.post(
+        market.endpoint.url, json={"prompt": "pay once"}, headers={"payment-signature": token}
+    )
+    assert response.status_code == 200 and "payment-response" not in response.headers
+    assert flow.stats.settle_queue == 1 and await market.balance() == 8  # burned once already
+    (owed,) = flow.queue.queue.entries()
+    assert await flow.core.runtime.run(flow.drain_queue()) == 1
+    assert market.transport.calls["x402/settle"] == 4
+    receipt = flow.stats.receipts[-1]
+    assert receipt["creditsRedeemed"] == "2" and receipt["remainingBalance"] == "8"
+    balance = await market.balance()
+    assert balance == 8  # the v2 token was charged once for its one answer
+    assert flow.stats.settle_recovered == 1 and flow.stats.settle_queue == 0
+    assert owed.request_id not in flow.queue.queue
+    assert balance + int(receipt["creditsRedeemed"]) == 10  # conservation
