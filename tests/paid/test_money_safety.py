@@ -16,11 +16,12 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.client import ServiceClient
-from svc_gateway.config import PluginConfig
+from svc_gateway.config import ConfigError, PluginConfig
 from svc_gateway.embedded import DEMO_TOKEN
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.paid.handlers import SyncHandlerPool, default_handler
+from svc_gateway.paid.settle_journal import SettleJournal
 from svc_gateway.pricing import crypto_price, expirable_credits
 
 from .conftest import StubMarketFactory
@@ -238,7 +239,7 @@ async def test_a_client_gone_while_settling_leaves_the_settle_owed_and_paid_once
             )
         await until(lambda: flow.stats.settle_deferred == 1)
         assert flow.stats.settle_queue == 1
-        (owed,) = flow.queue.queue.entries()
+        (owed,) = await flow.queue.entries()
         market.stub.release.set()  # the settle the cancelled request sent lands now
         market.stub.hang_calls.clear()
         assert await flow.core.runtime.run(flow.drain_queue()) == 1
@@ -420,7 +421,7 @@ async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charge
     )
     assert response.status_code == 200 and "payment-response" not in response.headers
     assert flow.stats.settle_queue == 1 and await market.balance() == 8  # burned once already
-    (owed,) = flow.queue.queue.entries()
+    (owed,) = await flow.queue.entries()
     assert await flow.core.runtime.run(flow.drain_queue()) == 1
     assert market.transport.calls["x402/settle"] == 4
     receipt = flow.stats.receipts[-1]
@@ -428,5 +429,17 @@ async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charge
     balance = await market.balance()
     assert balance == 8  # the v2 token was charged once for its one answer
     assert flow.stats.settle_recovered == 1 and flow.stats.settle_queue == 0
-    assert owed.request_id not in flow.queue.queue
+    assert owed.request_id not in flow.queue
     assert balance + int(receipt["creditsRedeemed"]) == 10  # conservation
+
+
+# -- the settle journal is the flow's store: one endpoint per queue file ---------------------
+
+
+async def test_a_second_endpoint_on_the_same_queue_file_refuses_to_start(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    first = await make_stub_market(store_dir="one-dir")
+    assert isinstance(first.endpoint.flow.queue, SettleJournal)
+    with pytest.raises(ConfigError, match="already in use by process"):
+        await make_stub_market(stub=first.stub, store_dir="one-dir")
