@@ -1,9 +1,10 @@
 """One paid request, as the state table of SPEC.md ("States and transitions") draws it.
 
 received → (no token | verify invalid | too few credits) → 402 with the envelope · (verify
-valid, credits admitted) → verified → handler non-2xx, exception or timeout → no settle, no
-charge · handler 2xx → settle (retried on its ``agentRequestId``, which makes it idempotent) →
-receipt in ``payment-response``.
+valid, credits admitted) → verified → handler non-2xx, exception or timeout, or its client
+gone → no settle, no charge · handler 2xx → settle (retried on its ``agentRequestId``, which
+makes it idempotent) → receipt in ``payment-response``. The admission is closed on every path,
+a cancelled request included.
 
 When settle fails:
 
@@ -36,6 +37,7 @@ import enum
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,13 +45,22 @@ from typing import Any
 from .. import errors
 from ..core import PluginCore
 from ..encoding import b64_json, decode_access_token, to_int, token_authorization
-from ..models import PaymentRequirement, SettleResult
+from ..models import PaymentRequirement, SettleResult, VerifyResult
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
-from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
+from .handlers import (
+    AgentHandler,
+    Answer,
+    CreditsFn,
+    HandlerError,
+    SyncHandlerPool,
+    call_maybe_async,
+    run_handler,
+)
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
-from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
-from .state import AdmissionBook, LocalSettleStore, SettleStore
+from .settle_journal import SettleJournal
+from .settle_queue import QUEUE_FILE, PendingSettle
+from .state import AdmissionBook, SettleStore
 
 log = get_logger("svc_gateway.paid")
 
@@ -81,6 +92,7 @@ GUIDANCE = (
 class PaidStats:
     """Counters the builder can read (the demo checks its receipts against the subscriber's).
 
+    ``abandoned``: answers ready after their client went away (not settled, not charged);
     ``settle_deferred``: answers delivered while settle could not reach the service (queued);
     ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
     delivered that will never be paid (the service refused the settle for a reason that is not
@@ -91,6 +103,7 @@ class PaidStats:
     unavailable: int = 0
     handler_failures: int = 0
     handler_timeouts: int = 0
+    abandoned: int = 0
     settled: int = 0
     credits_settled: int = 0
     settle_failures: int = 0
@@ -142,6 +155,16 @@ def token_payer(token: str) -> str | None:
     return payer if isinstance(payer, str) and payer else None
 
 
+def verified_balance(verdict: VerifyResult) -> int | None:
+    """``agentRequest.balance.balance`` of a verify answer (WIRE.md §4), when it reads."""
+    balance = (verdict.agent_request or {}).get("balance")
+    value = balance.get("balance") if isinstance(balance, dict) else None
+    try:
+        return int(value) if isinstance(value, int | str) and not isinstance(value, bool) else None
+    except ValueError:
+        return None
+
+
 def classify_settle_error(exc: BaseException) -> Settled | None:
     """What a settle exception means; ``None``: transient, worth another attempt."""
     if isinstance(exc, errors.PaymentRequired) or (
@@ -185,10 +208,12 @@ class PaidFlow:
         self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
         self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
-        self.queue: SettleStore = (
-            queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
-        )
+        #: the settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
+        #: the default one, the journal beside the credentials (it takes a lock: blocking I/O)
+        self.queue: SettleStore | None = queue
+        self._opening = asyncio.Lock()
         self._deferred: dict[str, Admission] = {}
+        self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
         self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
         self._drainer: asyncio.Task[None] | None = None
@@ -217,8 +242,16 @@ class PaidFlow:
 
     # -- the state machine ---------------------------------------------------------------------
 
-    async def serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        """Answer one well-formed request (the HTTP layer has checked method, size, JSON)."""
+    async def serve(
+        self,
+        prompt: str,
+        token: str | None,
+        url: str,
+        connected: Callable[[], bool] | None = None,
+    ) -> Answer:
+        """Answer one well-formed request (the HTTP layer has checked method, size, JSON).
+        ``connected`` says whether the client is still there to receive the answer; asked just
+        before settling (a client gone is never charged for an answer it cannot receive)."""
         if self._in_flight >= self.max_in_flight:
             self.stats.unavailable += 1
             return error_answer(
@@ -230,11 +263,13 @@ class PaidFlow:
         self._in_flight += 1
         self.stats.requests += 1
         try:
-            return await self._serve(prompt, token, url)
+            return await self._serve(prompt, token, url, connected)
         finally:
             self._in_flight -= 1
 
-    async def _serve(self, prompt: str, token: str | None, url: str) -> Answer:
+    async def _serve(
+        self, prompt: str, token: str | None, url: str, connected: Callable[[], bool] | None
+    ) -> Answer:
         plan_id = self.plan_id()
         if plan_id is None:
             self.stats.unavailable += 1
@@ -244,6 +279,8 @@ class PaidFlow:
                 "This agent is not selling yet: no plan is configured (its operator sets planId "
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
+        if self.handler_pool.stuck:
+            return self._stuck()
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
@@ -254,7 +291,7 @@ class PaidFlow:
             return self._outage(None, "verify a payment in time")
         if isinstance(admitted, Answer):
             return admitted
-        return await self._work(admitted, prompt)
+        return await self._work(admitted, prompt, connected)
 
     async def _admit(
         self, plan_id: str, prompt: str, token: str | None, url: str
@@ -290,7 +327,7 @@ class PaidFlow:
         admission: Admission | None = None
         if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
-                claim = await self.book.admit(plan_id, payer, amount)
+                claim = await self.book.admit(plan_id, payer, amount, verified_balance(verdict))
             except OUTAGE_ERRORS as exc:
                 return self._outage(exc, "read the payer's balance")
             except errors.ServiceError as exc:
@@ -302,7 +339,9 @@ class PaidFlow:
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
-    async def _work(self, call: PaidCall, prompt: str) -> Answer:
+    async def _work(
+        self, call: PaidCall, prompt: str, connected: Callable[[], bool] | None = None
+    ) -> Answer:
         """verified → work done / work failed → settled / unsettled. The admission is closed on
         every path: by the settle's outcome once settling starts, else released here (also when
         the request is cancelled: a client gone, a host that cancels its handlers)."""
@@ -311,6 +350,8 @@ class PaidFlow:
             answer = await self._handle(prompt)
             if not answer.ok:
                 return answer
+            if connected is not None and not connected():
+                return self._abandoned(call)
             settling = True
             outcome = await self._settle(call)
         finally:
@@ -330,7 +371,7 @@ class PaidFlow:
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
             async with deadline:
-                answer = await run_handler(self.handler, prompt)
+                answer = await run_handler(self.handler, prompt, self.handler_pool)
         except (Exception, asyncio.CancelledError) as exc:
             task = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
@@ -358,6 +399,19 @@ class PaidFlow:
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
         return answer
+
+    def _abandoned(self, call: PaidCall) -> Answer:
+        """The client left before its answer was ready: nothing delivered, nothing settled."""
+        self.stats.abandoned += 1
+        log.info(
+            "the client of agentRequestId %s (payer %s) went away before the answer was ready; "
+            "not settled, not charged",
+            call.request_id,
+            call.payer or "unknown",
+        )
+        return error_answer(
+            499, "Client Closed Request", "The client went away; nothing was charged."
+        )
 
     async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
@@ -465,7 +519,8 @@ class PaidFlow:
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
             self.stats.settle_deferred += 1
-            dropped = await self.queue.add(
+            store = await self._store()
+            dropped = await store.add(
                 PendingSettle(
                     request_id=call.request_id,
                     plan_id=plan_id,
@@ -482,7 +537,7 @@ class PaidFlow:
                 admission = self._deferred.pop(request_id, None)
                 if admission is not None:
                     await self.book.release(admission)
-            self.stats.settle_queue = await self.queue.count()
+            self.stats.settle_queue = await store.count()
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",
@@ -515,16 +570,34 @@ class PaidFlow:
             drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
+    async def _store(self) -> SettleStore:
+        """The settle store, opened on first use (a second endpoint on the same file refuses
+        to start: :class:`SettleQueueLocked`)."""
+        if self.queue is None:
+            async with self._opening:
+                if self.queue is None:
+                    self.queue = await SettleJournal.open(default_queue_path(self.core))
+        return self.queue
+
     async def start(self) -> int:
-        """Start retrying the settles a previous run left owed. Returns how many are owed."""
-        owed = await self.queue.entries()
+        """Count the settles a previous run left owed as in flight for their payers (until
+        they settle or are given up: those credits are not for sale again) and start retrying
+        them. Returns how many are owed."""
+        store = await self._store()
+        owed = await store.entries()
+        for entry in owed:
+            if entry.payer and entry.request_id not in self._deferred:
+                self._deferred[entry.request_id] = await self.book.restore(
+                    entry.plan_id, entry.payer, entry.amount, entry.request_id
+                )
         self.stats.settle_queue = len(owed)
         if owed:
             self.kick_queue()
         return len(owed)
 
     async def _drain_loop(self, delay: float) -> None:
-        while await self.queue.count():
+        store = await self._store()
+        while await store.count():
             if delay > 0:
                 await asyncio.sleep(delay)
             await self.drain_queue()
@@ -535,13 +608,12 @@ class PaidFlow:
         first outage. Returns how many were settled."""
         if self._draining:
             return 0
+        store = await self._store()
         self._draining = True
         done = 0
         seen: set[str] = set()
         try:
-            while batch := [
-                e for e in await self.queue.claim(DRAIN_BATCH) if e.request_id not in seen
-            ]:
+            while batch := [e for e in await store.claim(DRAIN_BATCH) if e.request_id not in seen]:
                 for entry in batch:
                     seen.add(entry.request_id)
                     outcome = await self._retry_queued(entry)
@@ -550,7 +622,7 @@ class PaidFlow:
                     done += outcome
         finally:
             self._draining = False
-            self.stats.settle_queue = await self.queue.count()
+            self.stats.settle_queue = await store.count()
         return done
 
     async def _retry_queued(self, entry: PendingSettle) -> int | None:
@@ -581,7 +653,8 @@ class PaidFlow:
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
-        await self.queue.remove(entry.request_id)
+        store = await self._store()
+        await store.remove(entry.request_id)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
             entry.request_id,
@@ -595,7 +668,8 @@ class PaidFlow:
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
             await self.book.release(admission)
-        await self.queue.remove(entry.request_id)
+        store = await self._store()
+        await store.remove(entry.request_id)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
             "was delivered without payment",
@@ -612,7 +686,9 @@ class PaidFlow:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
-        await self.queue.aclose()
+        self.handler_pool.shutdown()
+        if self.queue is not None:
+            await self.queue.aclose()
         await self.book.aclose()
 
     # -- refusals ------------------------------------------------------------------------------
@@ -631,6 +707,23 @@ class PaidFlow:
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
         return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+
+    def _stuck(self) -> Answer:
+        """Every thread of the sync handler still runs a request that timed out: new work
+        would only wait for a 504. Refused before verify, so nothing is charged."""
+        self.stats.unavailable += 1
+        log.warning(
+            "all %d threads of the agent handler are still running requests that timed out; "
+            "new requests get 503 until one returns",
+            self.handler_pool.workers,
+        )
+        return error_answer(
+            503,
+            "Service Unavailable",
+            "The agent is overloaded (its earlier requests are still running); nothing was "
+            f"charged. Retry in {RETRY_AFTER_SECS} s.",
+            **{"Retry-After": str(RETRY_AFTER_SECS)},
+        )
 
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1
