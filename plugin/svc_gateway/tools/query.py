@@ -270,7 +270,7 @@ async def _balance_after(
     if before is not None and balance > before:
         warnings.append(
             f"Your balance went from {before} to {balance} credits during this request: the "
-            "token's delegation bought the plan again (automatic top-up), charged to the "
+            "token's delegation bought the plan (automatic top-up), charged to the "
             "delegation within its spending limit (defaultSpendingLimitCents)."
         )
     receipt = result.get("receipt") or {}
