@@ -406,6 +406,22 @@ async def post_prompt(http: httpx.AsyncClient, url: str, prompt: str, token: str
         return AgentReply(response.status_code, headers, body, truncated)
 
 
+async def post_prompt_once_more(
+    http: httpx.AsyncClient, url: str, prompt: str, token: str, version: int
+) -> AgentReply:
+    """:func:`post_prompt`; when the connection drops with a single-use (v3) token, once more
+    with the same token: a seller that settled it replays the answer it paid for (issue 18)."""
+    import httpx
+
+    try:
+        return await post_prompt(http, url, prompt, token)
+    except httpx.TransportError:
+        if version < 3:
+            raise
+        log.info("the agent's answer was lost in transit; asking once more with the same token")
+        return await post_prompt(http, url, prompt, token)
+
+
 def _token_version(token: str) -> int:
     """3 when the token carries a one-time nonce (WIRE.md §3.1), else 2."""
     nonce = token_authorization(decode_access_token(token) or {}).get("nonce")
@@ -464,7 +480,7 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
         version = _token_version(token)
         try:
             async with asyncio.timeout(deadline):
-                reply = await post_prompt(http, p.agent_url, p.prompt, token)
+                reply = await post_prompt_once_more(http, p.agent_url, p.prompt, token, version)
         except TimeoutError:
             raise ToolFailure(
                 "agent_timeout",
