@@ -198,7 +198,7 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     middleware = app[PAYMENTS]
     try:
-        assert middleware.stats.settle_queue == 1 and stub.calls["settle"] == 0
+        assert stub.calls["settle"] == 0  # nothing retried before the app serves
         async with httpx.AsyncClient() as http:
             url = f"http://127.0.0.1:{runner.addresses[0][1]}/ask"
             assert (await http.post(url, json={})).status_code == 402

@@ -1,9 +1,10 @@
 """One paid request, as the state table of SPEC.md ("States and transitions") draws it.
 
 received → (no token | verify invalid | too few credits) → 402 with the envelope · (verify
-valid, credits admitted) → verified → handler non-2xx, exception or timeout → no settle, no
-charge · handler 2xx → settle (retried on its ``agentRequestId``, which makes it idempotent) →
-receipt in ``payment-response``.
+valid, credits admitted) → verified → handler non-2xx, exception or timeout, or its client
+gone → no settle, no charge · handler 2xx → settle (retried on its ``agentRequestId``, which
+makes it idempotent) → receipt in ``payment-response``. The admission is closed on every path,
+a cancelled request included.
 
 When settle fails:
 
@@ -17,7 +18,8 @@ When settle fails:
   logged; retrying cannot change it.
 
 Exact billing (:mod:`.billing`): verify reserves nothing, so the endpoint admits a request only
-when the payer's known balance covers the credits already in flight plus this one.
+when the payer's known balance covers the credits already in flight plus this one. A time plan
+is not metered (verify checks the access window; settle burns nothing).
 
 Deadlines: the service calls before the handler (plan, balance, verify) share one budget
 (``paidBudgetSecs``, over it 503), the handler has its own (``handlerTimeoutSecs``, over it
@@ -36,6 +38,7 @@ import functools
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,11 +49,20 @@ from ..encoding import b64_json, decode_access_token, decode_b64_json, to_int, t
 from ..models import PaymentRequirement, SettleResult
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
-from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
+from .handlers import (
+    AgentHandler,
+    Answer,
+    CreditsFn,
+    HandlerError,
+    SyncHandlerPool,
+    call_maybe_async,
+    run_handler,
+)
 from .outcome import Outcome, PaidOutcome, PaidRequest
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 from .replay import Paid, ReplayCache, digest
 from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .state import AdmissionBook, LocalSettleStore, SettleStore
 from .tracing import NullTrace, abbreviate, start_trace
 
 log = get_logger("svc_gateway.paid")
@@ -69,6 +81,8 @@ ENVELOPES_KEPT = 64
 RETRY_AFTER_SECS = 5
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
+#: queued settles claimed from the store at a time while draining
+DRAIN_BATCH = 100
 REPLAYED_TOKEN = "BCK.X402.0059"
 #: the paid endpoint's route name (replay key)
 ENDPOINT_ROUTE = "endpoint"
@@ -85,6 +99,7 @@ GUIDANCE = (
 class PaidStats:
     """Counters the builder can read (the demo checks its receipts against the subscriber's).
 
+    ``abandoned``: answers ready after their client went away (not settled, not charged);
     ``settle_deferred``: answers delivered while settle could not reach the service (queued);
     ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
     delivered that will never be paid (the service refused the settle for a reason that is not
@@ -95,6 +110,7 @@ class PaidStats:
     unavailable: int = 0
     handler_failures: int = 0
     handler_timeouts: int = 0
+    abandoned: int = 0
     settled: int = 0
     credits_settled: int = 0
     settle_failures: int = 0
@@ -103,7 +119,6 @@ class PaidStats:
     settle_recovered: int = 0
     settle_lost: int = 0
     settle_queue: int = 0
-    abandoned: int = 0
     replayed: int = 0
     receipts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIPTS_KEPT))
 
@@ -176,7 +191,8 @@ class PaidFlow:
         facts: PlanFactsCache | None = None,
         settle_backoff: tuple[float, ...] = SETTLE_BACKOFF_SECS,
         max_in_flight: int = MAX_IN_FLIGHT,
-        queue: SettleQueue | None = None,
+        queue: SettleStore | None = None,
+        book: AdmissionBook | None = None,
         queue_retry_secs: float = QUEUE_RETRY_SECS,
     ) -> None:
         self.core = core
@@ -189,10 +205,12 @@ class PaidFlow:
         self.max_in_flight = max_in_flight
         self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
-        self.book = CreditBook(self._read_balance)
-        self.queue = queue if queue is not None else SettleQueue(default_queue_path(core))
-        self.stats.settle_queue = len(self.queue)
+        self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
+        self.queue: SettleStore = (
+            queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
+        )
         self._deferred: dict[str, Admission] = {}
+        self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
         self._envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
         self.replays = ReplayCache()
@@ -222,16 +240,25 @@ class PaidFlow:
 
     # -- the state machine ---------------------------------------------------------------------
 
-    async def serve(self, prompt: str, token: str | None, url: str) -> Answer:
+    async def serve(
+        self,
+        prompt: str,
+        token: str | None,
+        url: str,
+        connected: Callable[[], bool] | None = None,
+    ) -> Answer:
         """The paid endpoint's entry: one well-formed ``{"prompt"}`` request (the HTTP layer
-        has checked method, size, JSON), sold through :meth:`handle`."""
+        has checked method, size, JSON), sold through :meth:`handle`. ``connected`` says whether
+        the client is still there to receive the answer; asked just before settling (a client
+        gone is never charged for an answer it cannot receive)."""
         request = PaidRequest(
             token=token,
             url=url,
-            work=functools.partial(run_handler, self.handler, prompt),
+            work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
             credits=functools.partial(self._price, {"prompt": prompt}),
             route=ENDPOINT_ROUTE,
             body_digest=digest(prompt),
+            connected=connected,
         )
         return (await self.handle(request)).answer
 
@@ -272,6 +299,8 @@ class PaidFlow:
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
             return PaidOutcome(Outcome.UNAVAILABLE, answer, "no plan")
+        if self.handler_pool.stuck:
+            return PaidOutcome(Outcome.UNAVAILABLE, self._stuck(), "handler threads stuck")
         trace.set(plan_id=plan_id)
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
@@ -338,7 +367,7 @@ class PaidFlow:
             payer = verdict.payer or token_payer(token)
             trace.set(payer=payer)
         admission: Admission | None = None
-        if payer:
+        if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
                 claim = await self.book.admit(plan_id, payer, amount)
             except OUTAGE_ERRORS as exc:
@@ -353,57 +382,32 @@ class PaidFlow:
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
     async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
-        """verified → work done / work failed → settled / unsettled."""
-        deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
+        """verified → work done / work failed → settled / unsettled. The admission is closed on
+        every path: by the settle's outcome once settling starts, else released here (also when
+        the request is cancelled: a client gone, a host that cancels its handlers)."""
+        settling = False
         try:
-            async with deadline:
-                answer = await request.work()
-        except Exception as exc:
-            self._release(call)
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                self.stats.handler_timeouts += 1
-                log.warning(
-                    "agent handler took longer than %g s; answered 504, not charged",
-                    self.core.config.handler_timeout_secs,
-                )
-                failed = error_answer(
-                    504,
-                    "Gateway Timeout",
-                    "The agent did not answer in time; nothing was charged.",
-                )
-                return PaidOutcome(Outcome.WORK_FAILED, failed, "timeout")
-            self.stats.handler_failures += 1
-            if isinstance(exc, HandlerError):
-                log.error("agent handler answer unusable: %s; not charged", exc)
-            else:
-                log.exception("agent handler raised %s; not charged", type(exc).__name__)
-            failed = error_answer(
-                500, "Internal Server Error", "The agent failed to answer; nothing was charged."
-            )
-            return PaidOutcome(Outcome.WORK_FAILED, failed, type(exc).__name__)
-        if not answer.ok:
-            self._release(call)
-            self.stats.handler_failures += 1
-            log.info("agent handler answered %s; not settled, not charged", answer.status)
-            return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
-        if request.connected is not None and not request.connected():
-            self._release(call)
-            self.stats.abandoned += 1
-            log.info("the client left before its answer was ready; not settled, not charged")
-            gone = error_answer(499, "Client Closed Request", "Nothing was charged.")
-            return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
-        with trace.settlement():
-            outcome = await self._settle(call)
-            if outcome.kind is Settled.PAID:
-                assert outcome.receipt is not None
-                receipt = outcome.receipt
-                trace.set(
-                    credits_redeemed=to_int(receipt["creditsRedeemed"]),
-                    balance_after=to_int(receipt["remainingBalance"]),
-                    transaction=str(receipt["transaction"]),
-                )
-            else:
-                trace.fail(outcome.reason or outcome.kind.value, parent=False)
+            answer = await self._run_work(request)
+            if not answer.ok:
+                return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
+            if request.connected is not None and not request.connected():
+                gone = self._abandoned(call)
+                return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
+            settling = True
+            with trace.settlement():
+                outcome = await self._settle(call)
+                if outcome.kind is Settled.PAID:
+                    assert outcome.receipt is not None
+                    trace.set(
+                        credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
+                        balance_after=to_int(outcome.receipt["remainingBalance"]),
+                        transaction=str(outcome.receipt["transaction"]),
+                    )
+                else:
+                    trace.fail(outcome.reason or outcome.kind.value, parent=False)
+        finally:
+            if not settling:
+                await asyncio.shield(self._release(call))
         if outcome.kind is Settled.PAID:
             assert outcome.receipt is not None
             receipt_header = ("payment-response", b64_json(outcome.receipt))
@@ -414,6 +418,54 @@ class PaidFlow:
         if outcome.kind is Settled.REFUSED:
             return self._refuse_settle(call, outcome.reason)
         return PaidOutcome(Outcome.DEFERRED, answer, outcome.reason, result=answer)
+
+    async def _run_work(self, request: PaidRequest) -> Answer:
+        """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
+        its failure gets. A cancellation from outside (the request is gone) propagates."""
+        deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
+        try:
+            async with deadline:
+                answer = await request.work()
+        except (Exception, asyncio.CancelledError) as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # cancelled from outside, not a handler's own CancelledError
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                self.stats.handler_timeouts += 1
+                log.warning(
+                    "agent handler took longer than %g s; answered 504, not charged",
+                    self.core.config.handler_timeout_secs,
+                )
+                return error_answer(
+                    504,
+                    "Gateway Timeout",
+                    "The agent did not answer in time; nothing was charged.",
+                )
+            self.stats.handler_failures += 1
+            if isinstance(exc, HandlerError):
+                log.error("agent handler answer unusable: %s; not charged", exc)
+            else:
+                log.error("agent handler raised %s; not charged", type(exc).__name__, exc_info=exc)
+            return error_answer(
+                500, "Internal Server Error", "The agent failed to answer; nothing was charged."
+            )
+        if not answer.ok:
+            self.stats.handler_failures += 1
+            log.info("agent handler answered %s; not settled, not charged", answer.status)
+        return answer
+
+    def _abandoned(self, call: PaidCall) -> Answer:
+        """The client left before its answer was ready: nothing delivered, nothing settled."""
+        self.stats.abandoned += 1
+        log.info(
+            "the client of agentRequestId %s (payer %s) went away before the answer was ready; "
+            "not settled, not charged",
+            call.request_id,
+            call.payer or "unknown",
+        )
+        return error_answer(
+            499, "Client Closed Request", "The client went away; nothing was charged."
+        )
 
     def _replay(self, paid: Paid) -> PaidOutcome:
         """A retry of the request this single-use token already paid for: the same answer,
@@ -449,9 +501,9 @@ class PaidFlow:
             return credits
         return await credits()
 
-    def _release(self, call: PaidCall) -> None:
+    async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
-            self.book.release(call.admission)
+            await self.book.release(call.admission)
 
     def _envelope(
         self,
@@ -495,7 +547,13 @@ class PaidFlow:
             if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
-        self._record(call, outcome)
+        except asyncio.CancelledError:
+            # the request was cancelled with the settle sent: it may have burned, so it is
+            # owed like an outage's (queued, retried on its agentRequestId)
+            gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
+            await asyncio.shield(self._record(call, gone))
+            raise
+        await self._record(call, outcome)
         return outcome
 
     async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
@@ -527,7 +585,7 @@ class PaidFlow:
                 await asyncio.sleep(self.settle_backoff[attempt - 1])
         return SettleOutcome(Settled.DEFERRED, reason)
 
-    def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
+    async def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
         plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
         payer = call.payer or "unknown"
         if outcome.kind is Settled.PAID:
@@ -537,8 +595,8 @@ class PaidFlow:
             self.stats.credits_settled += redeemed
             self.stats.receipts.append(outcome.receipt)
             if call.admission is not None:
-                self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
-            if len(self.queue):
+                await self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
+            if self.stats.settle_queue:
                 self.kick_queue()  # the service is answering again
             return
         self.stats.settle_failures += 1
@@ -546,9 +604,9 @@ class PaidFlow:
             self.stats.settle_refused += 1
             if call.admission is not None:
                 if REPLAYED_TOKEN in outcome.reason:
-                    self.book.release(call.admission)
+                    await self.book.release(call.admission)
                 else:
-                    self.book.refused(call.admission)
+                    await self.book.refused(call.admission)
             log.warning(
                 "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
                 "402",
@@ -560,7 +618,7 @@ class PaidFlow:
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
             self.stats.settle_deferred += 1
-            self.queue.add(
+            dropped = await self.queue.add(
                 PendingSettle(
                     request_id=call.request_id,
                     plan_id=plan_id,
@@ -571,11 +629,13 @@ class PaidFlow:
                     queued_at=time.time(),
                 )
             )
-            self.stats.settle_queue = len(self.queue)
             if call.admission is not None:  # still owed: keep the credits claimed
                 self._deferred[call.request_id] = call.admission
-            for dropped in [r for r in self._deferred if r not in self.queue]:
-                self.book.release(self._deferred.pop(dropped))  # a full queue dropped it
+            for request_id in dropped or ():  # a full queue dropped it: it will not be paid
+                admission = self._deferred.pop(request_id, None)
+                if admission is not None:
+                    await self.book.release(admission)
+            self.stats.settle_queue = await self.queue.count()
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",
@@ -587,7 +647,7 @@ class PaidFlow:
             self.kick_queue(delay=self.queue_retry_secs)
             return
         self.stats.settle_lost += 1
-        self._release(call)
+        await self._release(call)
         log.error(
             "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
             "delivered without payment",
@@ -608,29 +668,42 @@ class PaidFlow:
             drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
+    async def start(self) -> int:
+        """Start retrying the settles a previous run left owed. Returns how many are owed."""
+        owed = await self.queue.entries()
+        self.stats.settle_queue = len(owed)
+        if owed:
+            self.kick_queue()
+        return len(owed)
+
     async def _drain_loop(self, delay: float) -> None:
-        while len(self.queue):
+        while await self.queue.count():
             if delay > 0:
                 await asyncio.sleep(delay)
             await self.drain_queue()
             delay = self.queue_retry_secs
 
     async def drain_queue(self) -> int:
-        """Retry every queued settle once, in order; stop at the first outage. Returns how
-        many were settled."""
+        """Retry each queued settle this process may claim once, oldest first; stop at the
+        first outage. Returns how many were settled."""
         if self._draining:
             return 0
         self._draining = True
         done = 0
+        seen: set[str] = set()
         try:
-            for entry in self.queue.entries():
-                outcome = await self._retry_queued(entry)
-                if outcome is None:
-                    break
-                done += outcome
+            while batch := [
+                e for e in await self.queue.claim(DRAIN_BATCH) if e.request_id not in seen
+            ]:
+                for entry in batch:
+                    seen.add(entry.request_id)
+                    outcome = await self._retry_queued(entry)
+                    if outcome is None:
+                        return done
+                    done += outcome
         finally:
             self._draining = False
-            self.stats.settle_queue = len(self.queue)
+            self.stats.settle_queue = await self.queue.count()
         return done
 
     async def _retry_queued(self, entry: PendingSettle) -> int | None:
@@ -638,7 +711,7 @@ class PaidFlow:
         try:
             envelope = PaymentRequirement.model_validate(entry.envelope)
         except ValueError as exc:  # an unreadable entry: keeping it would block the queue
-            return self._give_up(entry, type(exc).__name__)
+            return await self._give_up(entry, type(exc).__name__)
         try:
             async with asyncio.timeout(self.core.config.paid_budget_secs):
                 client = self.core.client()
@@ -647,11 +720,11 @@ class PaidFlow:
             kind = classify_settle_error(exc)
             if kind is None or kind is Settled.DEFERRED:
                 return None
-            return self._give_up(entry, f"{exc.code}: {exc.message}")
+            return await self._give_up(entry, f"{exc.code}: {exc.message}")
         except Exception:  # a timeout, a closed client: try again later
             return None
         if not result.success:
-            return self._give_up(entry, result.error_reason or "success: false")
+            return await self._give_up(entry, result.error_reason or "success: false")
         receipt = result.receipt()
         redeemed = to_int(receipt["creditsRedeemed"])
         self.stats.settled += 1
@@ -660,8 +733,8 @@ class PaidFlow:
         self.stats.receipts.append(receipt)
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
-            self.book.settled(admission, redeemed, result.remaining_balance)
-        self.queue.remove(entry.request_id)
+            await self.book.settled(admission, redeemed, result.remaining_balance)
+        await self.queue.remove(entry.request_id)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
             entry.request_id,
@@ -670,12 +743,12 @@ class PaidFlow:
         )
         return 1
 
-    def _give_up(self, entry: PendingSettle, reason: str) -> int:
+    async def _give_up(self, entry: PendingSettle, reason: str) -> int:
         self.stats.settle_lost += 1
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
-            self.book.release(admission)
-        self.queue.remove(entry.request_id)
+            await self.book.release(admission)
+        await self.queue.remove(entry.request_id)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
             "was delivered without payment",
@@ -692,6 +765,9 @@ class PaidFlow:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
+        self.handler_pool.shutdown()
+        await self.queue.aclose()
+        await self.book.aclose()
 
     # -- refusals ------------------------------------------------------------------------------
 
@@ -721,6 +797,23 @@ class PaidFlow:
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
         return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+
+    def _stuck(self) -> Answer:
+        """Every thread of the sync handler still runs a request that timed out: new work
+        would only wait for a 504. Refused before verify, so nothing is charged."""
+        self.stats.unavailable += 1
+        log.warning(
+            "all %d threads of the agent handler are still running requests that timed out; "
+            "new requests get 503 until one returns",
+            self.handler_pool.workers,
+        )
+        return error_answer(
+            503,
+            "Service Unavailable",
+            "The agent is overloaded (its earlier requests are still running); nothing was "
+            f"charged. Retry in {RETRY_AFTER_SECS} s.",
+            **{"Retry-After": str(RETRY_AFTER_SECS)},
+        )
 
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1

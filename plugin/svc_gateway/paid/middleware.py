@@ -28,7 +28,7 @@ from ..redact import get_logger, install
 from ..runtime import PluginRuntime
 from .flow import PaidFlow, PaidStats
 from .handlers import Answer, HandlerError, to_answer
-from .http import to_response
+from .http import _connected, to_response
 from .outcome import PaidOutcome, PaidRequest
 from .replay import digest
 from .routes import Route, RouteConfig, RouteMap
@@ -101,8 +101,9 @@ class PaymentMiddleware:
             return await handler(request)
         if not self._started:
             self._started = True
-            if len(self.flow.queue):  # settles a previous run could not finish
-                self.flow.kick_queue()
+            owed = await self.flow.start()  # settles a previous run could not finish
+            if owed:
+                log.warning("%d paid request(s) of a previous run are not settled yet", owed)
         outcome = await self.sell(request, handler, route)
         return to_response(outcome.answer)
 
@@ -155,11 +156,6 @@ def _price(config: RouteConfig, request: web.Request) -> Callable[[], Awaitable[
         return await config.price(request)
 
     return price
-
-
-def _connected(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is not None and not transport.is_closing()
 
 
 def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:
