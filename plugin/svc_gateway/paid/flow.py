@@ -26,17 +26,20 @@ Deadlines: the service calls before the handler (plan, balance, verify) share on
 504, not charged), and settling has the budget again (over it: queued, as an outage).
 
 Reasons the service itself cannot answer (network, 5xx, 429, our own key rejected) are the
-operator's problem, not the payer's: they answer 503/502, never 402. Runs on the plugin loop.
+operator's problem, not the payer's: they answer 503/502, never 402.
+
+Every way to sell enters through :meth:`PaidFlow.handle` (a :class:`~.outcome.PaidRequest` in,
+a :class:`~.outcome.PaidOutcome` out): the paid endpoint (:meth:`PaidFlow.serve`), the
+middleware's routes (:mod:`.middleware`), MCP tool calls. Settling and the owed settles live in
+:mod:`.settling`, the refusals in :mod:`.refusals`; both are parts of :class:`PaidFlow`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import re
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -46,7 +49,7 @@ from typing import Any
 from .. import errors
 from ..core import PluginCore
 from ..encoding import b64_json, decode_access_token, decode_b64_json, to_int, token_authorization
-from ..models import PaymentRequirement, SettleResult
+from ..models import PaymentRequirement
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
 from .handlers import (
@@ -60,10 +63,36 @@ from .handlers import (
 )
 from .outcome import Outcome, PaidOutcome, PaidRequest
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
+from .refusals import GUIDANCE, RETRY_AFTER_SECS, RefusalMixin, error_answer
 from .replay import Paid, ReplayCache, digest
-from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .settle_queue import QUEUE_FILE, SettleQueue
+from .settling import (
+    REPLAYED_TOKEN,
+    PaidCall,
+    Settled,
+    SettleMixin,
+    SettleOutcome,
+    classify_settle_error,
+)
 from .state import AdmissionBook, LocalSettleStore, SettleStore
 from .tracing import NullTrace, abbreviate, start_trace
+
+#: names other modules import from here (they moved to .settling and .refusals)
+__all__ = [
+    "GUIDANCE",
+    "MAX_TOKEN_CHARS",
+    "REPLAYED_TOKEN",
+    "RETRY_AFTER_SECS",
+    "PaidCall",
+    "PaidFlow",
+    "PaidStats",
+    "SettleOutcome",
+    "Settled",
+    "classify_settle_error",
+    "default_queue_path",
+    "error_answer",
+    "token_payer",
+]
 
 log = get_logger("svc_gateway.paid")
 
@@ -78,21 +107,12 @@ MAX_IN_FLIGHT = 256
 RECEIPTS_KEPT = 100
 #: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
 ENVELOPES_KEPT = 64
-RETRY_AFTER_SECS = 5
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
-#: queued settles claimed from the store at a time while draining
-DRAIN_BATCH = 100
-REPLAYED_TOKEN = "BCK.X402.0059"
 #: the paid endpoint's route name (replay key)
 ENDPOINT_ROUTE = "endpoint"
 #: outcomes that mark the request span failed (a settle failure marks only its own span)
 _FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
-
-GUIDANCE = (
-    "Order the plan (svc_orderPlan, or svc_orderFiatPlan for a card plan), get an access token "
-    "for it (svc_getAccessToken), and send the token in the payment-signature header."
-)
 
 
 @dataclass
@@ -123,37 +143,6 @@ class PaidStats:
     receipts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIPTS_KEPT))
 
 
-class Settled(enum.Enum):
-    PAID = "paid"  # receipt attached
-    REFUSED = "refused"  # the payer did not pay: answer withheld, 402
-    DEFERRED = "deferred"  # outage: 2xx without receipt, queued for retry
-    LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
-
-
-@dataclass(frozen=True)
-class SettleOutcome:
-    kind: Settled
-    reason: str = ""
-    receipt: dict[str, Any] | None = None
-    result: SettleResult | None = None
-
-
-@dataclass(frozen=True)
-class PaidCall:
-    """What a verified, admitted request carries to settle."""
-
-    envelope: PaymentRequirement
-    token: str
-    amount: int
-    request_id: str | None
-    payer: str | None
-    admission: Admission | None
-
-
-def error_answer(status: int, error: str, message: str, **headers: str) -> Answer:
-    return Answer.json(status, {"error": error, "message": message}, headers)
-
-
 def token_payer(token: str) -> str | None:
     """``payload.authorization.from`` of the token, when it decodes (never raises)."""
     decoded = decode_access_token(token)
@@ -163,20 +152,7 @@ def token_payer(token: str) -> str | None:
     return payer if isinstance(payer, str) and payer else None
 
 
-def classify_settle_error(exc: BaseException) -> Settled | None:
-    """What a settle exception means; ``None``: transient, worth another attempt."""
-    if isinstance(exc, errors.PaymentRequired) or (
-        isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
-    ):
-        return Settled.REFUSED
-    if isinstance(exc, errors.AuthenticationError | errors.NotLoggedIn):
-        return Settled.DEFERRED  # our own key: retried from the queue once the operator logs in
-    if isinstance(exc, errors.PermissionDenied | errors.NotFound | errors.InvalidRequest):
-        return Settled.LOST
-    return None
-
-
-class PaidFlow:
+class PaidFlow(SettleMixin, RefusalMixin):
     """Verify → admit → handler → settle for one endpoint; plan and agent ids are read per
     request."""
 
@@ -501,10 +477,6 @@ class PaidFlow:
             return credits
         return await credits()
 
-    async def _release(self, call: PaidCall) -> None:
-        if call.admission is not None:
-            await self.book.release(call.admission)
-
     def _envelope(
         self,
         facts: PlanFacts,
@@ -535,229 +507,7 @@ class PaidFlow:
             raise HandlerError("the credits function must return an int")
         return value
 
-    # -- settling ------------------------------------------------------------------------------
-
-    async def _settle(self, call: PaidCall) -> SettleOutcome:
-        """Settle within the budget; record the outcome in the stats, the book and the queue."""
-        budget = asyncio.timeout(self.core.config.paid_budget_secs)
-        try:
-            async with budget:
-                outcome = await self._settle_attempts(call)
-        except TimeoutError:
-            if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
-                raise
-            outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
-        except asyncio.CancelledError:
-            # the request was cancelled with the settle sent: it may have burned, so it is
-            # owed like an outage's (queued, retried on its agentRequestId)
-            gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
-            await asyncio.shield(self._record(call, gone))
-            raise
-        await self._record(call, outcome)
-        return outcome
-
-    async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
-        """Retries (same ``agentRequestId``) only transient failures, and only with an id:
-        without one a replay could burn twice, so then there is exactly one attempt."""
-        attempts = len(self.settle_backoff) + 1 if call.request_id else 1
-        reason = "not attempted"
-        for attempt in range(1, attempts + 1):
-            try:
-                client = self.core.client()
-                result = await client.settle(
-                    call.envelope, call.token, call.amount, call.request_id
-                )
-            except errors.ServiceError as exc:
-                reason = f"{exc.code}: {exc.message}"
-                kind = classify_settle_error(exc)
-                if kind is not None:
-                    return SettleOutcome(kind, reason)
-            except Exception as exc:  # a closed client, a bug: still never the client's problem
-                reason = type(exc).__name__
-            else:
-                if result.success:
-                    return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
-                # the service answered and burned nothing: the payer did not pay
-                return SettleOutcome(
-                    Settled.REFUSED, result.error_reason or "the service answered success: false"
-                )
-            if attempt < attempts:
-                await asyncio.sleep(self.settle_backoff[attempt - 1])
-        return SettleOutcome(Settled.DEFERRED, reason)
-
-    async def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
-        plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
-        payer = call.payer or "unknown"
-        if outcome.kind is Settled.PAID:
-            assert outcome.receipt is not None and outcome.result is not None
-            redeemed = to_int(outcome.receipt["creditsRedeemed"])
-            self.stats.settled += 1
-            self.stats.credits_settled += redeemed
-            self.stats.receipts.append(outcome.receipt)
-            if call.admission is not None:
-                await self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
-            if self.stats.settle_queue:
-                self.kick_queue()  # the service is answering again
-            return
-        self.stats.settle_failures += 1
-        if outcome.kind is Settled.REFUSED:
-            self.stats.settle_refused += 1
-            if call.admission is not None:
-                if REPLAYED_TOKEN in outcome.reason:
-                    await self.book.release(call.admission)
-                else:
-                    await self.book.refused(call.admission)
-            log.warning(
-                "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
-                "402",
-                call.request_id,
-                payer,
-                plan_id,
-                outcome.reason,
-            )
-            return
-        if outcome.kind is Settled.DEFERRED and call.request_id:
-            self.stats.settle_deferred += 1
-            dropped = await self.queue.add(
-                PendingSettle(
-                    request_id=call.request_id,
-                    plan_id=plan_id,
-                    payer=call.payer,
-                    amount=call.amount,
-                    token=call.token,
-                    envelope=call.envelope.wire(),
-                    queued_at=time.time(),
-                )
-            )
-            if call.admission is not None:  # still owed: keep the credits claimed
-                self._deferred[call.request_id] = call.admission
-            for request_id in dropped or ():  # a full queue dropped it: it will not be paid
-                admission = self._deferred.pop(request_id, None)
-                if admission is not None:
-                    await self.book.release(admission)
-            self.stats.settle_queue = await self.queue.count()
-            log.error(
-                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
-                "delivered (200) and the settle is queued for retry",
-                call.request_id,
-                payer,
-                plan_id,
-                outcome.reason,
-            )
-            self.kick_queue(delay=self.queue_retry_secs)
-            return
-        self.stats.settle_lost += 1
-        await self._release(call)
-        log.error(
-            "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
-            "delivered without payment",
-            call.request_id,
-            payer,
-            plan_id,
-            outcome.reason,
-        )
-
-    # -- the settle queue ----------------------------------------------------------------------
-
-    def kick_queue(self, delay: float = 0.0) -> None:
-        """Retry the queue soon (no-op while a retry is already scheduled or running)."""
-        drainer = self._drainer
-        if drainer is not None and not drainer.done():
-            if self._draining or delay > 0:
-                return
-            drainer.cancel()  # it is sleeping until a later retry: retry now instead
-        self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
-
-    async def start(self) -> int:
-        """Start retrying the settles a previous run left owed. Returns how many are owed."""
-        owed = await self.queue.entries()
-        self.stats.settle_queue = len(owed)
-        if owed:
-            self.kick_queue()
-        return len(owed)
-
-    async def _drain_loop(self, delay: float) -> None:
-        while await self.queue.count():
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await self.drain_queue()
-            delay = self.queue_retry_secs
-
-    async def drain_queue(self) -> int:
-        """Retry each queued settle this process may claim once, oldest first; stop at the
-        first outage. Returns how many were settled."""
-        if self._draining:
-            return 0
-        self._draining = True
-        done = 0
-        seen: set[str] = set()
-        try:
-            while batch := [
-                e for e in await self.queue.claim(DRAIN_BATCH) if e.request_id not in seen
-            ]:
-                for entry in batch:
-                    seen.add(entry.request_id)
-                    outcome = await self._retry_queued(entry)
-                    if outcome is None:
-                        return done
-                    done += outcome
-        finally:
-            self._draining = False
-            self.stats.settle_queue = await self.queue.count()
-        return done
-
-    async def _retry_queued(self, entry: PendingSettle) -> int | None:
-        """1: settled, 0: given up (dropped), None: still unreachable (kept)."""
-        try:
-            envelope = PaymentRequirement.model_validate(entry.envelope)
-        except ValueError as exc:  # an unreadable entry: keeping it would block the queue
-            return await self._give_up(entry, type(exc).__name__)
-        try:
-            async with asyncio.timeout(self.core.config.paid_budget_secs):
-                client = self.core.client()
-                result = await client.settle(envelope, entry.token, entry.amount, entry.request_id)
-        except errors.ServiceError as exc:
-            kind = classify_settle_error(exc)
-            if kind is None or kind is Settled.DEFERRED:
-                return None
-            return await self._give_up(entry, f"{exc.code}: {exc.message}")
-        except Exception:  # a timeout, a closed client: try again later
-            return None
-        if not result.success:
-            return await self._give_up(entry, result.error_reason or "success: false")
-        receipt = result.receipt()
-        redeemed = to_int(receipt["creditsRedeemed"])
-        self.stats.settled += 1
-        self.stats.settle_recovered += 1
-        self.stats.credits_settled += redeemed
-        self.stats.receipts.append(receipt)
-        admission = self._deferred.pop(entry.request_id, None)
-        if admission is not None:
-            await self.book.settled(admission, redeemed, result.remaining_balance)
-        await self.queue.remove(entry.request_id)
-        log.info(
-            "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
-            entry.request_id,
-            entry.payer or "unknown",
-            redeemed,
-        )
-        return 1
-
-    async def _give_up(self, entry: PendingSettle, reason: str) -> int:
-        self.stats.settle_lost += 1
-        admission = self._deferred.pop(entry.request_id, None)
-        if admission is not None:
-            await self.book.release(admission)
-        await self.queue.remove(entry.request_id)
-        log.error(
-            "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
-            "was delivered without payment",
-            entry.request_id,
-            entry.payer or "unknown",
-            entry.plan_id,
-            reason,
-        )
-        return 0
+    # -- shutting down ---------------------------------------------------------------------
 
     async def aclose(self) -> None:
         drainer, self._drainer = self._drainer, None
@@ -768,113 +518,6 @@ class PaidFlow:
         self.handler_pool.shutdown()
         await self.queue.aclose()
         await self.book.aclose()
-
-    # -- refusals ------------------------------------------------------------------------------
-
-    def _refuse(
-        self, facts: PlanFacts, agent_id: str | None, request: PaidRequest, reason: str
-    ) -> PaidOutcome:
-        self.stats.refused += 1
-        envelope = build_envelope(
-            facts,
-            agent_id,
-            request.url,
-            error=reason,
-            verb=request.verb,
-            description=request.description,
-            mime_type=request.mime_type,
-        )
-        answer = self._payment_required(envelope, reason)
-        return PaidOutcome(Outcome.REFUSED, answer, reason, envelope=envelope)
-
-    def _refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
-        self.stats.refused += 1
-        envelope = call.envelope.model_copy(update={"error": reason})
-        answer = self._payment_required(envelope, f"The payment was not accepted ({reason})")
-        return PaidOutcome(Outcome.WITHHELD, answer, reason, envelope=envelope)
-
-    @staticmethod
-    def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
-        body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
-        return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
-
-    def _stuck(self) -> Answer:
-        """Every thread of the sync handler still runs a request that timed out: new work
-        would only wait for a 504. Refused before verify, so nothing is charged."""
-        self.stats.unavailable += 1
-        log.warning(
-            "all %d threads of the agent handler are still running requests that timed out; "
-            "new requests get 503 until one returns",
-            self.handler_pool.workers,
-        )
-        return error_answer(
-            503,
-            "Service Unavailable",
-            "The agent is overloaded (its earlier requests are still running); nothing was "
-            f"charged. Retry in {RETRY_AFTER_SECS} s.",
-            **{"Retry-After": str(RETRY_AFTER_SECS)},
-        )
-
-    def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
-        self.stats.unavailable += 1
-        code = exc.code if exc is not None else "timeout"
-        log.warning("could not %s: the payment service is unavailable (%s)", doing, code)
-        retry = getattr(exc, "retry_after", None)
-        seconds = (
-            str(max(1, min(round(retry), 300)))
-            if isinstance(retry, int | float)
-            else str(RETRY_AFTER_SECS)
-        )
-        return error_answer(
-            503,
-            "Service Unavailable",
-            "The payment service could not be reached to verify your payment; nothing was "
-            f"charged. Retry in {seconds} s.",
-            **{"Retry-After": seconds},
-        )
-
-    def _unavailable(self, exc: errors.ServiceError | None, doing: str) -> PaidOutcome:
-        answer = self._outage(exc, doing)
-        return PaidOutcome(Outcome.UNAVAILABLE, answer, f"could not {doing}")
-
-    def _verify_failed(
-        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, request: PaidRequest
-    ) -> PaidOutcome:
-        """Map a failed verify call: the payer's fault → 402, the service's or ours → 503/502."""
-        if isinstance(exc, errors.PaymentRequired) or (
-            isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
-        ):
-            return self._refuse(facts, agent_id, request, exc.message)
-        if isinstance(exc, OUTAGE_ERRORS):
-            return self._unavailable(exc, "verify a payment")
-        self.stats.unavailable += 1
-        return PaidOutcome(Outcome.UNAVAILABLE, self._verify_answer(exc), exc.code)
-
-    @staticmethod
-    def _verify_answer(exc: errors.ServiceError) -> Answer:
-        if isinstance(exc, errors.NotLoggedIn):
-            log.error("paid request refused: this gateway is not logged in (run /svc_login)")
-            return error_answer(
-                503,
-                "Service Unavailable",
-                "This agent cannot take payments yet: its operator is not logged in to the "
-                "payment service. Nothing was charged.",
-            )
-        if isinstance(exc, errors.AuthenticationError):
-            log.error(
-                "verify rejected this gateway's API key (%s): the operator must /svc_login again",
-                exc.code,
-            )
-            detail = "the payment service rejected the agent operator's API key"
-        else:
-            log.error("verify failed (%s): %s", exc.code, exc.message)
-            detail = f"the payment service refused the verification ({exc.code})"
-        return error_answer(
-            502,
-            "Bad Gateway",
-            f"This agent cannot verify payments right now: {detail}. Nothing was charged; "
-            "the agent's operator has been told.",
-        )
 
 
 def default_queue_path(core: PluginCore) -> Path:
