@@ -150,3 +150,20 @@ def test_without_a_tracer_provider_tracing_is_the_shared_null() -> None:
     with NULL_TRACE.request(), NULL_TRACE.verify(), NULL_TRACE.settlement():
         NULL_TRACE.set(plan_id="p")
         NULL_TRACE.fail("nothing happens")
+
+
+def test_without_opentelemetry_installed_tracing_imports_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from svc_gateway.paid import tracing
+
+    looked_up: list[str] = []
+
+    def find_spec(name: str) -> None:
+        looked_up.append(name)
+
+    monkeypatch.setattr(tracing, "_otel", None)
+    monkeypatch.setattr(tracing.importlib.util, "find_spec", find_spec)
+    assert tracing.start_trace() is NULL_TRACE
+    assert tracing.start_trace() is NULL_TRACE
+    assert looked_up == ["opentelemetry"]  # looked up once, then remembered
