@@ -80,12 +80,27 @@ class PaymentMiddleware:
         return self.flow.stats
 
     def install(self, app: web.Application) -> None:
-        """Add the middleware to ``app`` (not started yet) and close it with the app."""
+        """Add the middleware to ``app`` (not started yet): its settle store opens when the app
+        starts (an app that cannot open it does not start) and closes with the app."""
         app.middlewares.append(self)
+        app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
+
+    async def _startup(self, _app: web.Application) -> None:
+        await self.start()
 
     async def _cleanup(self, _app: web.Application) -> None:
         await self.close()
+
+    async def start(self) -> None:
+        """Open the settle store and retry what a previous run left owed (once; the first
+        gated request does it when the app was not built with :meth:`install`)."""
+        if self._started:
+            return
+        self._started = True
+        owed = await self.flow.start()
+        if owed:
+            log.warning("%d paid request(s) of a previous run are not settled yet", owed)
 
     async def close(self) -> None:
         if self._closed:
@@ -100,10 +115,7 @@ class PaymentMiddleware:
         if route is None:
             return await handler(request)
         if not self._started:
-            self._started = True
-            owed = await self.flow.start()  # settles a previous run could not finish
-            if owed:
-                log.warning("%d paid request(s) of a previous run are not settled yet", owed)
+            await self.start()
         outcome = await self.sell(request, handler, route)
         return to_response(outcome.answer)
 
