@@ -207,7 +207,52 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
                 break
             await asyncio.sleep(0.02)
         assert middleware.stats.settle_recovered == 1 and stub.burned == 1
+        await middleware.start()  # started once: nothing is retried again
+        assert stub.calls["settle"] == 1
     finally:
         await runner.cleanup()
         await stub.close()
     await middleware.close()  # closing twice is harmless
+
+
+async def test_a_bare_middleware_starts_on_its_first_gated_request_and_sells_no_prompts(
+    tmp_path: Any,
+) -> None:
+    stub = StubService(balance=5)
+    await stub.start()
+    settings = {
+        "svcApiKey": BUILDER_KEY,
+        "environment": "local",
+        "baseUrl": stub.base_url,
+        "settleQueuePath": str(tmp_path / "queue.json"),
+        "planId": PLAN_ID,  # the flow's own plan, for its prompt entry below
+    }
+    middleware = payment_middleware({"POST /ask": RouteConfig(plan_id=PLAN_ID)}, settings)
+    app = web.Application(middlewares=[middleware])  # not installed: no startup hook
+
+    async def ask(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app.router.add_post("/ask", ask)
+    app.router.add_get("/free", ask)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/free")).status_code == 200
+            assert not middleware._started  # an ungated request opens nothing
+            paid = await http.post(
+                "/ask", json={}, headers={"payment-signature": make_token(PAYER)}
+            )
+        assert paid.status_code == 200 and "payment-response" in paid.headers
+        assert middleware._started and stub.burned == 1
+        # the flow behind the middleware sells routes; its prompt entry has no agent
+        flow = middleware.flow
+        refused = await flow.serve("a prompt", make_token(PAYER), base + "/ask")
+        assert refused.status == 500 and stub.burned == 1
+    finally:
+        await runner.cleanup()
+        await middleware.close()
+        await stub.close()

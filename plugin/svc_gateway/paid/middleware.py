@@ -180,9 +180,7 @@ def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:
             # the status line is not written yet, but the shared writer was already set up
             # for the stream (chunking, compression): undo that for the answer we send instead
             writer: Any = request._payload_writer
-            writer.chunked, writer.length = False, None
-            if hasattr(writer, "_compress"):
-                writer._compress = None
+            writer.chunked, writer.length, writer._compress = False, None, None
             raise StreamingRefused(
                 f"{request.method} {request.path} is a paid route, and paid routes cannot "
                 "stream (the receipt header goes on a buffered answer): return a web.Response"
