@@ -256,3 +256,23 @@ async def test_a_bare_middleware_starts_on_its_first_gated_request_and_sells_no_
         await runner.cleanup()
         await middleware.close()
         await stub.close()
+
+
+def test_without_a_queue_path_each_set_of_plans_gets_its_own_settle_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("SVC_GATEWAY_CONFIG_DIR", str(tmp_path))
+    settings = {"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"}
+
+    def queue_file(*plans: str, **extra: Any) -> str:
+        routes = {f"POST /{p}": RouteConfig(plan_id=p) for p in plans}
+        middleware = payment_middleware(routes, {**settings, **extra})
+        middleware._runtime.close()
+        return str(middleware.core.config.settle_queue_path)
+
+    one, same, other = queue_file("a", "b"), queue_file("b", "a"), queue_file("c")
+    assert one == same and one != other
+    assert one.startswith(str(tmp_path)) and "settle-queue-routes-" in one
+    assert queue_file("a", settleQueuePath=str(tmp_path / "mine.json")) == str(
+        tmp_path / "mine.json"
+    )

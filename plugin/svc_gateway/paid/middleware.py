@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ..config import load_config
 from ..core import PluginCore
-from ..login import CredentialStore
+from ..login import CredentialStore, default_config_dir
 from ..redact import get_logger, install
 from ..runtime import PluginRuntime
 from .flow import PaidFlow, PaidStats
@@ -63,7 +63,7 @@ class PaymentMiddleware:
 
     def __init__(self, routes: Routes, settings: Mapping[str, Any]) -> None:
         self.routes = RouteMap(routes)
-        config = load_config(settings)
+        config = load_config(_with_queue_path(settings, self.routes))
         install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
         self._runtime = PluginRuntime(name="svc-payments")
         self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
@@ -161,6 +161,17 @@ class PaymentMiddleware:
         if self._origin is not None:
             return self._origin + request.path
         return str(request.url.with_query(None).with_fragment(None))
+
+
+def _with_queue_path(settings: Mapping[str, Any], routes: RouteMap) -> Mapping[str, Any]:
+    """Without ``settleQueuePath``, the owed settles of these routes' plans get their own file
+    in the plugin's config directory (its lock keeps one store per file: the plugin's own paid
+    endpoint, or an app selling other plans, uses another one)."""
+    if settings.get("settleQueuePath"):
+        return settings
+    plans = sorted({route.config.plan_id for route in routes.routes})
+    name = f"settle-queue-routes-{digest(*plans)[:12]}.json"
+    return {**settings, "settleQueuePath": str(default_config_dir() / name)}
 
 
 def _price(config: RouteConfig, request: web.Request) -> Callable[[], Awaitable[int]]:
