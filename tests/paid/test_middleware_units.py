@@ -276,3 +276,19 @@ def test_without_a_queue_path_each_set_of_plans_gets_its_own_settle_file(
     assert queue_file("a", settleQueuePath=str(tmp_path / "mine.json")) == str(
         tmp_path / "mine.json"
     )
+
+
+async def test_the_paid_endpoint_replays_a_settled_v3_tokens_answer_to_its_retry(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    token = make_token(PAYER, nonce="n-retry")
+    headers = {"payment-signature": token}
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = await http.post(market.url, json={"prompt": "same words"}, headers=headers)
+        retry = await http.post(market.url, json={"prompt": "same words"}, headers=headers)
+    assert first.status_code == retry.status_code == 200
+    assert retry.content == first.content
+    assert retry.headers["payment-response"] == first.headers["payment-response"]
+    assert market.stub.calls["settle"] == 1 and market.stub.burned == 1
+    assert market.endpoint.stats.replayed == 1
