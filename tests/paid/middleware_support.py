@@ -52,9 +52,15 @@ class Seller:
             **extra,
         }
 
-    async def token(self, plan: str, agent: str, url: str | None = None) -> str:
-        """A v2 token, or a v3 one bound to ``url`` (POST) when given."""
-        token = await self.buyer.get_access_token(plan, agent_id=agent, resource_url=url)
+    async def token(
+        self, plan: str, agent: str, url: str | None = None, *, top_up: bool = True
+    ) -> str:
+        """A v2 token, or a v3 one bound to ``url`` (POST) when given. ``top_up=False``: its
+        delegation (1 cent) cannot buy more credits at settle."""
+        limit = 10_000 if top_up else 1
+        token = await self.buyer.get_access_token(
+            plan, agent_id=agent, resource_url=url, spending_limit_cents=limit
+        )
         self.secrets.append(token)
         return token
 
