@@ -118,8 +118,13 @@ async def test_an_agent_that_settles_and_gives_no_answer_is_reported_with_the_ex
     holder: list[Market] = []
     url: list[str] = []
 
+    settled: set[str] = set()
+
     async def settle_then(request: web.Request) -> web.StreamResponse:
-        await settle_token(holder[0], request, url[0])
+        token = request.headers["payment-signature"]
+        if token not in settled:  # a single-use token settles once; a retry only fails again
+            settled.add(token)
+            await settle_token(holder[0], request, url[0])
         return await then(request)
 
     async with registered_fake(
@@ -128,7 +133,9 @@ async def test_an_agent_that_settles_and_gives_no_answer_is_reported_with_the_ex
         holder.append(market)
         url.append(agent.url)
         failed, data = await query(market, agent.url)
-        assert len(agent.tokens) == 1
+        # a v3 answer lost before any response headers is asked for once more with the SAME
+        # token (issue 18: a seller that settled it replays the answer); never a new token
+        assert agent.tokens == [agent.tokens[0]] * (2 if then is _drop else 1)
     assert failed
     error = data["error"]
     assert error["code"] == code
