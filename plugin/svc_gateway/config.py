@@ -192,7 +192,7 @@ class PluginConfig(BaseModel):
         description="Service-Version sent on every request (MAJOR.MINOR)",
     )
     request_timeout_secs: float = Field(
-        default=30.0, alias="requestTimeoutSecs", gt=0, le=600, description="Per-request timeout"
+        default=60.0, alias="requestTimeoutSecs", gt=0, le=600, description="Per-request timeout"
     )
     paid_endpoint_host: str = Field(
         default="127.0.0.1", alias="paidEndpointHost", description="Bind address of the endpoint"
@@ -242,7 +242,7 @@ class PluginConfig(BaseModel):
         "(plan, balance, verify) and again for settling; over it the request gets 503",
     )
     handler_timeout_secs: float = Field(
-        default=60.0,
+        default=30.0,
         alias="handlerTimeoutSecs",
         gt=0,
         le=3600,
@@ -325,6 +325,31 @@ class PluginConfig(BaseModel):
             return None
         parse_api_key(value)  # raises ConfigError (a ValueError) without echoing the key
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_from_key(cls, data: Any) -> Any:
+        """No ``environment`` given: the one ``svcApiKey`` names (else the default)."""
+        if isinstance(data, dict) and "environment" not in data:
+            raw = data.get("svcApiKey", data.get("svc_api_key"))
+            text = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
+            if isinstance(text, str) and ":" in text:
+                env = KEY_PREFIXES.get(text.strip().split(":", 1)[0].lower(), (None, None))[0]
+                if env is not None:
+                    return {**data, "environment": env}
+        return data
+
+    @model_validator(mode="after")
+    def _key_matches_environment(self) -> PluginConfig:
+        """A key for another environment is never sent anywhere: refuse it at start."""
+        key = self.api_key
+        if key is not None and key.environment not in (None, self.environment):
+            raise ValueError(
+                f"svcApiKey is a key for the {key.environment} environment, but this gateway is "
+                f"configured for {self.environment}: use a {self.environment} key, or set "
+                f"environment to {key.environment}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _local_needs_url(self) -> PluginConfig:

@@ -111,9 +111,8 @@ async def test_credits_spent_elsewhere_lower_the_known_balance_from_the_receipt(
 
 
 async def test_a_payer_who_tops_up_is_admitted_again(
-    make_stub_market: StubMarketFactory, monkeypatch: pytest.MonkeyPatch
+    make_stub_market: StubMarketFactory,
 ) -> None:
-    monkeypatch.setattr(billing, "REFUSAL_REFRESH_SECS", 0.0)
     market = await make_stub_market(stub=StubService(balance=1))
     token = make_token(PAYER)
     async with httpx.AsyncClient(timeout=30) as http:
@@ -127,23 +126,32 @@ async def test_a_payer_who_tops_up_is_admitted_again(
 async def test_a_settle_refused_for_credits_withholds_the_answer_and_rereads_the_balance(
     make_stub_market: StubMarketFactory,
 ) -> None:
-    handler = CountingHandler()
-    market = await make_stub_market(stub=StubService(balance=3), handler=handler)
+    stub = StubService(balance=3)
+
+    class SpentMeanwhile(CountingHandler):
+        async def __call__(self, request: dict[str, Any]) -> Any:
+            if request["prompt"] == "secret answer":
+                stub.balances[PAYER] = 0  # spent elsewhere while the agent worked
+            return await super().__call__(request)
+
+    handler = SpentMeanwhile()
+    market = await make_stub_market(stub=stub, handler=handler)
     token = make_token(PAYER)
     async with httpx.AsyncClient(timeout=30) as http:
         assert (await post(http, market.url, token)).status_code == 200
-        market.stub.balances[PAYER] = 0  # spent elsewhere; the book still says 2
-        withheld = await post(http, market.url, token, "secret answer")
+        withheld = await post(http, market.url, token, "secret answer")  # the book says 2
         assert withheld.status_code == 402
         assert "insufficient credits" in withheld.json()["reason"]
         assert "secret answer" not in withheld.text
         assert decode_b64_json(withheld.headers["payment-required"])["error"]
         reads = market.stub.calls["balance"]
+        stub.balances[PAYER] = 1  # bought one more
         again = await post(http, market.url, token)
-    assert again.status_code == 402
+    assert again.status_code == 200
     assert market.stub.calls["balance"] == reads + 1  # the refusal made the book read again
-    assert handler.calls == 2  # the third request was refused before the handler
+    assert handler.calls == 3
     assert market.endpoint.stats.settle_refused == 1
+    assert stub.burned == 2 and stub.balance_of(PAYER) == 0
 
 
 async def test_the_endpoint_charges_credits_per_request_within_a_wider_plan_range(
@@ -201,11 +209,11 @@ async def test_book_release_returns_credits_and_settled_spends_them() -> None:
     a = await book.admit("p", PAYER, 2)
     assert isinstance(a, Admission)
     assert isinstance(await book.admit("p", PAYER, 2), Refusal)
-    book.release(a)
+    await book.release(a)
     assert book.known("p", PAYER) == (3, 0)
     b = await book.admit("p", PAYER, 2)
     assert isinstance(b, Admission)
-    book.settled(b, 2, 1)
+    await book.settled(b, 2, 1)
     assert book.known("p", PAYER) == (1, 0)
 
 
@@ -213,9 +221,9 @@ async def test_book_receipt_out_of_order_is_not_taken_for_outside_spending() -> 
     book = CreditBook(Reads(10))
     first, second = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
     assert isinstance(first, Admission) and isinstance(second, Admission)
-    book.settled(second, 1, 8)  # the service settled both; this receipt says 8 left
+    await book.settled(second, 1, 8)  # the service settled both; this receipt says 8 left
     assert book.known("p", PAYER) == (9, 1)  # the first is still in flight: no correction
-    book.settled(first, 1, 9)  # an older figure arrives late
+    await book.settled(first, 1, 9)  # an older figure arrives late
     assert book.known("p", PAYER) == (8, 0)
 
 
@@ -223,9 +231,9 @@ async def test_book_spending_elsewhere_keeps_the_settles_still_in_flight_claimed
     book = CreditBook(Reads(10))
     first, second = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
     assert isinstance(first, Admission) and isinstance(second, Admission)
-    book.settled(first, 1, 5)  # 4 credits were spent elsewhere; the second is still in flight
+    await book.settled(first, 1, 5)  # 4 credits were spent elsewhere; the second is still in flight
     assert book.known("p", PAYER) == (6, 1)  # 5 left plus the 1 in flight, which may settle
-    book.settled(second, 1, 5)  # it was already inside the 5
+    await book.settled(second, 1, 5)  # it was already inside the 5
     assert book.known("p", PAYER) == (5, 0)
 
 
@@ -234,10 +242,10 @@ async def test_book_refused_blocks_the_payer_until_in_flight_is_done_then_reread
     book = CreditBook(reads)
     a, b = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission) and isinstance(b, Admission)
-    book.refused(a)
+    await book.refused(a)
     assert isinstance(await book.admit("p", PAYER, 1), Refusal)  # b still in flight
     assert reads.calls == 1
-    book.settled(b, 1, None)
+    await book.settled(b, 1, None)
     assert isinstance(await book.admit("p", PAYER, 1), Admission)  # read again: 1
     assert reads.calls == 2
 
@@ -250,14 +258,14 @@ async def test_book_rereads_a_stale_balance_and_forgets_idle_payers(
     book = CreditBook(reads, clock=lambda: now[0], max_accounts=1)
     a = await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission)
-    book.settled(a, 1, 0)
+    await book.settled(a, 1, 0)
     now[0] = billing.BALANCE_TTL_SECS + 1
     b = await book.admit("p", PAYER, 1)
     assert isinstance(b, Admission)  # the stale 0 was re-read: 4
     assert reads.calls == 2
     await book.admit("p", OTHER, 1)  # PAYER has a request in flight: kept
     assert book.known("p", PAYER) == (4, 1)
-    book.release(b)
+    await book.release(b)
     await book.admit("p", "0x" + "dd" * 20, 1)  # now the idle PAYER is forgotten first
     assert book.known("p", PAYER) is None
     assert book.known("p", OTHER) == (4, 1)
@@ -316,26 +324,54 @@ async def test_book_rereads_a_balance_exactly_at_its_ttl() -> None:
     book = CreditBook(reads, clock=lambda: now[0])
     a = await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission)
-    book.settled(a, 1, None)  # 4 left, as far as the book knows
+    await book.settled(a, 1, None)  # 4 left, as far as the book knows
     now[0] = billing.BALANCE_TTL_SECS
     assert isinstance(await book.admit("p", PAYER, 1), Admission)
     assert reads.calls == 2 == book.reads  # read again although 4 would have covered it
     assert book.known("p", PAYER) == (2, 1)
 
 
-async def test_book_a_refusal_rereads_once_the_refresh_interval_has_passed() -> None:
-    now = [0.0]
-    reads = Reads(0, 3)
-    book = CreditBook(reads, clock=lambda: now[0])
-    refusal = await book.admit("p", PAYER, 1)
-    assert isinstance(refusal, Refusal)  # read just now: not again
-    assert refusal.reason == (
+async def test_book_a_short_payer_with_nothing_in_flight_is_admitted_one_at_a_time() -> None:
+    reads = Reads(0)
+    book = CreditBook(reads)
+    # verify passed with 0 credits: the token's delegation tops up at settle
+    first = await book.admit("p", PAYER, 1, verified_balance=0)
+    assert isinstance(first, Admission)
+    second = await book.admit("p", PAYER, 1, verified_balance=0)
+    assert isinstance(second, Refusal)  # one at a time until a settle shows the balance
+    assert second.reason == (
         "insufficient credits: 0 available after the requests already in progress, 1 requested"
     )
+    assert isinstance(await book.admit("p", PAYER, 1), Refusal)  # unreported: the same
     assert reads.calls == 1
-    now[0] = billing.REFUSAL_REFRESH_SECS  # the payer may have topped up since
-    assert isinstance(await book.admit("p", PAYER, 1), Admission)
-    assert reads.calls == 2 == book.reads
+
+
+async def test_book_a_receipt_showing_more_than_known_makes_the_next_admission_read() -> None:
+    reads = Reads(0, 1)
+    book = CreditBook(reads)
+    topped = await book.admit("p", PAYER, 1, verified_balance=0)
+    assert isinstance(topped, Admission)
+    await book.settled(topped, 1, 1)  # the top-up bought 2, 1 burned: 1 left
+    assert reads.calls == 1
+    again = await book.admit("p", PAYER, 1, verified_balance=1)
+    assert isinstance(again, Admission)  # covered by the figure read again, not by top-up
+    assert reads.calls == 2 and book.known("p", PAYER) == (1, 1)
+    assert isinstance(await book.admit("p", PAYER, 1, verified_balance=1), Refusal)
+
+
+async def test_book_short_of_what_verify_saw_reads_again_unless_it_just_read() -> None:
+    reads = Reads(1, 5)
+    book = CreditBook(reads)
+    a = await book.admit("p", PAYER, 1)
+    assert isinstance(a, Admission)
+    await book.settled(a, 1, None)  # the book: 0 left
+    # verify saw 5 (the payer bought more): the book's 0 is old, read again
+    assert isinstance(await book.admit("p", PAYER, 1, verified_balance=5), Admission)
+    assert reads.calls == 2 and book.known("p", PAYER) == (5, 1)
+    fresh = CreditBook(Reads(0))
+    # read during this very call: fresher than verify's figure, so refused without a re-read
+    refusal = await fresh.admit("p", PAYER, 1, verified_balance=3)
+    assert isinstance(refusal, Refusal) and fresh.reads == 1
 
 
 async def test_book_forgets_only_as_many_idle_payers_as_it_must() -> None:
@@ -344,6 +380,6 @@ async def test_book_forgets_only_as_many_idle_payers_as_it_must() -> None:
     for payer in payers:
         claim = await book.admit("p", payer, 1)
         assert isinstance(claim, Admission)
-        book.release(claim)
+        await book.release(claim)
     assert book.known("p", payers[0]) is None  # the oldest idle payer made room
     assert book.known("p", payers[1]) == (5, 0) and book.known("p", payers[2]) == (5, 0)

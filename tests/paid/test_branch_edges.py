@@ -62,7 +62,7 @@ async def test_book_eviction_forgets_only_as_many_idle_payers_as_needed() -> Non
     book = CreditBook(read, max_accounts=2)
     first, second, third = ("0x" + c * 40 for c in "123")
     for payer in (first, second):
-        book.release(await _admitted(book, payer))
+        await book.release(await _admitted(book, payer))
     await _admitted(book, third)  # one over the bound: the oldest idle payer goes
     assert book.known("p", first) is None
     assert book.known("p", second) == (5, 0)  # still remembered: the bound was met already

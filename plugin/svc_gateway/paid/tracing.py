@@ -22,6 +22,14 @@ SETTLE_SPAN = "svc:settlement"
 TRACER_NAME = "svc_gateway.paid"
 
 _otel: Any = None  # the opentelemetry.trace module, once looked up; False: not installed
+_provider: Any = None  # a tracer provider set with use_tracer_provider (else the global one)
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Send the paid spans to ``provider`` instead of OpenTelemetry's global tracer provider
+    (``None``: back to the global one)."""
+    global _provider
+    _provider = provider
 
 
 def _trace_module() -> Any:
@@ -77,9 +85,9 @@ class RequestTrace(NullTrace):
 
     enabled = True
 
-    def __init__(self, trace: Any) -> None:
+    def __init__(self, trace: Any, provider: Any) -> None:
         self._trace = trace
-        self._tracer = trace.get_tracer(TRACER_NAME)
+        self._tracer = provider.get_tracer(TRACER_NAME)
         self._parent: Any = None
         self._child: Any = None
 
@@ -106,8 +114,7 @@ class RequestTrace(NullTrace):
             finally:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 span.set_attribute(timing, elapsed)
-                if self._parent is not None:
-                    self._parent.set_attribute(timing, elapsed)
+                self._parent.set_attribute(timing, elapsed)  # children open inside request()
                 self._child = None
 
     def set(self, **attrs: str | int | float | bool | None) -> None:
@@ -134,7 +141,7 @@ def start_trace() -> NullTrace:
     trace = _trace_module()
     if not trace:
         return NULL_TRACE
-    provider = trace.get_tracer_provider()
+    provider = _provider or trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return NULL_TRACE
-    return RequestTrace(trace)
+    return RequestTrace(trace, provider)

@@ -34,6 +34,7 @@ from ..paid.handlers import (
     to_answer,
 )
 from ..paid.settle_queue import SettleQueue
+from ..paid.state import LocalSettleStore
 from ..redact import get_logger
 from . import sdk
 from .app import MCP_PATH, WELL_KNOWN, McpAsgiApp, Message, Scope
@@ -277,7 +278,9 @@ def create_server(
         flow = PaidFlow(
             core,
             handler=default_handler,  # the flow's own handler is the HTTP endpoint's; unused
-            queue=SettleQueue(queue_path.with_name("mcp-" + queue_path.name)),
+            # never written (MCP withholds instead of queueing); its own file all the same, so
+            # it never contends for the HTTP endpoint's journal lock
+            queue=LocalSettleStore(SettleQueue(queue_path.with_name("mcp-" + queue_path.name))),
         )
         core.runtime.add_closer(flow.aclose)
     return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)

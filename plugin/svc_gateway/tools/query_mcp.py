@@ -15,32 +15,31 @@ then a v3 token bound to the tool's logical URI is minted and used as the sessio
 decoded, as ``_meta["x402/payment"]``; the receipt in ``_meta["x402/payment-response"]`` is
 checked like an HTTP receipt and the service's own balance is read back. ``listTools`` lists
 the tools and their prices without paying (its token is bound to ``…/tools/*`` and never
-settled). One deadline (``requestTimeoutSecs``) bounds the whole query.
+settled). One deadline (``requestTimeoutSecs``) bounds the whole query; once the token has gone
+out (as the session's bearer), a query that ends without content says what the service shows
+was charged (:mod:`.query_outcome`). Text from the agent reaches the model through
+:mod:`..safe_text`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..agent_card import TooLarge, read_limited
 from ..core import PluginCore
 from ..encoding import decode_access_token
-from ..errors import ServiceError
 from ..redact import get_logger
+from ..safe_text import one_line, quoted
 from .base import ToolFailure, plan_payment_type
-from .query import (
-    MAX_TEXT_CHARS,
-    _agent_document,
-    _token_version,
-    agent_plan_ids,
-    check_agent_address,
-    check_agent_url,
-    check_receipt,
-    registered_endpoints,
-)
+from .query import _HTTPX_SLACK_SECS, _balance_after, _token_version
+from .query_address import check_agent_address, check_agent_url
+from .query_answer import MAX_TEXT_CHARS, check_receipt
+from .query_outcome import Step, read_balance, timed_out, with_charge
+from .query_purchase import _agent_document, agent_plan_ids, registered_endpoints
 
 if TYPE_CHECKING:
     from .query import QueryAgentParams
@@ -129,17 +128,18 @@ def _arguments(p: QueryAgentParams, tool: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _content(result: dict[str, Any]) -> Any:
-    """The structured result when there is one, else the text of the content blocks."""
+def _content(result: dict[str, Any]) -> tuple[Any, bool]:
+    """The structured result when there is one, else the text of the content blocks (cut to
+    :data:`MAX_TEXT_CHARS`); and whether anything was cut."""
     if result.get("structuredContent") is not None:
-        return result["structuredContent"]
+        return result["structuredContent"], False
     texts = [
         str(block.get("text", ""))
         for block in result.get("content") or []
         if isinstance(block, dict) and block.get("type") == "text"
     ]
     text = "\n".join(texts)
-    return text[:MAX_TEXT_CHARS]
+    return text[:MAX_TEXT_CHARS], len(text) > MAX_TEXT_CHARS
 
 
 def _listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -148,8 +148,8 @@ def _listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         price = _obj(_obj(tool.get("_meta")).get("svc/price"))
         out.append(
             {
-                "tool": str(tool.get("name", ""))[:200],
-                "description": str(tool.get("description") or "")[:500],
+                "tool": one_line(tool.get("name", ""), 200),
+                "description": one_line(tool.get("description") or "", 500),
                 "inputSchema": tool.get("inputSchema"),
                 "credits": price.get("credits"),
                 "planId": price.get("planId"),
@@ -158,48 +158,59 @@ def _listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class _McpStep(Step):
+    """:class:`Step`, plus whether the agent answered the paid call (then it will not settle
+    later: what the balance shows is final)."""
+
+    answered: bool = False
+
+
 async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     """svc_queryAgent when ``agentUrl`` is an MCP endpoint (or ``tool`` is given)."""
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
-    sent: list[str] = []
+    step = _McpStep()
+    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, server info, service, the session
     try:
-        async with asyncio.timeout(deadline):
-            return await _query(core, p, client.address, deadline, sent)
+        async with scope:
+            base, result, version = await _query(core, p, step, deadline)
+            if result is None:  # listTools
+                return base
+            answer = await _interpret(result, client.address, base)
     except TimeoutError:
-        failure = ToolFailure(
-            "agent_timeout",
-            f"The MCP agent did not answer within {deadline:g} s",
-            "Check svc_checkBalance before retrying.",
-        )
-        raise await _with_balance(core, sent, failure) from None
+        if not scope.expired():
+            raise
+        failure = timed_out(step, deadline, p.agent_url)
+        if step.token_sent:
+            failure = await with_charge(core, step, failure, answered=False)
+        raise failure from None
     except ToolFailure as failure:
-        raise await _with_balance(core, sent, failure) from None
+        if step.token_sent:  # the token went out and no content came back
+            raise await with_charge(core, step, failure, answered=step.answered) from None
+        raise
     finally:
-        if sent:
-            core.spent(sent[0])
-
-
-async def _with_balance(core: PluginCore, sent: list[str], failure: ToolFailure) -> ToolFailure:
-    """After the payment went out and no answer came back: say what the service shows."""
-    if not sent:
-        return failure
-    try:
-        balance = (await core.client().get_plan_balance(sent[0])).balance
-    except ServiceError:
-        return failure
-    failure.message += f". Your balance on plan {sent[0]} is now {balance} credits"
-    return failure
+        step.done(core)
+    answer["tokenVersion"] = version
+    await _balance_after(core, step.plan_id, answer, step.balance_before)
+    if not answer["warnings"]:
+        del answer["warnings"]
+    log.info("paid MCP tool %s of agent %s", base.get("tool"), base.get("agentId"))
+    return answer
 
 
 async def _query(
-    core: PluginCore, p: QueryAgentParams, payer: str | None, deadline: float, sent: list[str]
-) -> dict[str, Any]:
+    core: PluginCore, p: QueryAgentParams, step: _McpStep, deadline: float
+) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
+    """Every check, the token, the session and the call: the base of the result, the tool's
+    result (``None`` for a listing) and the token's version; each step marked in ``step``."""
     from ..paid_mcp.sdk import ClientSession, RpcError
 
     await check_agent_address(core, p.agent_url)
+    step.waiting = "agent"
     info = await server_info(p.agent_url, deadline)
+    step.waiting = "service"
     named = info.get("agentId") if isinstance(info.get("agentId"), str) else None
     agent_id = p.agent_id or named or core.agent_id
     if not agent_id:
@@ -215,7 +226,8 @@ async def _query(
     if not any(covers(url, uri) for _v, url in registered_endpoints(document)):
         raise ToolFailure(
             "agent_url_not_registered",
-            f"{uri} is not one of agent {agent_id}'s registered endpoints; nothing was paid",
+            f"{quoted(uri, 300)} is not one of agent {agent_id}'s registered endpoints; "
+            "nothing was paid",
             "Use a tool the agent registered (listTools shows them).",
         )
     sold = agent_plan_ids(document)
@@ -224,42 +236,52 @@ async def _query(
         raise ToolFailure(
             "missing_plan_id",
             f"Agent {agent_id} sells {len(sold)} plans; say which one to pay with: "
-            + ", ".join(sold[:10]),
+            + ", ".join(one_line(plan, 100) for plan in sold[:10]),
             "Pass planId (svc_orderPlan buys one if you have none).",
         )
     payment_type = await plan_payment_type(core, plan_id, p.payment_type)
-    token = await core.client().get_access_token(
-        plan_id,
-        agent_id=agent_id,
-        payment_type=payment_type,
-        payment_method_id=p.payment_method_id,
-        spending_limit_cents=core.config.default_spending_limit_cents,
-        duration_secs=core.config.default_delegation_duration_secs,
-        resource_url=uri,
-        http_verb="POST",
+    step.plan_id = plan_id
+    # the balance before paying, read while the token is minted (minting burns nothing)
+    token, step.balance_before = await asyncio.gather(
+        core.client().get_access_token(
+            plan_id,
+            agent_id=agent_id,
+            payment_type=payment_type,
+            payment_method_id=p.payment_method_id,
+            spending_limit_cents=core.config.default_spending_limit_cents,
+            duration_secs=core.config.default_delegation_duration_secs,
+            resource_url=uri,
+            http_verb="POST",
+        ),
+        read_balance(core, plan_id),
     )
     base = {"agentId": agent_id, "planId": plan_id, "agentUrl": p.agent_url, "serverName": server}
+    # the token is the session's bearer: from here on the agent holds it
+    step.waiting, step.token_sent = "agent", True
     try:
-        async with ClientSession(p.agent_url, token, timeout=deadline) as session:
+        async with ClientSession(
+            p.agent_url, token, timeout=deadline + _HTTPX_SLACK_SECS
+        ) as session:
             tools = await session.list_tools()
             if p.list_tools or p.tool_name is None:
-                return {**base, "tools": _listing(tools)}
+                return {**base, "tools": _listing(tools)}, None, _token_version(token)
             found = next((t for t in tools if t.get("name") == p.tool_name), None)
             if found is None:
                 raise ToolFailure(
                     "unknown_tool",
-                    f"The agent has no tool {p.tool_name[:100]}; nothing was paid",
+                    f"The agent has no tool {quoted(p.tool_name, 100)}; it was not called",
                     "Call svc_queryAgent with listTools: true to see its tools.",
                 )
             arguments = _arguments(p, found)
-            sent.append(plan_id)
             meta = {"x402/payment": decode_access_token(token)}
             result = await session.call_tool(p.tool_name, arguments, meta)
+            step.answered = True
     except RpcError as exc:
+        step.answered = True  # the server answered with an error: nothing left to settle
         raise ToolFailure(
             "agent_error",
-            f"The MCP agent answered with an error ({exc.code}): {exc.message[:300]}",
-            "A call that returns an error is not delivered; check svc_checkBalance if unsure.",
+            f"The MCP agent answered with an error ({exc.code}): {quoted(exc.message, 300)}",
+            "A call that returns an error is not delivered.",
         ) from None
     except ToolFailure:
         raise
@@ -269,19 +291,18 @@ async def _query(
             f"Could not talk MCP to {p.agent_url}: {type(exc).__name__}",
             "Check agentUrl (an MCP endpoint ends in /mcp) and that the agent is running.",
         ) from None
-    answer = await _interpret(core, result, payer, {**base, "tool": p.tool_name})
-    answer["tokenVersion"] = _token_version(token)
-    return answer
+    return {**base, "tool": p.tool_name}, result, _token_version(token)
 
 
 async def _interpret(
-    core: PluginCore, result: dict[str, Any], payer: str | None, base: dict[str, Any]
+    result: dict[str, Any], payer: str | None, base: dict[str, Any]
 ) -> dict[str, Any]:
+    """The tool's result: an error result raises; content comes with its checked receipt."""
     meta = _obj(result.get("_meta"))
     structured = result.get("structuredContent")
     if result.get("isError"):
         if isinstance(structured, dict) and structured.get("x402Version") is not None:
-            reason = str(structured.get("error") or "payment required")[:300]
+            reason = quoted(structured.get("error") or "payment required", 300)
             raise ToolFailure(
                 "payment_required",
                 f"The agent refused the payment: {reason}; its answer was not delivered",
@@ -290,11 +311,17 @@ async def _interpret(
             )
         raise ToolFailure(
             "agent_error",
-            "The tool failed: " + str(_content(result))[:300],
+            "The tool failed: " + quoted(_content(result)[0], 300),
             "A failed tool call is not charged; check the arguments.",
         )
-    answer: dict[str, Any] = {**base, "answer": _content(result)}
+    content, cut = _content(result)
+    answer: dict[str, Any] = {**base, "answer": content}
     warnings: list[str] = []
+    if cut:
+        warnings.append(
+            f"The answer was cut short: only its first {MAX_TEXT_CHARS} characters are shown. "
+            "The request was charged."
+        )
     raw = meta.get("x402/payment-response")
     if isinstance(raw, dict):
         answer["receipt"], problems = check_receipt(raw, payer)
@@ -302,18 +329,5 @@ async def _interpret(
     else:
         answer["receipt"] = None
         warnings.append("The agent sent no payment receipt (a free call, or it reports none).")
-    try:
-        balance = (await core.client().get_plan_balance(base["planId"])).balance
-        answer["balanceAfter"] = str(balance)
-        claimed = (answer.get("receipt") or {}).get("remainingBalance")
-        if claimed is not None and claimed != str(balance):
-            warnings.append(
-                f"The agent's receipt says {claimed} credits remain; the service says {balance}."
-            )
-    except ServiceError:
-        answer["balanceAfter"] = None
-        warnings.append("Could not read your balance from the service after the call.")
-    if warnings:
-        answer["warnings"] = warnings
-    log.info("paid MCP tool %s of agent %s", base.get("tool"), base.get("agentId"))
+    answer["warnings"] = warnings
     return answer
