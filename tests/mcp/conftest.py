@@ -109,6 +109,7 @@ async def make_mcp_market(
         max_credits: int = 10,
         transport: Any = None,
         plan_in_config: bool = True,
+        config: dict[str, Any] | None = None,
     ) -> McpMarket:
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
@@ -133,6 +134,7 @@ async def make_mcp_market(
                 "svcApiKey": builder["apiKey"],
                 **({"planId": plan_id} if plan_in_config else {}),
                 "agentId": agent_id,
+                **(config or {}),
             }
         )
         handle = await asyncio.to_thread(

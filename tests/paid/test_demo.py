@@ -35,7 +35,7 @@ async def test_run_demo_moves_exactly_the_priced_credits(
     assert {"svc_registerAgent", "/svc_login", "svc_checkBalance", "svc_orderPlan"} <= tools
     mcp = mcp_available()  # with the mcp extra the demo also buys one MCP tool call
     assert sum("svc_queryAgent" in line for line in steps) == 2 + mcp
-    assert ("MCP: 1 tool call x 2 credits, receipt agrees" in lines[-1]) is mcp
+    assert ("MCP: 1 tool call x 2 credits, receipt agrees" in verdict) is mcp
     assert "eyJ" not in "\n".join(lines)  # no key or token printed
     assert not leaked_secrets(all_logs.text)
 

@@ -179,17 +179,19 @@ async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, An
             if result is None:  # listTools
                 return base
             answer = await _interpret(result, client.address, base)
-    except TimeoutError:
-        if not scope.expired():
+    except (TimeoutError, ToolFailure) as exc:
+        # the SDK's task group may turn the deadline's cancellation into a transport error:
+        # once the deadline has passed, whatever came out is a timeout
+        if scope.expired():
+            failure = timed_out(step, deadline, p.agent_url)
+            answered = False
+        elif isinstance(exc, ToolFailure):
+            failure, answered = exc, step.answered
+        else:
             raise
-        failure = timed_out(step, deadline, p.agent_url)
-        if step.token_sent:
-            failure = await with_charge(core, step, failure, answered=False)
-        raise failure from None
-    except ToolFailure as failure:
         if step.token_sent:  # the token went out and no content came back
-            raise await with_charge(core, step, failure, answered=step.answered) from None
-        raise
+            raise await with_charge(core, step, failure, answered=answered) from None
+        raise failure from None
     finally:
         step.done(core)
     answer["tokenVersion"] = version
