@@ -182,3 +182,34 @@ async def make_mcp_market(
 @pytest.fixture
 async def mcp_market(make_mcp_market: McpMarketFactory) -> McpMarket:
     return await make_mcp_market()
+
+
+BuyerFactory = Callable[..., Awaitable[ReferenceGateway]]
+
+
+@pytest.fixture
+async def make_buyer(tmp_path: Path) -> AsyncIterator[BuyerFactory]:
+    """The subscriber's own gateway (a second plugin), logged in with the subscriber's key."""
+    handles: list[svc_gateway.PluginHandle] = []
+
+    async def factory(market: McpMarket, **config: Any) -> ReferenceGateway:
+        gateway = ReferenceGateway(
+            {
+                "environment": "local",
+                "baseUrl": market.sandbox.base_url,
+                "svcApiKey": market.secrets[1],
+                **config,
+            }
+        )
+        store = CredentialStore(tmp_path / f"buyer-{len(handles)}", use_keyring=False)
+        handles.append(await asyncio.to_thread(svc_gateway.register, gateway, store=store))
+        return gateway
+
+    yield factory
+    for handle in handles:
+        await asyncio.to_thread(handle.close)
+
+
+@pytest.fixture
+async def buyer(mcp_market: McpMarket, make_buyer: BuyerFactory) -> ReferenceGateway:
+    return await make_buyer(mcp_market)

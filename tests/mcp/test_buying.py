@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 import svc_gateway
 from svc_gateway.hosts.reference import ReferenceGateway
@@ -17,38 +15,8 @@ from svc_gateway.models import AgentApi, AgentMetadata
 from svc_gateway.paid_mcp import Options
 
 from ..conftest import CountingTransport
-from .conftest import GRANTED, McpMarket, McpMarketFactory
+from .conftest import GRANTED, BuyerFactory, McpMarket, McpMarketFactory
 from .test_selling import FORECAST_SCHEMA
-
-BuyerFactory = Callable[[McpMarket], Awaitable[ReferenceGateway]]
-
-
-@pytest.fixture
-async def make_buyer(tmp_path: Path) -> AsyncIterator[BuyerFactory]:
-    """The subscriber's own gateway (a second plugin), logged in with the subscriber's key."""
-    handles: list[svc_gateway.PluginHandle] = []
-
-    async def factory(market: McpMarket, **config: Any) -> ReferenceGateway:
-        gateway = ReferenceGateway(
-            {
-                "environment": "local",
-                "baseUrl": market.sandbox.base_url,
-                "svcApiKey": market.secrets[1],
-                **config,
-            }
-        )
-        store = CredentialStore(tmp_path / f"buyer-{len(handles)}", use_keyring=False)
-        handles.append(await asyncio.to_thread(svc_gateway.register, gateway, store=store))
-        return gateway
-
-    yield factory
-    for handle in handles:
-        await asyncio.to_thread(handle.close)
-
-
-@pytest.fixture
-async def buyer(mcp_market: McpMarket, make_buyer: BuyerFactory) -> ReferenceGateway:
-    return await make_buyer(mcp_market)
 
 
 def sell_forecast(market: McpMarket, calls: list[dict[str, Any]]) -> None:

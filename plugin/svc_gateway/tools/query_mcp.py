@@ -182,13 +182,10 @@ async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, An
     except (TimeoutError, ToolFailure) as exc:
         # the SDK's task group may turn the deadline's cancellation into a transport error:
         # once the deadline has passed, whatever came out is a timeout
-        if scope.expired():
-            failure = timed_out(step, deadline, p.agent_url)
-            answered = False
-        elif isinstance(exc, ToolFailure):
-            failure, answered = exc, step.answered
+        if scope.expired() or not isinstance(exc, ToolFailure):
+            failure, answered = timed_out(step, deadline, p.agent_url), False
         else:
-            raise
+            failure, answered = exc, step.answered
         if step.token_sent:  # the token went out and no content came back
             raise await with_charge(core, step, failure, answered=answered) from None
         raise failure from None
