@@ -15,8 +15,8 @@ from svc_gateway.paid_mcp import Options
 from svc_gateway.pricing import crypto_price, fixed_credits
 from svc_gateway.tools.query_answer import MAX_TEXT_CHARS
 
-from ..conftest import CountingTransport
 from .conftest import GRANTED, SERVER_NAME, USDC, BuyerFactory, McpMarket, McpMarketFactory
+from .test_settle_failures import SettleOutage
 
 
 async def query(buyer: ReferenceGateway, **params: Any) -> dict[str, Any]:
@@ -119,12 +119,6 @@ async def test_a_long_text_answer_is_cut_with_a_warning_and_a_failing_tool_is_an
     assert failed["code"] == "agent_error" and failed["message"].startswith("The tool failed: ")
     assert "the service shows nothing was charged" in failed["message"]
     assert await mcp_market.burned() == 1  # the essay only
-
-
-class SettleOutage(CountingTransport):
-    async def before(self, method: str, path: str) -> None:
-        if path.endswith("/x402/settle"):
-            raise ConnectionError("settle unreachable")
 
 
 async def test_a_json_rpc_error_after_the_tool_ran_is_reported_with_the_charge(
