@@ -51,6 +51,8 @@ class Admission:
     plan_id: str
     payer: str
     amount: int
+    #: a shared book's name for the claim (its claims expire); empty in the in-process book
+    claim_id: str = ""
 
 
 @dataclass(frozen=True)
