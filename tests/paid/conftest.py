@@ -18,6 +18,7 @@ from svc_gateway.login import CredentialStore
 from svc_gateway.paid import PaidEndpoint
 from svc_gateway.sandbox import SandboxServer
 
+from .redis_server import RedisServer
 from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
 from .support import (
     FaultProxy,
@@ -27,6 +28,15 @@ from .support import (
     leaked_secrets,
     scripted_handler,
 )
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 (a free port, no persistence), killed at teardown."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

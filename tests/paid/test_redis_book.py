@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from svc_gateway.paid.billing import Admission, Refusal
 from svc_gateway.paid.redis_book import RedisAdmissionBook
+from svc_gateway.paid.redis_store import connect_client
 from svc_gateway.paid.shared_state import StateUnavailable
 
 from .redis_server import RedisServer
 
 PLAN = "plan-1"
 PAYER = "0xAbC"
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 class Service:
@@ -52,7 +44,7 @@ class Books:
         self.clients: list[aioredis.Redis] = []
 
     def book(self, service: Service, **kwargs: float) -> RedisAdmissionBook:
-        client = aioredis.Redis.from_url(self.server.url, socket_timeout=2)
+        client = connect_client(self.server.url)
         self.clients.append(client)
         options: dict[str, float] = {"claim_ttl_secs": 60.0, "owed_ttl_secs": 600.0, **kwargs}
         return RedisAdmissionBook(client, service.read, where="test", **options)  # type: ignore[arg-type]

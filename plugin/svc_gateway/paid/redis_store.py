@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..config import PluginConfig
@@ -163,6 +166,7 @@ class RedisSettleStore:
         """Entries owed (Redis and the local spool); the last count Redis gave while it is
         unreachable."""
         with contextlib.suppress(StateUnavailable):
+            await self._sync()
             self._last_count = int(await self._run(self._redis.zcard(self._keys[1])))
         return self._last_count + len(self.spool)
 
@@ -265,6 +269,20 @@ class SharedStats:
         return {_text(k): int(v) for k, v in raw.items()}
 
 
+def connect_client(url: str) -> aioredis.Redis:
+    """A client for ``url``: bounded waits, and one immediate retry on a broken connection
+    (after Redis restarts, a pooled connection fails once). A script sent twice that way is
+    safe: an extra claim expires, a release is idempotent, a settle subtracted twice only
+    underestimates the balance until the next read."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_SECS,
+        socket_connect_timeout=SOCKET_TIMEOUT_SECS,
+        retry=Retry(NoBackoff(), 1),
+        retry_on_error=[RedisConnectionError],
+    )
+
+
 class RedisState:
     """One replica's connection to the shared state: the book, the settle store, the stats."""
 
@@ -290,12 +308,7 @@ class RedisState:
     ) -> RedisState:
         """Clients connect lazily, so this makes no call; each replica needs its own spool."""
         where = describe_state_url(url)
-        client = aioredis.Redis.from_url(
-            url,
-            socket_timeout=SOCKET_TIMEOUT_SECS,
-            socket_connect_timeout=SOCKET_TIMEOUT_SECS,
-            health_check_interval=30,
-        )
+        client = connect_client(url)
         ttl = claim_ttl_secs(config)
         book = RedisAdmissionBook(
             client, read_balance, where=where, claim_ttl_secs=ttl, owed_ttl_secs=MAX_AGE_SECS
