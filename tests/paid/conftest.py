@@ -110,6 +110,7 @@ async def make_market(
             builder_key=builder_acct["apiKey"],
             subscriber_key=subscriber_acct["apiKey"],
             subscriber_address=subscriber_acct["address"],
+            builder_address=builder_acct["address"],
             transport=transport,
             secrets=[builder_acct["apiKey"], subscriber_acct["apiKey"]],
         )

@@ -17,7 +17,8 @@ When settle fails:
   logged; retrying cannot change it.
 
 Exact billing (:mod:`.billing`): verify reserves nothing, so the endpoint admits a request only
-when the payer's known balance covers the credits already in flight plus this one.
+when the payer's known balance covers the credits already in flight plus this one. A time plan
+is not metered (verify checks the access window; settle burns nothing).
 
 Deadlines: the service calls before the handler (plan, balance, verify) share one budget
 (``paidBudgetSecs``, over it 503), the handler has its own (``handlerTimeoutSecs``, over it
@@ -48,6 +49,7 @@ from .billing import Admission, CreditBook, Refusal
 from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .state import AdmissionBook, LocalSettleStore, SettleStore
 
 log = get_logger("svc_gateway.paid")
 
@@ -65,6 +67,8 @@ ENVELOPES_KEPT = 64
 RETRY_AFTER_SECS = 5
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
+#: queued settles claimed from the store at a time while draining
+DRAIN_BATCH = 100
 REPLAYED_TOKEN = "BCK.X402.0059"
 
 GUIDANCE = (
@@ -166,7 +170,8 @@ class PaidFlow:
         facts: PlanFactsCache | None = None,
         settle_backoff: tuple[float, ...] = SETTLE_BACKOFF_SECS,
         max_in_flight: int = MAX_IN_FLIGHT,
-        queue: SettleQueue | None = None,
+        queue: SettleStore | None = None,
+        book: AdmissionBook | None = None,
         queue_retry_secs: float = QUEUE_RETRY_SECS,
     ) -> None:
         self.core = core
@@ -179,9 +184,10 @@ class PaidFlow:
         self.max_in_flight = max_in_flight
         self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
-        self.book = CreditBook(self._read_balance)
-        self.queue = queue if queue is not None else SettleQueue(default_queue_path(core))
-        self.stats.settle_queue = len(self.queue)
+        self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
+        self.queue: SettleStore = (
+            queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
+        )
         self._deferred: dict[str, Admission] = {}
         self._in_flight = 0
         self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
@@ -282,7 +288,7 @@ class PaidFlow:
             return self._refuse(facts, agent_id, url, reason)
         payer = verdict.payer or token_payer(token)
         admission: Admission | None = None
-        if payer:
+        if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
                 claim = await self.book.admit(plan_id, payer, amount)
             except OUTAGE_ERRORS as exc:
@@ -303,7 +309,7 @@ class PaidFlow:
             async with deadline:
                 answer = await run_handler(self.handler, prompt)
         except Exception as exc:
-            self._release(call)
+            await self._release(call)
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self.stats.handler_timeouts += 1
                 log.warning(
@@ -324,7 +330,7 @@ class PaidFlow:
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
         if not answer.ok:
-            self._release(call)
+            await self._release(call)
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
             return answer
@@ -337,9 +343,9 @@ class PaidFlow:
             return self._refuse_settle(call, outcome.reason)
         return answer
 
-    def _release(self, call: PaidCall) -> None:
+    async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
-            self.book.release(call.admission)
+            await self.book.release(call.admission)
 
     def _envelope(self, facts: PlanFacts, agent_id: str | None, url: str) -> PaymentRequirement:
         """The request's envelope, built once per (plan facts, agent, URL) and then shared
@@ -372,7 +378,7 @@ class PaidFlow:
             if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
-        self._record(call, outcome)
+        await self._record(call, outcome)
         return outcome
 
     async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
@@ -404,7 +410,7 @@ class PaidFlow:
                 await asyncio.sleep(self.settle_backoff[attempt - 1])
         return SettleOutcome(Settled.DEFERRED, reason)
 
-    def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
+    async def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
         plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
         payer = call.payer or "unknown"
         if outcome.kind is Settled.PAID:
@@ -414,8 +420,8 @@ class PaidFlow:
             self.stats.credits_settled += redeemed
             self.stats.receipts.append(outcome.receipt)
             if call.admission is not None:
-                self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
-            if len(self.queue):
+                await self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
+            if self.stats.settle_queue:
                 self.kick_queue()  # the service is answering again
             return
         self.stats.settle_failures += 1
@@ -423,9 +429,9 @@ class PaidFlow:
             self.stats.settle_refused += 1
             if call.admission is not None:
                 if REPLAYED_TOKEN in outcome.reason:
-                    self.book.release(call.admission)
+                    await self.book.release(call.admission)
                 else:
-                    self.book.refused(call.admission)
+                    await self.book.refused(call.admission)
             log.warning(
                 "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
                 "402",
@@ -437,7 +443,7 @@ class PaidFlow:
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
             self.stats.settle_deferred += 1
-            self.queue.add(
+            dropped = await self.queue.add(
                 PendingSettle(
                     request_id=call.request_id,
                     plan_id=plan_id,
@@ -448,11 +454,13 @@ class PaidFlow:
                     queued_at=time.time(),
                 )
             )
-            self.stats.settle_queue = len(self.queue)
             if call.admission is not None:  # still owed: keep the credits claimed
                 self._deferred[call.request_id] = call.admission
-            for dropped in [r for r in self._deferred if r not in self.queue]:
-                self.book.release(self._deferred.pop(dropped))  # a full queue dropped it
+            for request_id in dropped or ():  # a full queue dropped it: it will not be paid
+                admission = self._deferred.pop(request_id, None)
+                if admission is not None:
+                    await self.book.release(admission)
+            self.stats.settle_queue = await self.queue.count()
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",
@@ -464,7 +472,7 @@ class PaidFlow:
             self.kick_queue(delay=self.queue_retry_secs)
             return
         self.stats.settle_lost += 1
-        self._release(call)
+        await self._release(call)
         log.error(
             "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
             "delivered without payment",
@@ -485,29 +493,42 @@ class PaidFlow:
             drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
+    async def start(self) -> int:
+        """Start retrying the settles a previous run left owed. Returns how many are owed."""
+        owed = await self.queue.entries()
+        self.stats.settle_queue = len(owed)
+        if owed:
+            self.kick_queue()
+        return len(owed)
+
     async def _drain_loop(self, delay: float) -> None:
-        while len(self.queue):
+        while await self.queue.count():
             if delay > 0:
                 await asyncio.sleep(delay)
             await self.drain_queue()
             delay = self.queue_retry_secs
 
     async def drain_queue(self) -> int:
-        """Retry every queued settle once, in order; stop at the first outage. Returns how
-        many were settled."""
+        """Retry each queued settle this process may claim once, oldest first; stop at the
+        first outage. Returns how many were settled."""
         if self._draining:
             return 0
         self._draining = True
         done = 0
+        seen: set[str] = set()
         try:
-            for entry in self.queue.entries():
-                outcome = await self._retry_queued(entry)
-                if outcome is None:
-                    break
-                done += outcome
+            while batch := [
+                e for e in await self.queue.claim(DRAIN_BATCH) if e.request_id not in seen
+            ]:
+                for entry in batch:
+                    seen.add(entry.request_id)
+                    outcome = await self._retry_queued(entry)
+                    if outcome is None:
+                        return done
+                    done += outcome
         finally:
             self._draining = False
-            self.stats.settle_queue = len(self.queue)
+            self.stats.settle_queue = await self.queue.count()
         return done
 
     async def _retry_queued(self, entry: PendingSettle) -> int | None:
@@ -515,7 +536,7 @@ class PaidFlow:
         try:
             envelope = PaymentRequirement.model_validate(entry.envelope)
         except ValueError as exc:  # an unreadable entry: keeping it would block the queue
-            return self._give_up(entry, type(exc).__name__)
+            return await self._give_up(entry, type(exc).__name__)
         try:
             async with asyncio.timeout(self.core.config.paid_budget_secs):
                 client = self.core.client()
@@ -524,11 +545,11 @@ class PaidFlow:
             kind = classify_settle_error(exc)
             if kind is None or kind is Settled.DEFERRED:
                 return None
-            return self._give_up(entry, f"{exc.code}: {exc.message}")
+            return await self._give_up(entry, f"{exc.code}: {exc.message}")
         except Exception:  # a timeout, a closed client: try again later
             return None
         if not result.success:
-            return self._give_up(entry, result.error_reason or "success: false")
+            return await self._give_up(entry, result.error_reason or "success: false")
         receipt = result.receipt()
         redeemed = to_int(receipt["creditsRedeemed"])
         self.stats.settled += 1
@@ -537,8 +558,8 @@ class PaidFlow:
         self.stats.receipts.append(receipt)
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
-            self.book.settled(admission, redeemed, result.remaining_balance)
-        self.queue.remove(entry.request_id)
+            await self.book.settled(admission, redeemed, result.remaining_balance)
+        await self.queue.remove(entry.request_id)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
             entry.request_id,
@@ -547,12 +568,12 @@ class PaidFlow:
         )
         return 1
 
-    def _give_up(self, entry: PendingSettle, reason: str) -> int:
+    async def _give_up(self, entry: PendingSettle, reason: str) -> int:
         self.stats.settle_lost += 1
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
-            self.book.release(admission)
-        self.queue.remove(entry.request_id)
+            await self.book.release(admission)
+        await self.queue.remove(entry.request_id)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
             "was delivered without payment",
@@ -569,6 +590,8 @@ class PaidFlow:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
+        await self.queue.aclose()
+        await self.book.aclose()
 
     # -- refusals ------------------------------------------------------------------------------
 

@@ -38,6 +38,8 @@ class PlanFacts:
     max_amount: int | None = None
     name: str | None = None
     description: str | None = None
+    #: a time plan sells access for a duration, not credits: verify checks the window
+    is_time: bool = False
 
     @classmethod
     def from_plan(cls, plan: Plan, environment: str) -> PlanFacts:
@@ -50,6 +52,7 @@ class PlanFacts:
             max_amount=credits.max_amount,
             name=plan.metadata.main.name or None,
             description=plan.metadata.main.description,
+            is_time=plan.is_time_plan,
         )
 
     @classmethod
