@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -28,9 +28,13 @@ from ..config import ConfigError, PluginConfig
 from ..core import PluginCore
 from ..host import GatewayAPI, host_http_app
 from ..redact import get_logger
-from .flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats
+from .flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats, default_queue_path
 from .handlers import AgentHandler, CreditsFn, default_handler, load_handler
 from .http import PaidRoutes
+from .shared_state import open_state
+
+if TYPE_CHECKING:
+    from .redis_store import RedisState
 
 __all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
 
@@ -150,13 +154,19 @@ async def attach_paid_endpoint(
 ) -> PaidEndpoint:
     """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call."""
     config = core.config
+    shared = _shared_state(core)
     flow = PaidFlow(
         core,
         handler=_resolve_handler(api, config, handler),
         credits=_resolve_credits(api, credits),
         plan_id=plan_id,
         agent_id=agent_id,
+        book=shared.book if shared is not None else None,
+        queue=shared.store if shared is not None else None,
     )
+    if shared is not None:
+        shared.share(flow.stats)
+        core.runtime.add_closer(lambda: shared.aclose(flow.stats))  # after the flow's own
     core.runtime.add_closer(flow.aclose)
     owed = await flow.start()
     if owed:  # settles a previous run could not finish
@@ -178,6 +188,19 @@ async def attach_paid_endpoint(
     if host_app is not None:
         return _mount(api, host_app, flow, path, public)
     return await _serve(core, flow, path, public)
+
+
+def _shared_state(core: PluginCore) -> RedisState | None:
+    """With ``stateUrl``: the admission book, settle queue and stats every replica shares."""
+    if not core.config.state_url:
+        return None
+
+    async def read_balance(plan_id: str, payer: str) -> int:
+        return (await core.public_client().get_plan_balance(plan_id, payer)).balance
+
+    state = open_state(core.config, read_balance, spool=default_queue_path(core))
+    log.info("paid endpoint shares its admission book and settle queue at %s", state.where)
+    return state
 
 
 def _mount(

@@ -49,6 +49,7 @@ from .billing import Admission, CreditBook, Refusal
 from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .shared_state import StateUnavailable
 from .state import AdmissionBook, LocalSettleStore, SettleStore
 
 log = get_logger("svc_gateway.paid")
@@ -291,6 +292,8 @@ class PaidFlow:
         if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
                 claim = await self.book.admit(plan_id, payer, amount)
+            except StateUnavailable as exc:
+                return self._state_outage(exc)
             except OUTAGE_ERRORS as exc:
                 return self._outage(exc, "read the payer's balance")
             except errors.ServiceError as exc:
@@ -454,8 +457,8 @@ class PaidFlow:
                     queued_at=time.time(),
                 )
             )
-            if call.admission is not None:  # still owed: keep the credits claimed
-                self._deferred[call.request_id] = call.admission
+            if call.admission is not None:  # still owed: the credits stay claimed until paid
+                self._deferred[call.request_id] = await self._owe(call.admission, call.request_id)
             for request_id in dropped or ():  # a full queue dropped it: it will not be paid
                 admission = self._deferred.pop(request_id, None)
                 if admission is not None:
@@ -557,6 +560,10 @@ class PaidFlow:
         self.stats.credits_settled += redeemed
         self.stats.receipts.append(receipt)
         admission = self._deferred.pop(entry.request_id, None)
+        if admission is None and entry.payer:  # owed by another replica (shared state)
+            admission = await self.book.restore(
+                entry.plan_id, entry.payer, entry.amount, entry.request_id
+            )
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
         await self.queue.remove(entry.request_id)
@@ -568,9 +575,22 @@ class PaidFlow:
         )
         return 1
 
+    async def _owe(self, admission: Admission, request_id: str) -> Admission:
+        """The request's claim becomes an owed settle's (a shared book keeps that one until
+        the settle is paid or given up, whichever replica retries it)."""
+        owed = await self.book.restore(
+            admission.plan_id, admission.payer, admission.amount, request_id
+        )
+        await self.book.release(admission)
+        return owed
+
     async def _give_up(self, entry: PendingSettle, reason: str) -> int:
         self.stats.settle_lost += 1
         admission = self._deferred.pop(entry.request_id, None)
+        if admission is None and entry.payer:  # owed by another replica (shared state)
+            admission = await self.book.restore(
+                entry.plan_id, entry.payer, entry.amount, entry.request_id
+            )
         if admission is not None:
             await self.book.release(admission)
         await self.queue.remove(entry.request_id)
@@ -609,6 +629,18 @@ class PaidFlow:
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
         return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+
+    def _state_outage(self, exc: StateUnavailable) -> Answer:
+        """The shared state store did not answer: fail closed, before the handler."""
+        self.stats.unavailable += 1
+        log.warning("paid request refused: %s", exc.message)
+        return error_answer(
+            503,
+            "Service Unavailable",
+            "The agent cannot check your credits right now (its shared billing state is "
+            f"unreachable); nothing was charged. Retry in {RETRY_AFTER_SECS} s.",
+            **{"Retry-After": str(RETRY_AFTER_SECS)},
+        )
 
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1

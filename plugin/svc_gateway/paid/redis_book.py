@@ -16,7 +16,7 @@ or when refusing with nothing in flight.
 
 A Redis outage fails admission closed (:class:`~.shared_state.StateUnavailable`, a 503 before
 the handler); a close (settled, release, refused) that cannot reach Redis is kept here and sent
-once Redis answers again (until then the claim's expiry bounds what it holds).
+once Redis answers again (until then the claim's expiry bounds what it holds); so is a restore.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ log = get_logger("svc_gateway.paid")
 
 #: an account untouched this long (and holding no claim) is forgotten by Redis
 IDLE_SECS = 24 * 3600.0
-#: closes kept while Redis is unreachable; beyond it the oldest are dropped (their claims expire)
+#: updates kept while Redis is unreachable; beyond it the oldest are dropped (claims expire)
 MAX_BACKLOG = 10_000
 #: finished reads remembered (each with its time), so admissions that asked before it use it
 MAX_RECENT = 1000
@@ -198,9 +198,9 @@ class RedisAdmissionBook:
         self._restore = client.register_script(RESTORE)
         self._loading: dict[tuple[str, str], asyncio.Future[_Read]] = {}
         self._recent: dict[tuple[str, str], tuple[float, _Read]] = {}
-        self._backlog: deque[tuple[list[str], list[Any]]] = deque()
+        self._backlog: deque[tuple[Any, list[str], list[Any]]] = deque()
         self.reads = 0
-        self.dropped_closes = 0
+        self.dropped_updates = 0
 
     def __repr__(self) -> str:
         return f"RedisAdmissionBook(where={self.where!r}, backlog={len(self._backlog)})"
@@ -257,11 +257,12 @@ class RedisAdmissionBook:
         self, plan_id: str, payer: str, amount: int, request_id: str = ""
     ) -> Admission:
         """Count an owed settle as in flight until it settles or ``owed_ttl_secs`` pass; with
-        ``request_id`` every replica that restores it names the same claim (counted once)."""
+        ``request_id`` every replica that restores it names the same claim (counted once).
+        Never fails: while Redis is unreachable it is kept and sent first when Redis is back."""
         key = (plan_id, payer.lower())
         claim = f"owed:{request_id}" if request_id else f"owed:{uuid.uuid4().hex}"
         args = [amount, claim, _ms(self.owed_ttl_secs), self._idle_ms]
-        await self._script(self._restore, self.keys(*key), args)
+        await self._later(self._restore, self.keys(*key), args, "restore")
         return Admission(key[0], key[1], amount, claim)
 
     async def settled(self, admission: Admission, redeemed: int, remaining: int | None) -> None:
@@ -280,16 +281,16 @@ class RedisAdmissionBook:
             if self._backlog:
                 log.warning(
                     "%d admission update(s) could not reach Redis at %s before shutdown; "
-                    "their claims expire on their own",
+                    "the claims they close expire on their own",
                     len(self._backlog),
                     self.where,
                 )
 
     async def flush(self) -> None:
-        """Send the closes kept while Redis was unreachable, oldest first."""
+        """Send the updates kept while Redis was unreachable, oldest first."""
         while self._backlog:
-            keys, args = self._backlog[0]
-            await self._script(self._close, keys, args, flushing=True)
+            script, keys, args = self._backlog[0]
+            await self._script(script, keys, args, flushing=True)
             self._backlog.popleft()
 
     async def _closing(
@@ -303,16 +304,20 @@ class RedisAdmissionBook:
             "" if remaining is None else remaining,
             self._idle_ms,
         ]
-        self._backlog.append((keys, args))
+        await self._later(self._close, keys, args, mode)
+
+    async def _later(self, script: Any, keys: list[str], args: list[Any], what: str) -> None:
+        """Run ``script`` now, after what is kept; if Redis does not answer, keep it."""
+        self._backlog.append((script, keys, args))
         if len(self._backlog) > MAX_BACKLOG:
             self._backlog.popleft()
-            self.dropped_closes += 1
+            self.dropped_updates += 1
         try:
             await self.flush()
         except StateUnavailable as exc:
             log.warning(
                 "could not record a %s admission in Redis (%s); kept and sent when Redis is back",
-                mode,
+                what,
                 exc,
             )
 

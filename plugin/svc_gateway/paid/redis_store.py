@@ -300,7 +300,12 @@ class RedisState:
         self._pusher: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
-        return f"RedisState(where={self.book.where!r})"
+        return f"RedisState(where={self.where!r})"
+
+    @property
+    def where(self) -> str:
+        """``host:port/db`` (never a password)."""
+        return self.book.where
 
     @classmethod
     def connect(
@@ -328,6 +333,8 @@ class RedisState:
                 await self.stats.push(stats)
 
     async def aclose(self, stats: PaidStats | None = None) -> None:
+        """Stop pushing (a last push of ``stats``) and disconnect; the flow closes the book
+        and the store before."""
         pusher, self._pusher = self._pusher, None
         if pusher is not None:
             pusher.cancel()
@@ -336,6 +343,4 @@ class RedisState:
         if stats is not None:
             with contextlib.suppress(StateUnavailable):
                 await self.stats.push(stats)
-        await self.book.aclose()
-        await self.store.aclose()
         await self.client.aclose()
