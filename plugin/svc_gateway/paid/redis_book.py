@@ -199,6 +199,7 @@ class RedisAdmissionBook:
         self._loading: dict[tuple[str, str], asyncio.Future[_Read]] = {}
         self._recent: dict[tuple[str, str], tuple[float, _Read]] = {}
         self._backlog: deque[tuple[Any, list[str], list[Any]]] = deque()
+        self._flushing = asyncio.Lock()
         self.reads = 0
         self.dropped_updates = 0
 
@@ -287,11 +288,12 @@ class RedisAdmissionBook:
                 )
 
     async def flush(self) -> None:
-        """Send the updates kept while Redis was unreachable, oldest first."""
-        while self._backlog:
-            script, keys, args = self._backlog[0]
-            await self._script(script, keys, args, flushing=True)
-            self._backlog.popleft()
+        """Send the updates kept while Redis was unreachable, oldest first (one flusher)."""
+        async with self._flushing:
+            while self._backlog:
+                script, keys, args = self._backlog[0]
+                await self._run(script(keys=keys, args=args))
+                self._backlog.popleft()
 
     async def _closing(
         self, admission: Admission, mode: str, redeemed: int, remaining: int | None
@@ -307,7 +309,14 @@ class RedisAdmissionBook:
         await self._later(self._close, keys, args, mode)
 
     async def _later(self, script: Any, keys: list[str], args: list[Any], what: str) -> None:
-        """Run ``script`` now, after what is kept; if Redis does not answer, keep it."""
+        """Run ``script`` (after what is kept, if anything is); if Redis does not answer,
+        keep it for later."""
+        try:
+            if not self._backlog:
+                await self._run(script(keys=keys, args=args))
+                return
+        except StateUnavailable:
+            pass
         self._backlog.append((script, keys, args))
         if len(self._backlog) > MAX_BACKLOG:
             self._backlog.popleft()
@@ -352,10 +361,8 @@ class RedisAdmissionBook:
         finally:
             del self._loading[key]
 
-    async def _script(
-        self, script: Any, keys: list[str], args: list[Any], *, flushing: bool = False
-    ) -> Any:
-        if self._backlog and not flushing:
+    async def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        if self._backlog:
             await self.flush()
         return await self._run(script(keys=keys, args=args))
 
