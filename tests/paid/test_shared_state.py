@@ -1,0 +1,102 @@
+"""``stateUrl``: validated without echoing secrets, optional (nothing imports redis without
+it), and a clear error when the extra is missing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from svc_gateway.config import ConfigError, load_config
+from svc_gateway.paid.shared_state import (
+    StateUnavailable,
+    claim_ttl_secs,
+    describe_state_url,
+    open_state,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def no_read(plan_id: str, payer: str) -> int:
+    raise AssertionError("no balance read expected")
+
+
+def test_state_url_must_be_a_redis_url_and_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config({"stateUrl": "http://user:hunter2@cache:6379/0"})
+    assert "stateUrl" in str(info.value) and "redis://" in str(info.value)
+    assert "hunter2" not in str(info.value)
+    assert load_config({"stateUrl": "  "}).state_url is None
+    for url in ("redis://127.0.0.1:6379/0", "rediss://cache:6380/1", "unix:///run/redis.sock"):
+        assert load_config({"stateUrl": url}).state_url == url
+
+
+def test_a_state_url_is_described_without_its_password() -> None:
+    assert describe_state_url("redis://:hunter2@cache.internal:6380/3") == "cache.internal:6380/3"
+    assert describe_state_url("redis://localhost") == "localhost:6379/0"
+    assert describe_state_url("redis://[::1]:7000/0") == "[::1]:7000/0"
+    assert describe_state_url("unix:///run/redis.sock") == "unix:/run/redis.sock"
+    error = StateUnavailable("cache:6379/0", ConnectionRefusedError())
+    assert (
+        str(error)
+        == "the shared state store at cache:6379/0 did not answer (ConnectionRefusedError)"
+    )
+    assert error.status is None and error.code == "state_unavailable"
+
+
+def test_claims_outlive_a_request_with_all_its_deadlines() -> None:
+    config = load_config({"paidBudgetSecs": 3, "handlerTimeoutSecs": 20})
+    assert claim_ttl_secs(config) == 3 + 20 + 3 + 5.0
+
+
+def test_open_state_needs_a_state_url(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="stateUrl"):
+        open_state(load_config({}), no_read, tmp_path / "spool.json")
+
+
+def test_without_the_redis_extra_state_url_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("redis", "redis.asyncio", "svc_gateway.paid.redis_store"):
+        monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
+    config = load_config({"stateUrl": "redis://127.0.0.1:6379/0"})
+    with pytest.raises(ConfigError) as info:
+        open_state(config, no_read, tmp_path / "spool.json")
+    assert "pip install 'svc-gateway-plugin[redis]'" in str(info.value)
+
+
+def test_a_seller_without_state_url_imports_nothing_of_redis(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        import svc_gateway
+        from svc_gateway.hosts.reference import ReferenceGateway
+        from svc_gateway.login import CredentialStore
+
+        gateway = ReferenceGateway({{
+            "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1",
+            "enablePaidEndpoint": True, "paidEndpointPort": 0, "planId": "1",
+        }})
+        handle = svc_gateway.register(
+            gateway, store=CredentialStore(Path({str(tmp_path)!r}), use_keyring=False)
+        )
+        assert handle.extras["paid_endpoint"].url
+        handle.close()
+        print(sorted(m for m in sys.modules if m == "redis" or m.startswith("redis.")))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "plugin"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
