@@ -225,3 +225,76 @@ async def test_redis_down_fails_admission_closed(books: Books, redis_server: Red
     redis_server.start()  # empty: no persistence
     await book.settled(Admission(PLAN, PAYER.lower(), 0, "gone"), 0, None)  # flushes the backlog
     assert "backlog=0" in repr(book)
+
+
+async def test_a_payer_never_read_is_unknown(books: Books) -> None:
+    assert await books.book(Service(1)).known(PLAN, PAYER) is None
+
+
+async def test_updates_kept_during_an_outage_are_bounded_and_reported_at_close(
+    books: Books, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = Service(5)
+    book = books.book(service, max_backlog=1)
+    one, two = await book.admit(PLAN, PAYER, 1), await book.admit(PLAN, PAYER, 1)
+    assert isinstance(one, Admission) and isinstance(two, Admission)
+    redis_server.stop()
+    await book.release(one)
+    await book.release(two)  # the oldest kept update goes: its claim expires on its own
+    assert book.dropped_updates == 1 and "backlog=1" in repr(book)
+    await book.aclose()
+    assert "1 admission update(s) could not reach Redis at test before shutdown" in caplog.text
+
+
+async def test_a_failed_balance_read_fails_every_waiter_and_is_tried_again(
+    books: Books,
+) -> None:
+    service = Service(3)
+    failing = {"left": 1}
+
+    async def read(plan_id: str, payer: str) -> int:
+        await asyncio.sleep(0.05)
+        if failing["left"]:
+            failing["left"] -= 1
+            raise ConnectionRefusedError("service down")
+        return await service.read(plan_id, payer)
+
+    book = books.book(service)
+    book._read_balance = read
+    results = await asyncio.gather(
+        book.admit(PLAN, PAYER, 1), book.admit(PLAN, PAYER, 1), return_exceptions=True
+    )
+    assert all(isinstance(r, ConnectionRefusedError) for r in results)
+    assert isinstance(await book.admit(PLAN, PAYER, 1), Admission)
+
+
+async def test_a_cancelled_shared_read_lets_the_waiter_read_itself(books: Books) -> None:
+    service = Service(2)
+    service.gate = asyncio.Event()
+    book = books.book(service)
+    leader = asyncio.create_task(book.admit(PLAN, PAYER, 1))
+    await service.reading.wait()
+    waiter = asyncio.create_task(book.admit(PLAN, PAYER, 1))
+    await asyncio.sleep(0.05)  # the waiter shares the leader's read
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    service.gate.set()
+    assert isinstance(await waiter, Admission)
+    assert service.reads == 2
+
+
+async def test_a_cancelled_waiter_does_not_cancel_the_shared_read(books: Books) -> None:
+    service = Service(2)
+    service.gate = asyncio.Event()
+    book = books.book(service)
+    leader = asyncio.create_task(book.admit(PLAN, PAYER, 1))
+    await service.reading.wait()
+    waiter = asyncio.create_task(book.admit(PLAN, PAYER, 1))
+    await asyncio.sleep(0.05)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    service.gate.set()
+    assert isinstance(await leader, Admission)
+    assert service.reads == 1

@@ -183,3 +183,16 @@ async def test_counters_are_summed_over_replicas(
     redis_server.start()  # empty: no persistence
     await one.push(first)  # what could not be pushed is pushed now, and only that
     assert await two.totals() == {"requests": 5}
+
+
+async def test_during_an_outage_entries_are_the_spools_and_close_says_what_stays(
+    replicas: Replicas, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = replicas.store("a")
+    await a.add(entry(1))
+    redis_server.stop()
+    await a.add(entry(2))
+    assert [e.request_id for e in await a.entries()] == ["req-2"]
+    assert "spooled=1" in repr(a)
+    await a.aclose()
+    assert "1 settle(s) stay in the local spool" in caplog.text

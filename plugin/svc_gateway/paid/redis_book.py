@@ -183,6 +183,7 @@ class RedisAdmissionBook:
         balance_ttl_secs: float = BALANCE_TTL_SECS,
         refusal_refresh_secs: float = REFUSAL_REFRESH_SECS,
         idle_secs: float = IDLE_SECS,
+        max_backlog: int = MAX_BACKLOG,
     ) -> None:
         self._redis = client
         self._read_balance = read_balance
@@ -193,6 +194,7 @@ class RedisAdmissionBook:
         self._balance_ttl_ms = _ms(balance_ttl_secs)
         self._refusal_ms = _ms(refusal_refresh_secs)
         self._idle_ms = _ms(idle_secs)
+        self.max_backlog = max_backlog
         self._admit = client.register_script(ADMIT)
         self._close = client.register_script(CLOSE)
         self._restore = client.register_script(RESTORE)
@@ -318,7 +320,7 @@ class RedisAdmissionBook:
         except StateUnavailable:
             pass
         self._backlog.append((script, keys, args))
-        if len(self._backlog) > MAX_BACKLOG:
+        if len(self._backlog) > self.max_backlog:
             self._backlog.popleft()
             self.dropped_updates += 1
         try:
