@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 
 from svc_gateway.config import ConfigError, load_config
@@ -18,7 +19,12 @@ from svc_gateway.paid.shared_state import (
     open_state,
 )
 
+from .conftest import StubMarketFactory
+from .redis_server import RedisServer
+from .stub_service import StubService, make_token
+
 ROOT = Path(__file__).resolve().parents[2]
+PAYER = "0x" + "ab" * 20
 
 
 async def no_read(plan_id: str, payer: str) -> int:
@@ -100,3 +106,30 @@ def test_a_seller_without_state_url_imports_nothing_of_redis(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+async def test_the_endpoint_reads_the_counters_of_every_replica(
+    make_stub_market: StubMarketFactory, redis_server: RedisServer
+) -> None:
+    local = await make_stub_market(store_dir="local")
+    assert await local.endpoint.shared_stats() is None
+    stub = StubService(balance=10)
+    one = await make_stub_market(stub=stub, config={"stateUrl": redis_server.url}, store_dir="one")
+    two = await make_stub_market(stub=stub, config={"stateUrl": redis_server.url}, store_dir="two")
+    async with httpx.AsyncClient(timeout=30) as http:
+        for market, n in ((one, 2), (two, 3)):
+            for i in range(n):
+                answer = await http.post(
+                    market.url,
+                    json={"prompt": f"q{i}"},
+                    headers={"payment-signature": make_token(PAYER)},
+                )
+                assert answer.status_code == 200, answer.text
+    for market in (one, two):
+        shared = market.endpoint.shared
+        assert shared is not None and shared.where == f"127.0.0.1:{redis_server.port}/0"
+        await market.endpoint.flow.core.runtime.run(shared.stats.push(market.endpoint.stats))
+    totals = await one.endpoint.shared_stats()
+    assert totals is not None
+    assert totals["requests"] == 5 and totals["settled"] == 5
+    assert one.endpoint.stats.requests == 2  # each replica's own stats stay its own

@@ -80,6 +80,8 @@ class PaidEndpoint:
         self.card_url = card_url
         self.bound_url = bound_url
         self._runner = runner
+        #: the state shared with other replicas (``stateUrl``), ``None`` in-process
+        self.shared: RedisState | None = None
 
     @property
     def mounted(self) -> bool:
@@ -89,6 +91,13 @@ class PaidEndpoint:
     @property
     def stats(self) -> PaidStats:
         return self.flow.stats
+
+    async def shared_stats(self) -> dict[str, int] | None:
+        """The counters of every replica on ``stateUrl``, summed (each pushes about once a
+        second and when it closes); ``None`` without ``stateUrl``."""
+        if self.shared is None:
+            return None
+        return await self.flow.core.runtime.run(self.shared.stats.totals())
 
     @property
     def plan_id(self) -> str | None:
@@ -186,8 +195,11 @@ async def attach_paid_endpoint(
     public = _public_endpoint_url(config)
     host_app = host_http_app(api)
     if host_app is not None:
-        return _mount(api, host_app, flow, path, public)
-    return await _serve(core, flow, path, public)
+        endpoint = _mount(api, host_app, flow, path, public)
+    else:
+        endpoint = await _serve(core, flow, path, public)
+    endpoint.shared = shared
+    return endpoint
 
 
 def _shared_state(core: PluginCore) -> RedisState | None:
