@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from svc_gateway import PluginHandle, register
 from svc_gateway.hosts.reference import ReferenceGateway
@@ -186,6 +187,7 @@ async def make_stub_market(
         handler: Any = None,
         credits: Any = None,
         store_dir: str = "stub",
+        http_app: web.Application | None = None,
     ) -> StubMarket:
         service = stub or StubService()
         if not service.base_url:
@@ -200,7 +202,8 @@ async def make_stub_market(
                 "planId": PLAN_ID,
                 "agentId": AGENT_ID,
                 **(config or {}),
-            }
+            },
+            http_app=http_app,
         )
         gateway.agent_handler = handler or scripted_handler  # type: ignore[attr-defined]
         if credits is not None:

@@ -1,9 +1,10 @@
 """One paid request, as the state table of SPEC.md ("States and transitions") draws it.
 
 received → (no token | verify invalid | too few credits) → 402 with the envelope · (verify
-valid, credits admitted) → verified → handler non-2xx, exception or timeout → no settle, no
-charge · handler 2xx → settle (retried on its ``agentRequestId``, which makes it idempotent) →
-receipt in ``payment-response``.
+valid, credits admitted) → verified → handler non-2xx, exception or timeout, or its client
+gone → no settle, no charge · handler 2xx → settle (retried on its ``agentRequestId``, which
+makes it idempotent) → receipt in ``payment-response``. The admission is closed on every path,
+a cancelled request included.
 
 When settle fails:
 
@@ -36,6 +37,7 @@ import enum
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,15 @@ from ..encoding import b64_json, decode_access_token, to_int, token_authorizatio
 from ..models import PaymentRequirement, SettleResult
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
-from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
+from .handlers import (
+    AgentHandler,
+    Answer,
+    CreditsFn,
+    HandlerError,
+    SyncHandlerPool,
+    call_maybe_async,
+    run_handler,
+)
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
 from .shared_state import StateUnavailable
@@ -82,6 +92,7 @@ GUIDANCE = (
 class PaidStats:
     """Counters the builder can read (the demo checks its receipts against the subscriber's).
 
+    ``abandoned``: answers ready after their client went away (not settled, not charged);
     ``settle_deferred``: answers delivered while settle could not reach the service (queued);
     ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
     delivered that will never be paid (the service refused the settle for a reason that is not
@@ -92,6 +103,7 @@ class PaidStats:
     unavailable: int = 0
     handler_failures: int = 0
     handler_timeouts: int = 0
+    abandoned: int = 0
     settled: int = 0
     credits_settled: int = 0
     settle_failures: int = 0
@@ -190,6 +202,7 @@ class PaidFlow:
             queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
         )
         self._deferred: dict[str, Admission] = {}
+        self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
         self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
         self._drainer: asyncio.Task[None] | None = None
@@ -218,8 +231,16 @@ class PaidFlow:
 
     # -- the state machine ---------------------------------------------------------------------
 
-    async def serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        """Answer one well-formed request (the HTTP layer has checked method, size, JSON)."""
+    async def serve(
+        self,
+        prompt: str,
+        token: str | None,
+        url: str,
+        connected: Callable[[], bool] | None = None,
+    ) -> Answer:
+        """Answer one well-formed request (the HTTP layer has checked method, size, JSON).
+        ``connected`` says whether the client is still there to receive the answer; asked just
+        before settling (a client gone is never charged for an answer it cannot receive)."""
         if self._in_flight >= self.max_in_flight:
             self.stats.unavailable += 1
             return error_answer(
@@ -231,11 +252,13 @@ class PaidFlow:
         self._in_flight += 1
         self.stats.requests += 1
         try:
-            return await self._serve(prompt, token, url)
+            return await self._serve(prompt, token, url, connected)
         finally:
             self._in_flight -= 1
 
-    async def _serve(self, prompt: str, token: str | None, url: str) -> Answer:
+    async def _serve(
+        self, prompt: str, token: str | None, url: str, connected: Callable[[], bool] | None
+    ) -> Answer:
         plan_id = self.plan_id()
         if plan_id is None:
             self.stats.unavailable += 1
@@ -245,6 +268,8 @@ class PaidFlow:
                 "This agent is not selling yet: no plan is configured (its operator sets planId "
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
+        if self.handler_pool.stuck:
+            return self._stuck()
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
@@ -255,7 +280,7 @@ class PaidFlow:
             return self._outage(None, "verify a payment in time")
         if isinstance(admitted, Answer):
             return admitted
-        return await self._work(admitted, prompt)
+        return await self._work(admitted, prompt, connected)
 
     async def _admit(
         self, plan_id: str, prompt: str, token: str | None, url: str
@@ -305,14 +330,43 @@ class PaidFlow:
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
-    async def _work(self, call: PaidCall, prompt: str) -> Answer:
-        """verified → work done / work failed → settled / unsettled."""
+    async def _work(
+        self, call: PaidCall, prompt: str, connected: Callable[[], bool] | None = None
+    ) -> Answer:
+        """verified → work done / work failed → settled / unsettled. The admission is closed on
+        every path: by the settle's outcome once settling starts, else released here (also when
+        the request is cancelled: a client gone, a host that cancels its handlers)."""
+        settling = False
+        try:
+            answer = await self._handle(prompt)
+            if not answer.ok:
+                return answer
+            if connected is not None and not connected():
+                return self._abandoned(call)
+            settling = True
+            outcome = await self._settle(call)
+        finally:
+            if not settling:
+                await asyncio.shield(self._release(call))
+        if outcome.kind is Settled.PAID:
+            assert outcome.receipt is not None
+            receipt_header = ("payment-response", b64_json(outcome.receipt))
+            return replace(answer, headers=(*answer.headers, receipt_header))
+        if outcome.kind is Settled.REFUSED:
+            return self._refuse_settle(call, outcome.reason)
+        return answer
+
+    async def _handle(self, prompt: str) -> Answer:
+        """The handler's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
+        its failure gets. A cancellation from outside (the request is gone) propagates."""
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
             async with deadline:
-                answer = await run_handler(self.handler, prompt)
-        except Exception as exc:
-            await self._release(call)
+                answer = await run_handler(self.handler, prompt, self.handler_pool)
+        except (Exception, asyncio.CancelledError) as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # cancelled from outside, not a handler's own CancelledError
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self.stats.handler_timeouts += 1
                 log.warning(
@@ -328,23 +382,27 @@ class PaidFlow:
             if isinstance(exc, HandlerError):
                 log.error("agent handler answer unusable: %s; not charged", exc)
             else:
-                log.exception("agent handler raised %s; not charged", type(exc).__name__)
+                log.error("agent handler raised %s; not charged", type(exc).__name__, exc_info=exc)
             return error_answer(
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
         if not answer.ok:
-            await self._release(call)
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
-            return answer
-        outcome = await self._settle(call)
-        if outcome.kind is Settled.PAID:
-            assert outcome.receipt is not None
-            receipt_header = ("payment-response", b64_json(outcome.receipt))
-            return replace(answer, headers=(*answer.headers, receipt_header))
-        if outcome.kind is Settled.REFUSED:
-            return self._refuse_settle(call, outcome.reason)
         return answer
+
+    def _abandoned(self, call: PaidCall) -> Answer:
+        """The client left before its answer was ready: nothing delivered, nothing settled."""
+        self.stats.abandoned += 1
+        log.info(
+            "the client of agentRequestId %s (payer %s) went away before the answer was ready; "
+            "not settled, not charged",
+            call.request_id,
+            call.payer or "unknown",
+        )
+        return error_answer(
+            499, "Client Closed Request", "The client went away; nothing was charged."
+        )
 
     async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
@@ -381,6 +439,12 @@ class PaidFlow:
             if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
+        except asyncio.CancelledError:
+            # the request was cancelled with the settle sent: it may have burned, so it is
+            # owed like an outage's (queued, retried on its agentRequestId)
+            gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
+            await asyncio.shield(self._record(call, gone))
+            raise
         await self._record(call, outcome)
         return outcome
 
@@ -610,6 +674,7 @@ class PaidFlow:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
+        self.handler_pool.shutdown()
         await self.queue.aclose()
         await self.book.aclose()
 
@@ -639,6 +704,23 @@ class PaidFlow:
             "Service Unavailable",
             "The agent cannot check your credits right now (its shared billing state is "
             f"unreachable); nothing was charged. Retry in {RETRY_AFTER_SECS} s.",
+            **{"Retry-After": str(RETRY_AFTER_SECS)},
+        )
+
+    def _stuck(self) -> Answer:
+        """Every thread of the sync handler still runs a request that timed out: new work
+        would only wait for a 504. Refused before verify, so nothing is charged."""
+        self.stats.unavailable += 1
+        log.warning(
+            "all %d threads of the agent handler are still running requests that timed out; "
+            "new requests get 503 until one returns",
+            self.handler_pool.workers,
+        )
+        return error_answer(
+            503,
+            "Service Unavailable",
+            "The agent is overloaded (its earlier requests are still running); nothing was "
+            f"charged. Retry in {RETRY_AFTER_SECS} s.",
             **{"Retry-After": str(RETRY_AFTER_SECS)},
         )
 
