@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from svc_gateway.paid import redis_book
 from svc_gateway.paid.billing import Admission, Refusal
 from svc_gateway.paid.redis_book import RedisAdmissionBook
 from svc_gateway.paid.redis_store import connect_client
@@ -298,3 +299,17 @@ async def test_a_cancelled_waiter_does_not_cancel_the_shared_read(books: Books) 
     service.gate.set()
     assert isinstance(await leader, Admission)
     assert service.reads == 1
+
+
+async def test_remembered_reads_are_bounded(books: Books, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_book, "MAX_RECENT", 1)
+    service = Service(1)
+    book = books.book(service)
+
+    async def read(plan_id: str, payer: str) -> int:
+        return 1
+
+    book._read_balance = read
+    for payer in ("0x1", "0x2"):
+        assert isinstance(await book.admit(PLAN, payer, 1), Admission)
+    assert list(book._recent) == [(PLAN, "0x2")]

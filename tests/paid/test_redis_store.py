@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from svc_gateway.config import load_config
 from svc_gateway.paid.flow import PaidStats
-from svc_gateway.paid.redis_store import RedisSettleStore, SharedStats, connect_client
+from svc_gateway.paid.redis_store import RedisSettleStore, RedisState, SharedStats, connect_client
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 from svc_gateway.paid.shared_state import StateUnavailable
 
@@ -196,3 +197,26 @@ async def test_during_an_outage_entries_are_the_spools_and_close_says_what_stays
     assert "spooled=1" in repr(a)
     await a.aclose()
     assert "1 settle(s) stay in the local spool" in caplog.text
+
+
+async def test_a_replicas_state_pushes_its_counters_until_closed(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    async def no_read(plan_id: str, payer: str) -> int:
+        raise AssertionError("no read expected")
+
+    config = load_config({"stateUrl": redis_server.url})
+    state = RedisState.connect(redis_server.url, config, no_read, tmp_path / "spool.json")
+    assert repr(state) == f"RedisState(where='127.0.0.1:{redis_server.port}/0')"
+    stats = PaidStats(requests=2)
+    state.share(stats, every=0.02)
+    for _ in range(250):  # bounded: 5 s
+        if await state.stats.totals() == {"requests": 2}:
+            break
+        await asyncio.sleep(0.02)
+    assert await state.stats.totals() == {"requests": 2}
+    stats.requests += 1
+    await state.aclose(stats)  # the last push
+    idle = RedisState.connect(redis_server.url, config, no_read, tmp_path / "spool2.json")
+    assert await idle.stats.totals() == {"requests": 3}
+    await idle.aclose()  # never shared: nothing to stop or push

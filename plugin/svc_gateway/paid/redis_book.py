@@ -280,14 +280,13 @@ class RedisAdmissionBook:
     async def aclose(self) -> None:
         try:
             await self.flush()
-        except StateUnavailable:
-            if self._backlog:
-                log.warning(
-                    "%d admission update(s) could not reach Redis at %s before shutdown; "
-                    "the claims they close expire on their own",
-                    len(self._backlog),
-                    self.where,
-                )
+        except StateUnavailable:  # only raised with something kept
+            log.warning(
+                "%d admission update(s) could not reach Redis at %s before shutdown; "
+                "the claims they close expire on their own",
+                len(self._backlog),
+                self.where,
+            )
 
     async def flush(self) -> None:
         """Send the updates kept while Redis was unreachable, oldest first (one flusher)."""

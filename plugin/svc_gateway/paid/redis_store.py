@@ -215,8 +215,7 @@ class RedisSettleStore:
             if entry is None:
                 log.error("skipped an unreadable entry of the shared settle queue")
                 continue
-            if entry.request_id not in self._removals:
-                entries.append(entry)
+            entries.append(entry)  # (removals waiting were applied before reading)
         return entries
 
     async def _run(self, call: Any) -> Any:
