@@ -3,6 +3,7 @@ it), and a clear error when the extra is missing."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -133,3 +134,28 @@ async def test_the_endpoint_reads_the_counters_of_every_replica(
     assert totals is not None
     assert totals["requests"] == 5 and totals["settled"] == 5
     assert one.endpoint.stats.requests == 2  # each replica's own stats stay its own
+
+
+async def test_an_owed_settle_keeps_its_credits_claimed_past_the_request_claims_expiry(
+    make_stub_market: StubMarketFactory, redis_server: RedisServer
+) -> None:
+    stub = StubService(balance=2)
+    market = await make_stub_market(stub=stub, config={"stateUrl": redis_server.url})
+    book = market.endpoint.flow.book
+    book.claim_ttl_secs = 0.2  # type: ignore[attr-defined]
+    token = make_token(PAYER)
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def ask() -> httpx.Response:
+            return await http.post(
+                market.url, json={"prompt": "q"}, headers={"payment-signature": token}
+            )
+
+        stub.down.add("settle")
+        first = await ask()
+        assert first.status_code == 200 and "payment-response" not in first.headers  # owed
+        stub.down.clear()
+        await asyncio.sleep(0.3)  # a request's claim would have expired by now
+        answers = await asyncio.gather(ask(), ask())
+    # the owed credit is still claimed: only one of the two fits in a balance of 2
+    assert sorted(a.status_code for a in answers) == [200, 402]
