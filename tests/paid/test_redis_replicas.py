@@ -186,6 +186,12 @@ async def test_two_replicas_on_one_redis_answer_exactly_what_the_credits_pay_for
         await client.aclose()
     assert totals["requests"] == 200 and totals["settled"] == 150
     assert totals["refused"] == 50 and totals["credits_settled"] == 150
+    acct = f"svc:acct:{{{market.plan_id}|{market.subscriber_address.lower()}}}"
+    client = connect_client(redis_server.url)
+    try:
+        assert await client.hmget(acct, "balance", "inflight") == [b"0", b"0"]
+    finally:
+        await client.aclose()
     assert sum(s["settled"] for s in stats) == 150
 
 
@@ -240,6 +246,9 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
         last = await post_all([b.url], token, 20, prefix="after")
         assert [r.status_code for r in last if r is not None] == [200] * 20
         assert all("payment-response" in r.headers for r in last if r is not None)
+        # and the shared book is square: nothing left in flight, the balance as the ledger's
+        acct = f"svc:acct:{{{market.plan_id}|{market.subscriber_address.lower()}}}"
+        assert await client.hmget(acct, "balance", "inflight") == [b"0", b"0"]
         stats = await asyncio.to_thread(b.stop)
     finally:
         await client.aclose()
