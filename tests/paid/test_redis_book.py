@@ -313,3 +313,17 @@ async def test_remembered_reads_are_bounded(books: Books, monkeypatch: pytest.Mo
     for payer in ("0x1", "0x2"):
         assert isinstance(await book.admit(PLAN, payer, 1), Admission)
     assert list(book._recent) == [(PLAN, "0x2")]
+
+
+async def test_an_idle_payer_is_forgotten_but_not_while_a_claim_is_held(books: Books) -> None:
+    service = Service(3)
+    book = books.book(service, idle_secs=0.2, owed_ttl_secs=1.0)
+    one = await book.admit(PLAN, PAYER, 1)
+    assert isinstance(one, Admission)
+    await book.release(one)
+    await asyncio.sleep(0.3)
+    assert await book.known(PLAN, PAYER) is None  # Redis dropped the idle account
+    await book.restore(PLAN, PAYER, 1, "req-1")
+    await asyncio.sleep(0.3)
+    acct = book.keys(PLAN, PAYER)[0]
+    assert await books.clients[0].hget(acct, "inflight") == b"1"  # kept as long as its claim
