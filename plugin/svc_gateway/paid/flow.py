@@ -58,9 +58,10 @@ from .handlers import (
     run_handler,
 )
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
-from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .settle_journal import SettleJournal
+from .settle_queue import QUEUE_FILE, PendingSettle
 from .shared_state import StateUnavailable
-from .state import AdmissionBook, LocalSettleStore, SettleStore
+from .state import AdmissionBook, SettleStore
 
 log = get_logger("svc_gateway.paid")
 
@@ -198,9 +199,10 @@ class PaidFlow:
         self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
         self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
-        self.queue: SettleStore = (
-            queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
-        )
+        #: the settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
+        #: the default one, the journal beside the credentials (it takes a lock: blocking I/O)
+        self.queue: SettleStore | None = queue
+        self._opening = asyncio.Lock()
         self._deferred: dict[str, Admission] = {}
         self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
@@ -510,7 +512,8 @@ class PaidFlow:
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
             self.stats.settle_deferred += 1
-            dropped = await self.queue.add(
+            store = await self._store()
+            dropped = await store.add(
                 PendingSettle(
                     request_id=call.request_id,
                     plan_id=plan_id,
@@ -527,7 +530,7 @@ class PaidFlow:
                 admission = self._deferred.pop(request_id, None)
                 if admission is not None:
                     await self.book.release(admission)
-            self.stats.settle_queue = await self.queue.count()
+            self.stats.settle_queue = await store.count()
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",
@@ -560,16 +563,34 @@ class PaidFlow:
             drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
+    async def _store(self) -> SettleStore:
+        """The settle store, opened on first use (a second endpoint on the same file refuses
+        to start: :class:`SettleQueueLocked`)."""
+        if self.queue is None:
+            async with self._opening:
+                if self.queue is None:
+                    self.queue = await SettleJournal.open(default_queue_path(self.core))
+        return self.queue
+
     async def start(self) -> int:
-        """Start retrying the settles a previous run left owed. Returns how many are owed."""
-        owed = await self.queue.entries()
+        """Count the settles a previous run left owed as in flight for their payers (until
+        they settle or are given up: those credits are not for sale again) and start retrying
+        them. Returns how many are owed."""
+        store = await self._store()
+        owed = await store.entries()
+        for entry in owed:
+            if entry.payer and entry.request_id not in self._deferred:
+                self._deferred[entry.request_id] = await self.book.restore(
+                    entry.plan_id, entry.payer, entry.amount, entry.request_id
+                )
         self.stats.settle_queue = len(owed)
         if owed:
             self.kick_queue()
         return len(owed)
 
     async def _drain_loop(self, delay: float) -> None:
-        while await self.queue.count():
+        store = await self._store()
+        while await store.count():
             if delay > 0:
                 await asyncio.sleep(delay)
             await self.drain_queue()
@@ -580,13 +601,12 @@ class PaidFlow:
         first outage. Returns how many were settled."""
         if self._draining:
             return 0
+        store = await self._store()
         self._draining = True
         done = 0
         seen: set[str] = set()
         try:
-            while batch := [
-                e for e in await self.queue.claim(DRAIN_BATCH) if e.request_id not in seen
-            ]:
+            while batch := [e for e in await store.claim(DRAIN_BATCH) if e.request_id not in seen]:
                 for entry in batch:
                     seen.add(entry.request_id)
                     outcome = await self._retry_queued(entry)
@@ -595,7 +615,7 @@ class PaidFlow:
                     done += outcome
         finally:
             self._draining = False
-            self.stats.settle_queue = await self.queue.count()
+            self.stats.settle_queue = await store.count()
         return done
 
     async def _retry_queued(self, entry: PendingSettle) -> int | None:
@@ -630,7 +650,8 @@ class PaidFlow:
             )
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
-        await self.queue.remove(entry.request_id)
+        store = await self._store()
+        await store.remove(entry.request_id)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
             entry.request_id,
@@ -657,7 +678,8 @@ class PaidFlow:
             )
         if admission is not None:
             await self.book.release(admission)
-        await self.queue.remove(entry.request_id)
+        store = await self._store()
+        await store.remove(entry.request_id)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
             "was delivered without payment",
@@ -675,7 +697,8 @@ class PaidFlow:
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
         self.handler_pool.shutdown()
-        await self.queue.aclose()
+        if self.queue is not None:
+            await self.queue.aclose()
         await self.book.aclose()
 
     # -- refusals ------------------------------------------------------------------------------
