@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import redis.asyncio as aioredis
 from svc_gateway.config import load_config
 from svc_gateway.paid.flow import PaidStats
 from svc_gateway.paid.redis_store import RedisSettleStore, RedisState, SharedStats, connect_client
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.paid.settle_journal import SettleJournal, SettleQueueLocked
+from svc_gateway.paid.settle_queue import PendingSettle
 from svc_gateway.paid.shared_state import StateUnavailable
 
 from .redis_server import RedisServer
@@ -37,6 +39,7 @@ class Replicas:
         self.server = server
         self.tmp = tmp
         self.clients: list[aioredis.Redis] = []
+        self.stores: list[RedisSettleStore] = []
 
     def client(self) -> aioredis.Redis:
         client = connect_client(self.server.url)
@@ -44,16 +47,24 @@ class Replicas:
         return client
 
     def store(self, name: str, lease_secs: float = 30.0, **kwargs: int) -> RedisSettleStore:
-        spool = SettleQueue(self.tmp / f"{name}-spool.json")
-        return RedisSettleStore(
-            self.client(), where="test", spool=spool, lease_secs=lease_secs, **kwargs
+        store = RedisSettleStore(
+            self.client(),
+            where="test",
+            spool=self.tmp / f"{name}-spool.json",
+            lease_secs=lease_secs,
+            **kwargs,
         )
+        self.stores.append(store)
+        return store
 
 
 @pytest.fixture
 async def replicas(redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[Replicas]:
     made = Replicas(redis_server, tmp_path)
     yield made
+    for store in made.stores:
+        if store.spool is not None:
+            await store.spool.aclose()
     for client in made.clients:
         await client.aclose()
 
@@ -116,7 +127,7 @@ async def test_settles_queued_during_a_redis_outage_are_spooled_then_pushed(
     assert await a.count() == 1
     redis_server.stop()
     await a.add(entry(2))  # kept in a's local spool
-    spool = a.spool.path
+    spool = a.spool_path
     assert spool.exists() and stat.S_IMODE(os.stat(spool).st_mode) == 0o600
     assert [e.request_id for e in await a.claim()] == ["req-2"]  # only what a alone holds
     await a.remove(claimed[0].request_id)  # settled meanwhile: removal waits for Redis
@@ -126,7 +137,7 @@ async def test_settles_queued_during_a_redis_outage_are_spooled_then_pushed(
     redis_server.start()  # back, empty (no persistence), on the same port
     assert [e.request_id for e in await b.entries()] == []  # b cannot know a's spool yet
     assert await a.count() == 1  # pushed by the next call
-    assert len(a.spool) == 0
+    assert a.spool is not None and len(a.spool) == 0
     assert [e.request_id for e in await b.claim()] == ["req-2"]
 
 
@@ -220,3 +231,21 @@ async def test_a_replicas_state_pushes_its_counters_until_closed(
     idle = RedisState.connect(redis_server.url, config, no_read, tmp_path / "spool2.json")
     assert await idle.stats.totals() == {"requests": 3}
     await idle.aclose()  # never shared: nothing to stop or push
+
+
+async def test_what_a_previous_run_left_in_the_spool_is_pushed_at_start(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    journal = await SettleJournal.open(tmp_path / "a-spool.json")
+    await journal.add(entry(7, queued_at=time.time()))  # recent: a week-old one is dropped
+    await journal.aclose()
+    a, b = replicas.store("a"), replicas.store("b")
+    assert [e.request_id for e in await a.entries()] == ["req-7"]  # pushed, then read back
+    assert [e.request_id for e in await b.claim()] == ["req-7"]
+
+
+async def test_a_second_replica_cannot_share_a_spool(replicas: Replicas) -> None:
+    a, twin = replicas.store("a"), replicas.store("a")
+    await a.count()
+    with pytest.raises(SettleQueueLocked):
+        await twin.count()

@@ -7,7 +7,8 @@ this replica for ``lease_secs`` in one script; an entry stays until ``remove`` (
 settle succeeded or was given up), so a replica that dies mid-retry only delays it: another
 claims it when the lease expires and settles it with the same ``agentRequestId`` (settle is
 idempotent on it). While Redis is unreachable, new entries go to this replica's local spool
-file and are pushed once Redis answers again; removals wait in memory the same way.
+(the settle journal at ``settleQueuePath``, locked to this process) and are pushed once Redis
+answers again; removals wait in memory the same way.
 
 Stats: each replica adds what its :class:`~.flow.PaidStats` counted since the last push to one
 Redis hash (``HINCRBY``, about once a second and at shutdown); :meth:`SharedStats.totals` reads
@@ -33,7 +34,8 @@ from ..config import PluginConfig
 from ..redact import get_logger
 from .billing import BalanceRead
 from .redis_book import RedisAdmissionBook
-from .settle_queue import MAX_AGE_SECS, MAX_ENTRIES, PendingSettle, SettleQueue
+from .settle_journal import SettleJournal
+from .settle_queue import MAX_AGE_SECS, MAX_ENTRIES, PendingSettle
 from .shared_state import StateUnavailable, claim_ttl_secs, describe_state_url
 
 if TYPE_CHECKING:
@@ -97,13 +99,15 @@ class RedisSettleStore:
         *,
         where: str,
         prefix: str = "svc:",
-        spool: SettleQueue,
+        spool: Path,
         lease_secs: float,
         max_entries: int = MAX_ENTRIES,
     ) -> None:
         self._redis = client
         self.where = where
-        self.spool = spool
+        self.spool_path = spool
+        self.spool: SettleJournal | None = None  # opened (and locked) on first use
+        self._opening = asyncio.Lock()
         self.lease_secs = lease_secs
         self.max_entries = max_entries
         self._keys = [prefix + "settle:entries", prefix + "settle:order", prefix + "settle:lease"]
@@ -113,7 +117,8 @@ class RedisSettleStore:
         self._last_count = 0
 
     def __repr__(self) -> str:
-        return f"RedisSettleStore(where={self.where!r}, spooled={len(self.spool)})"
+        spooled = len(self.spool) if self.spool is not None else 0
+        return f"RedisSettleStore(where={self.where!r}, spooled={spooled})"
 
     async def add(self, entry: PendingSettle) -> list[str]:
         self._removals.discard(entry.request_id)
@@ -121,17 +126,17 @@ class RedisSettleStore:
             await self._sync()
             return await self._push(entry)
         except StateUnavailable as exc:
-            self.spool.add(entry)
+            evicted = await (await self._local()).add(entry)
             log.warning(
                 "could not queue the settle %s in Redis (%s); kept in %s until Redis is back",
                 entry.request_id,
                 exc,
-                self.spool.path,
+                self.spool_path,
             )
-            return []
+            return evicted
 
     async def remove(self, request_id: str) -> None:
-        self.spool.remove(request_id)
+        await (await self._local()).remove(request_id)
         self._removals.add(request_id)
         try:
             await self._sync()
@@ -149,7 +154,7 @@ class RedisSettleStore:
                 )
             )
         except StateUnavailable:
-            return self.spool.entries()[:limit]
+            return await (await self._local()).claim(limit)
         return await self._decode(raw)
 
     async def entries(self) -> list[PendingSettle]:
@@ -158,9 +163,9 @@ class RedisSettleStore:
             ids = await self._run(self._redis.zrange(self._keys[1], 0, -1))
             raw = await self._run(self._redis.hmget(self._keys[0], ids)) if ids else []
         except StateUnavailable:
-            return self.spool.entries()
+            return await (await self._local()).entries()
         found = await self._decode([item for item in raw if item is not None])
-        return [*self.spool.entries(), *found]
+        return [*await (await self._local()).entries(), *found]
 
     async def count(self) -> int:
         """Entries owed (Redis and the local spool); the last count Redis gave while it is
@@ -168,18 +173,22 @@ class RedisSettleStore:
         with contextlib.suppress(StateUnavailable):
             await self._sync()
             self._last_count = int(await self._run(self._redis.zcard(self._keys[1])))
-        return self._last_count + len(self.spool)
+        return self._last_count + len(await self._local())
 
     async def aclose(self) -> None:
         with contextlib.suppress(StateUnavailable):
             await self._sync()
-        if len(self.spool) or self._removals:
+        spool, self.spool = self.spool, None
+        if spool is None:
+            return
+        if len(spool) or self._removals:
             log.warning(
                 "%d settle(s) stay in the local spool %s until Redis at %s is back",
-                len(self.spool),
-                self.spool.path,
+                len(spool),
+                self.spool_path,
                 self.where,
             )
+        await spool.aclose()
 
     async def _push(self, entry: PendingSettle) -> list[str]:
         data = json.dumps(asdict(entry), separators=(",", ":"))
@@ -192,9 +201,10 @@ class RedisSettleStore:
 
     async def _sync(self) -> None:
         """Push what the spool kept and the removals that waited, now that Redis answers."""
-        for entry in self.spool.entries():
+        spool = await self._local()
+        for entry in await spool.entries():
             await self._push(entry)
-            self.spool.remove(entry.request_id)
+            await spool.remove(entry.request_id)
         if self._removals:
             removals = sorted(self._removals)
             pipe = self._redis.pipeline(transaction=True)
@@ -203,6 +213,15 @@ class RedisSettleStore:
             pipe.zrem(self._keys[2], *removals)
             await self._run(pipe.execute())
             self._removals.difference_update(removals)
+
+    async def _local(self) -> SettleJournal:
+        """This replica's spool (the settle journal at ``settleQueuePath``), opened once: it
+        holds what Redis could not take, and what a previous run left there."""
+        if self.spool is None:
+            async with self._opening:
+                if self.spool is None:
+                    self.spool = await SettleJournal.open(self.spool_path)
+        return self.spool
 
     async def _decode(self, raw: list[Any]) -> list[PendingSettle]:
         entries = []
@@ -318,7 +337,7 @@ class RedisState:
             client, read_balance, where=where, claim_ttl_secs=ttl, owed_ttl_secs=MAX_AGE_SECS
         )
         lease = 2 * config.paid_budget_secs + 5.0
-        store = RedisSettleStore(client, where=where, spool=SettleQueue(spool), lease_secs=lease)
+        store = RedisSettleStore(client, where=where, spool=spool, lease_secs=lease)
         return cls(client, book, store, SharedStats(client, where=where))
 
     def share(self, stats: PaidStats, every: float = STATS_PUSH_SECS) -> None:
