@@ -246,6 +246,6 @@ async def test_what_a_previous_run_left_in_the_spool_is_pushed_at_start(
 
 async def test_a_second_replica_cannot_share_a_spool(replicas: Replicas) -> None:
     a, twin = replicas.store("a"), replicas.store("a")
-    await a.count()
+    assert await asyncio.gather(a.count(), a.count()) == [0, 0]  # one opening, shared
     with pytest.raises(SettleQueueLocked):
         await twin.count()

@@ -178,9 +178,8 @@ class RedisSettleStore:
     async def aclose(self) -> None:
         with contextlib.suppress(StateUnavailable):
             await self._sync()
-        spool, self.spool = self.spool, None
-        if spool is None:
-            return
+        spool = await self._local()
+        self.spool = None
         if len(spool) or self._removals:
             log.warning(
                 "%d settle(s) stay in the local spool %s until Redis at %s is back",
