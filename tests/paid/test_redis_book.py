@@ -136,16 +136,42 @@ async def test_a_stale_balance_is_read_again_when_nothing_is_in_flight(books: Bo
     assert service.reads == 2
 
 
-async def test_a_refusal_with_nothing_in_flight_reads_again(books: Books) -> None:
+async def test_a_short_book_reads_again_when_verify_saw_enough(books: Books) -> None:
     service = Service(1)
-    book = books.book(service, refusal_refresh_secs=0.1)
-    assert isinstance(await book.admit(PLAN, PAYER, 2), Refusal)
-    assert isinstance(await book.admit(PLAN, PAYER, 2), Refusal)
-    assert service.reads == 1  # within the refresh interval: no read
-    await asyncio.sleep(0.15)
-    service.balance = 2
-    assert isinstance(await book.admit(PLAN, PAYER, 2), Admission)
+    book = books.book(service)
+    one = await book.admit(PLAN, PAYER, 1)
+    assert isinstance(one, Admission)
+    await book.release(one)
+    service.balance = 2  # bought more: verify saw 2
+    assert isinstance(await book.admit(PLAN, PAYER, 2, verified_balance=2), Admission)
     assert service.reads == 2
+    assert await book.known(PLAN, PAYER) == (2, 2)
+
+
+async def test_a_short_payer_is_admitted_on_verifys_word_one_request_at_a_time(
+    books: Books,
+) -> None:
+    service = Service(0)  # no credits: the delegation tops up at settle
+    a, b = books.book(service), books.book(service)
+    first = await a.admit(PLAN, PAYER, 1, verified_balance=0)
+    assert isinstance(first, Admission)
+    second = await b.admit(PLAN, PAYER, 1)  # nothing reported, but one is in flight
+    assert isinstance(second, Refusal) and second.available == -1
+    await a.settled(first, 1, 4)  # topped up by 5, one burned: more than the book knew
+    assert service.reads == 1
+    service.balance = 4
+    again = await b.admit(PLAN, PAYER, 4, verified_balance=4)  # the book reads the new figure
+    assert isinstance(again, Admission) and service.reads == 2
+
+
+async def test_verify_seeing_enough_does_not_admit_a_short_book_after_a_read(
+    books: Books,
+) -> None:
+    service = Service(1)
+    book = books.book(service)
+    refusal = await book.admit(PLAN, PAYER, 2, verified_balance=5)  # read once, still 1
+    assert isinstance(refusal, Refusal) and refusal.available == 1
+    assert service.reads == 1
 
 
 async def test_a_read_overlapping_a_settle_is_corrected_by_the_burn(books: Books) -> None:
@@ -157,7 +183,7 @@ async def test_a_read_overlapping_a_settle_is_corrected_by_the_burn(books: Books
     await settler.release(first)
     await asyncio.sleep(0.06)  # stale: the next admission reads
     slow.gate = asyncio.Event()
-    pending = asyncio.create_task(reader.admit(PLAN, PAYER, 5))
+    pending = asyncio.create_task(reader.admit(PLAN, PAYER, 5, verified_balance=5))
     await slow.reading.wait()
     # while the reader's figure (5) is on its way, another replica burns 2 of those credits
     burn = await settler.admit(PLAN, PAYER, 2)
@@ -177,7 +203,7 @@ async def test_a_read_overlapping_a_refused_settle_is_discarded(books: Books) ->
     await settler.release(first)
     await asyncio.sleep(0.06)
     slow.gate = asyncio.Event()
-    pending = asyncio.create_task(reader.admit(PLAN, PAYER, 5))
+    pending = asyncio.create_task(reader.admit(PLAN, PAYER, 5, verified_balance=5))
     await slow.reading.wait()
     # meanwhile the service refuses a settle for want of credits: the reader's 5 is stale
     doomed = await settler.admit(PLAN, PAYER, 1)

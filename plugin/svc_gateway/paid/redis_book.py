@@ -7,12 +7,14 @@ set of claims scored by their expiry; a hash of the claims' amounts. Every scrip
 the claims that expired (a replica that died mid-request cannot lock a payer out), then decides
 on Redis's own clock, so replicas with skewed clocks agree.
 
-The semantics are :class:`~.billing.CreditBook`'s: admit when ``balance - inflight >= amount``;
-the balance is read from the service once (the script answers "read first"; this process then
-reads it once for all its waiters and sends it back) and kept from settle receipts; a read that
-overlaps a settle is corrected by what was burned meanwhile, and one that overlaps a refused
-settle is discarded; re-read after :data:`~.billing.BALANCE_TTL_SECS` with nothing in flight,
-or when refusing with nothing in flight.
+The semantics are :class:`~.billing.CreditBook`'s: admit when ``balance - inflight >= amount``,
+or, with nothing in flight for the payer, on verify's word (automatic top-up: one request at a
+time); the balance is read from the service once (the script answers "read first"; this process
+then reads it once for all its waiters and sends it back) and kept from settle receipts; a read
+that overlaps a settle is corrected by what was burned meanwhile, and one that overlaps a
+refused settle is discarded; re-read after :data:`~.billing.BALANCE_TTL_SECS` with nothing in
+flight, after a receipt shows more than the book knew, or when verify saw enough credits and the
+book is short.
 
 A Redis outage fails admission closed (:class:`~.shared_state.StateUnavailable`, a 503 before
 the handler); a close (settled, release, refused) that cannot reach Redis is kept here and sent
@@ -31,7 +33,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from ..redact import get_logger
-from .billing import BALANCE_TTL_SECS, REFUSAL_REFRESH_SECS, Admission, BalanceRead, Refusal
+from .billing import BALANCE_TTL_SECS, Admission, BalanceRead, Refusal
 from .shared_state import StateUnavailable
 
 log = get_logger("svc_gateway.paid")
@@ -85,35 +87,40 @@ local burned = tonumber(h[5] or '0')
 local gen = tonumber(h[6] or '0')
 """
 
-#: ARGV: amount, claim, claim_ms, balance_ttl_ms, refusal_ms, idle_ms, fresh, burned0, gen0,
-#: force → {1, available after} admitted · {-1, available} refused · {0, burned, gen} read first
+#: ARGV: amount, claim, claim_ms, balance_ttl_ms, idle_ms, fresh, burned0, gen0, force,
+#: verified ('' not reported) → {1, available after} admitted · {2, ...} admitted on verify's
+#: word (top-up) · {-1, available} refused · {0, burned, gen} read the balance first
 ADMIT = (
     _LIB
     + """
 local amount = tonumber(ARGV[1])
-local fresh = ARGV[7]
-if fresh ~= '' and gen == tonumber(ARGV[9]) then
-  balance = tonumber(fresh) - (burned - tonumber(ARGV[8]))
+local fresh = ARGV[6]
+local force = ARGV[9] == '1'
+if fresh ~= '' and gen == tonumber(ARGV[8]) then
+  balance = tonumber(fresh) - (burned - tonumber(ARGV[7]))
   loaded = true
-  read_at = now
   redis.call('HSET', acct, 'balance', balance, 'loaded', 1, 'read_at', now)
-elseif ARGV[10] ~= '1' then
+elseif not force then
   local stale = read_at == nil or now - read_at >= tonumber(ARGV[4])
   if not loaded or (inflight == 0 and stale) then return {0, burned, gen} end
-  if balance - inflight < amount and inflight == 0
-      and (read_at == nil or now - read_at >= tonumber(ARGV[5])) then
+end
+local status = 1
+if balance - inflight < amount and inflight == 0 then
+  if ARGV[10] == '' or tonumber(ARGV[10]) < amount then
+    status = 2
+  elseif fresh == '' and not force then
     return {0, burned, gen}
   end
 end
-if balance - inflight < amount then
-  keep(acct, claims, amounts, now, tonumber(ARGV[6]))
+if status == 1 and balance - inflight < amount then
+  keep(acct, claims, amounts, now, tonumber(ARGV[5]))
   return {-1, balance - inflight}
 end
 redis.call('ZADD', claims, now + tonumber(ARGV[3]), ARGV[2])
 redis.call('HSET', amounts, ARGV[2], amount)
 redis.call('HSET', acct, 'inflight', inflight + amount)
-keep(acct, claims, amounts, now, tonumber(ARGV[6]))
-return {1, balance - inflight - amount}
+keep(acct, claims, amounts, now, tonumber(ARGV[5]))
+return {status, balance - inflight - amount}
 """
 )
 
@@ -133,6 +140,8 @@ if ARGV[1] == 'settled' then
   balance = balance - tonumber(ARGV[3])
   if ARGV[4] ~= '' and tonumber(ARGV[4]) < balance - inflight then
     balance = tonumber(ARGV[4]) + inflight
+  elseif ARGV[4] ~= '' and tonumber(ARGV[4]) > balance and inflight == 0 then
+    redis.call('HDEL', acct, 'read_at')  -- more than we knew (a top-up): read it next time
   end
   redis.call('HSET', acct, 'balance', balance, 'burned', burned + tonumber(ARGV[3]))
 elseif ARGV[1] == 'refused' then
@@ -181,7 +190,6 @@ class RedisAdmissionBook:
         claim_ttl_secs: float,
         owed_ttl_secs: float,
         balance_ttl_secs: float = BALANCE_TTL_SECS,
-        refusal_refresh_secs: float = REFUSAL_REFRESH_SECS,
         idle_secs: float = IDLE_SECS,
         max_backlog: int = MAX_BACKLOG,
     ) -> None:
@@ -192,7 +200,6 @@ class RedisAdmissionBook:
         self.claim_ttl_secs = claim_ttl_secs
         self.owed_ttl_secs = owed_ttl_secs
         self._balance_ttl_ms = _ms(balance_ttl_secs)
-        self._refusal_ms = _ms(refusal_refresh_secs)
         self._idle_ms = _ms(idle_secs)
         self.max_backlog = max_backlog
         self._admit = client.register_script(ADMIT)
@@ -221,7 +228,13 @@ class RedisAdmissionBook:
             return None
         return int(values[0] or 0), int(values[1] or 0)
 
-    async def admit(self, plan_id: str, payer: str, amount: int) -> Admission | Refusal:
+    async def admit(
+        self, plan_id: str, payer: str, amount: int, verified_balance: int | None = None
+    ) -> Admission | Refusal:
+        """:meth:`~.billing.CreditBook.admit`'s rule, atomically for every replica: admitted
+        when ``balance - in_flight >= amount``; short with nothing in flight for the payer:
+        admitted when ``verified_balance`` is ``None`` or short too (verify passed through
+        top-up), else read again first (once per call); short with credits in flight: refused."""
         key = (plan_id, payer.lower())
         keys = self.keys(*key)
         claim = uuid.uuid4().hex
@@ -234,16 +247,16 @@ class RedisAdmissionBook:
                 claim,
                 _ms(self.claim_ttl_secs),
                 self._balance_ttl_ms,
-                self._refusal_ms,
                 self._idle_ms,
                 "" if fresh is None else fresh[0],
                 0 if fresh is None else fresh[1],
                 0 if fresh is None else fresh[2],
                 1 if attempt == MAX_READS else 0,
+                "" if verified_balance is None else verified_balance,
             ]
             result = await self._script(self._admit, keys, args)
             status = int(result[0])
-            if status == 1:
+            if status > 0:
                 return Admission(key[0], key[1], amount, claim)
             if status == -1:
                 return Refusal(int(result[1]), amount)
