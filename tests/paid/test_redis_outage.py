@@ -15,6 +15,7 @@ from svc_gateway.paid.handlers import default_handler
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.sandbox.context import STORE
 
+from .conftest import no_top_up
 from .redis_server import RedisServer
 from .support import Market, MarketFactory, refuse_500
 
@@ -67,6 +68,7 @@ async def test_redis_stopped_mid_run_fails_closed_and_settles_everything_once(
     market = await make_market(
         credits=GRANTED,
         per_request=1,
+        subscriber_config=no_top_up,
         faults=True,
         builder_config={"stateUrl": redis_server.url},
         configure_builder=install,

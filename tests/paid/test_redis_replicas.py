@@ -23,6 +23,7 @@ from svc_gateway.paid.redis_store import SharedStats, connect_client
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.sandbox.context import STORE
 
+from .conftest import no_top_up
 from .redis_server import RedisServer
 from .support import FaultProxy, Market, MarketFactory, refuse_500
 
@@ -154,7 +155,7 @@ async def test_two_replicas_on_one_redis_answer_exactly_what_the_credits_pay_for
     redis_server: RedisServer,
     tmp_path: Path,
 ) -> None:
-    market = await make_market(credits=150, per_request=1)
+    market = await make_market(credits=150, per_request=1, subscriber_config=no_top_up)
     await market.order()
     token = await market.token()
     a, b = await spawn(market, sandbox.base_url, handler_delay=0.05)
@@ -203,7 +204,7 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
     tmp_path: Path,
 ) -> None:
     granted, claim_ttl = 40, 3.0
-    market = await make_market(credits=granted, per_request=1)
+    market = await make_market(credits=granted, per_request=1, subscriber_config=no_top_up)
     await market.order()
     token = await market.token()
     proxy = FaultProxy(sandbox.origin)
@@ -259,3 +260,34 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
     assert len(burned) == granted and len(set(burned)) == granted
     assert await market.balance() == 0  # conservation: granted = balance + burned
     assert len(handler_runs(tmp_path)) == 45  # 40 paid answers; 5 killed mid-work, unpaid
+
+
+async def test_two_replicas_serve_a_topping_up_payer_one_request_at_a_time(
+    make_market: MarketFactory, spawn: Spawn, sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    market = await make_market(
+        credits=2,  # one order of the plan: 2 credits for 1 USDC (100 cents)
+        per_request=1,
+        subscriber_config=lambda _m: {"defaultSpendingLimitCents": 300},  # three orders
+    )
+    token = await market.token()  # never ordered: 0 credits, a delegation behind the token
+    a, b = await spawn(market, sandbox.base_url, handler_delay=0.05)
+    responses: list[httpx.Response] = []
+    for _wave in range(20):  # bounded: concurrent waves across both replicas until spent
+        wave = [r for r in await post_all([a.url, b.url], token, 4) if r is not None]
+        assert len(wave) == 4
+        responses.extend(wave)
+        if all("cannot be ordered" in r.json().get("reason", "") for r in wave):
+            break
+    else:
+        raise AssertionError("the delegation was never spent")
+    stats = [await asyncio.to_thread(r.stop) for r in (a, b)]
+    answered = [r for r in responses if r.status_code == 200]
+    assert {r.status_code for r in responses} == {200, 402}
+    assert len(answered) == 6  # 3 orders of 2 credits, 1 credit per answer
+    assert all("payment-response" in r.headers for r in answered)  # no answer unpaid
+    assert len(handler_runs(tmp_path)) == 6  # no work for a request that could not pay
+    assert sum(s["settle_refused"] for s in stats) == 0
+    burned = burns(sandbox, market.plan_id)
+    assert len(burned) == 6 and len(set(burned)) == 6
+    assert await market.balance() == 0  # conservation: 6 granted by top-ups = 0 + 6 burned
