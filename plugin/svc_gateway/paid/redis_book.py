@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from ..redact import get_logger
 from .billing import BALANCE_TTL_SECS, Admission, BalanceRead, Refusal
+from .redis_batch import ScriptBatch
 from .shared_state import StateUnavailable
 
 log = get_logger("svc_gateway.paid")
@@ -205,6 +206,7 @@ class RedisAdmissionBook:
         self._admit = client.register_script(ADMIT)
         self._close = client.register_script(CLOSE)
         self._restore = client.register_script(RESTORE)
+        self._batch = ScriptBatch(client, where)
         self._loading: dict[tuple[str, str], asyncio.Future[_Read]] = {}
         self._recent: dict[tuple[str, str], tuple[float, _Read]] = {}
         self._backlog: deque[tuple[Any, list[str], list[Any]]] = deque()
@@ -300,13 +302,14 @@ class RedisAdmissionBook:
                 len(self._backlog),
                 self.where,
             )
+        await self._batch.drain()
 
     async def flush(self) -> None:
         """Send the updates kept while Redis was unreachable, oldest first (one flusher)."""
         async with self._flushing:
             while self._backlog:
                 script, keys, args = self._backlog[0]
-                await self._run(script(keys=keys, args=args))
+                await self._batch.call(script, keys, args)
                 self._backlog.popleft()
 
     async def _closing(
@@ -327,7 +330,7 @@ class RedisAdmissionBook:
         keep it for later."""
         try:
             if not self._backlog:
-                await self._run(script(keys=keys, args=args))
+                await self._batch.call(script, keys, args)
                 return
         except StateUnavailable:
             pass
@@ -378,7 +381,7 @@ class RedisAdmissionBook:
     async def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         if self._backlog:
             await self.flush()
-        return await self._run(script(keys=keys, args=args))
+        return await self._batch.call(script, keys, args)
 
     async def _run(self, call: Awaitable[Any]) -> Any:
         try:
