@@ -247,6 +247,8 @@ async def test_redis_down_fails_admission_closed(books: Books, redis_server: Red
     with pytest.raises(StateUnavailable) as caught:
         await book.admit(PLAN, PAYER, 1)
     assert "shared state store at test did not answer" in str(caught.value)
+    with pytest.raises(StateUnavailable):
+        await book.known(PLAN, PAYER)
     await book.release(one)  # kept, not lost
     assert "backlog=1" in repr(book)
     redis_server.start()  # empty: no persistence
@@ -353,3 +355,44 @@ async def test_an_idle_payer_is_forgotten_but_not_while_a_claim_is_held(books: B
     await asyncio.sleep(0.3)
     acct = book.keys(PLAN, PAYER)[0]
     assert await books.clients[0].hget(acct, "inflight") == b"1"  # kept as long as its claim
+
+
+async def test_concurrent_script_calls_share_one_round_trip(books: Books) -> None:
+    service = Service(100)
+    book = books.book(service)
+    assert isinstance(await book.admit(PLAN, PAYER, 1), Admission)  # read and loaded
+    before = book._batch.pipelines
+    results = await asyncio.gather(*(book.admit(PLAN, PAYER, 1) for _ in range(20)))
+    assert all(isinstance(r, Admission) for r in results)
+    assert book._batch.pipelines - before == 1  # twenty admissions, one pipeline
+    assert await book.known(PLAN, PAYER) == (100, 21)
+
+
+async def test_scripts_redis_forgot_are_loaded_again(books: Books) -> None:
+    service = Service(5)
+    book = books.book(service)
+    assert isinstance(await book.admit(PLAN, PAYER, 1), Admission)
+    await books.clients[0].script_flush()
+    assert isinstance(await book.admit(PLAN, PAYER, 1), Admission)
+    assert await book.known(PLAN, PAYER) == (5, 2)
+
+
+async def test_a_script_error_fails_closed(books: Books) -> None:
+    book = books.book(Service(5))
+    with pytest.raises(StateUnavailable) as caught:
+        await book.admit(PLAN, PAYER, "many")  # type: ignore[arg-type]
+    assert "did not answer (ResponseError)" in str(caught.value)
+
+
+async def test_a_caller_gone_before_the_answer_leaves_the_batch_intact(books: Books) -> None:
+    service = Service(5)
+    book = books.book(service)
+    assert isinstance(await book.admit(PLAN, PAYER, 1), Admission)
+    gone = asyncio.ensure_future(book.admit(PLAN, PAYER, 1))
+    kept = asyncio.ensure_future(book.admit(PLAN, PAYER, 1))
+    await asyncio.sleep(0)  # both calls queued in one batch
+    gone.cancel()
+    assert isinstance(await kept, Admission)
+    await book.aclose()  # waits for the batch on its way
+    in_flight = (await book.known(PLAN, PAYER) or (0, 0))[1]
+    assert in_flight in (2, 3)  # the cancelled claim, if made, expires like a dead replica's
