@@ -7,12 +7,15 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
 from svc_gateway.config import ConfigError, load_config
+from svc_gateway.paid.redis_book import RedisAdmissionBook
+from svc_gateway.paid.redis_store import RedisSettleStore, connect_client
 from svc_gateway.paid.shared_state import (
     StateUnavailable,
     claim_ttl_secs,
@@ -26,6 +29,8 @@ from .stub_service import StubService, make_token
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYER = "0x" + "ab" * 20
+#: settle refused for the seller's own key: the answer is delivered and its settle queued
+KEY_REFUSED = (401, {"code": "BCK.APIKEY.0004", "message": "invalid API key"})
 
 
 async def no_read(plan_id: str, payer: str) -> int:
@@ -151,11 +156,55 @@ async def test_an_owed_settle_keeps_its_credits_claimed_past_the_request_claims_
                 market.url, json={"prompt": "q"}, headers={"payment-signature": token}
             )
 
-        stub.down.add("settle")
+        stub.faults["settle"] = KEY_REFUSED
         first = await ask()
         assert first.status_code == 200 and "payment-response" not in first.headers  # owed
-        stub.down.clear()
+        del stub.faults["settle"]
         await asyncio.sleep(0.3)  # a request's claim would have expired by now
         answers = await asyncio.gather(ask(), ask())
     # the owed credit is still claimed: only one of the two fits in a balance of 2
     assert sorted(a.status_code for a in answers) == [200, 402]
+
+
+async def test_a_replica_settles_or_gives_up_what_another_queued_and_closes_its_claims(
+    make_stub_market: StubMarketFactory, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    stub = StubService(balance=10)
+    config = {"stateUrl": redis_server.url}
+    one = await make_stub_market(stub=stub, config=config, store_dir="one")
+    two = await make_stub_market(stub=stub, config=config, store_dir="two")
+    other = RedisSettleStore(
+        connect_client(redis_server.url), where="t", spool=tmp_path / "x.json", lease_secs=30
+    )
+    flow = two.endpoint.flow
+    book = flow.book
+    assert isinstance(book, RedisAdmissionBook)
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def ask_one() -> None:
+            stub.faults["settle"] = KEY_REFUSED  # not the payer's fault: queued at once
+            answer = await http.post(
+                one.url, json={"prompt": "q"}, headers={"payment-signature": make_token(PAYER)}
+            )
+            assert answer.status_code == 200 and "payment-response" not in answer.headers
+            del stub.faults["settle"]
+
+        await ask_one()  # owed, queued by replica one (its claim: owed:<id>)
+        [queued] = await other.entries()
+        # and one no replica admitted (no payer known): settled without touching the book
+        await other.add(replace(queued, request_id="other-1", payer=None))
+        assert await flow.core.runtime.run(flow.drain_queue()) == 2
+        assert flow.stats.settle_recovered == 2
+        await ask_one()
+        stub.faults["settle"] = (404, {"code": "BCK.TEST", "message": "gone"})
+        assert await flow.core.runtime.run(flow.drain_queue()) == 0  # given up: lost
+        assert flow.stats.settle_lost == 1
+    try:
+        assert await other.count() == 0
+        known = await flow.core.runtime.run(book.known("plan-1", PAYER))
+        assert known is not None and known[1] == 0  # every owed claim closed by replica two
+        assert stub.burned == 2
+    finally:
+        if other.spool is not None:
+            await other.spool.aclose()
+        await other._redis.aclose()
