@@ -125,3 +125,10 @@ def redis_server() -> Iterator[str]:
             yield f"redis://127.0.0.1:{port}/0"
         finally:
             stop(proc)
+
+
+@contextmanager
+def ready(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """A ``benchmarks.serve`` server; yields its whole ready line (URL and any extras)."""
+    with spawn(["-m", "benchmarks.serve", kind, *extra], env) as line:
+        yield line

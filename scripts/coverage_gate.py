@@ -36,7 +36,7 @@ TARGETS = (
     Target("sandbox ledger", r"sandbox/ledger\.py"),
     Target("sandbox facilitator", r"sandbox/facilitator\.py"),
     Target("order tools", r"tools/subscriber\.py", r"(order|quote|price)"),
-    Target("query tool", r"tools/query\.py"),
+    Target("query tool", r"tools/query(_[a-z]+)?\.py"),
     Target("client transport", r"transport\.py"),
 )
 

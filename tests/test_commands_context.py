@@ -49,10 +49,9 @@ async def test_login_rejects_bad_input_clearly(make_host: HostFactory) -> None:
     assert "authorised" in refused and handle.core.session is None
 
 
-async def test_key_for_an_environment_without_url_is_refused(make_host: HostFactory) -> None:
-    gateway, handle = await make_host(baseUrl=None, environment="sandbox")
-    reply = await gateway.run_command("svc_login", fake_key("live"))
-    assert "No service URL" in reply and handle.core.session is None
+async def test_an_environment_without_url_is_refused_at_start(make_host: HostFactory) -> None:
+    with pytest.raises(ConfigError, match="No service URL is known for environment 'sandbox'"):
+        await make_host(baseUrl=None, environment="sandbox")
 
 
 async def test_logout_forgets_key_and_state(
@@ -64,6 +63,7 @@ async def test_logout_forgets_key_and_state(
     assert reply.startswith("Logged out")
     assert handle.core.session is None
     assert handle.core.store.load("local") is None
+    assert "not logged in" in await gateway.context_text()  # told once that /svc_login exists
     assert await gateway.context_text() == ""
     result = await gateway.call_tool("svc_checkBalance", {})
     assert result.structuredContent["error"]["code"] == "not_logged_in"
@@ -173,6 +173,7 @@ async def test_context_is_cached_60s_and_invalidated(
     assert fetches() == before + 1
     # logout and login drop the cache
     await gateway.run_command("svc_logout")
+    assert "/svc_login" in await gateway.context_text()
     assert await gateway.context_text() == ""
     await gateway.run_command("svc_login", subscriber["apiKey"])
     count = fetches()
@@ -345,7 +346,7 @@ def test_access_windows_read_naturally(secs: int, text: str) -> None:
     entry = BalanceEntry("p", "Pass", 1, True, is_time=True, duration_secs=secs)
     assert (
         format_line(entry)
-        == f"- Pass (plan p): time plan, access active, each purchase gives {text} of access"
+        == f'- "Pass" (plan p): time plan, access active, each purchase gives {text} of access'
     )
 
 
@@ -395,7 +396,7 @@ async def test_login_from_an_environment_variable(
 async def test_browser_login_refuses_a_key_for_another_environment(
     make_host: HostFactory, sandbox: SandboxServer
 ) -> None:
-    """Asked for sandbox; the (local) sandbox frontend hands back a local: key."""
+    """A gateway configured for sandbox; the (local) sandbox frontend hands back a local: key."""
     pages: list[int] = []
 
     def open_browser(url: str) -> bool:
@@ -405,8 +406,10 @@ async def test_browser_login_refuses_a_key_for_another_environment(
         threading.Thread(target=browse).start()
         return True
 
-    gateway, handle = await make_host(open_browser=open_browser, frontendUrl=sandbox.origin)
-    await gateway.run_command("svc_login", "sandbox")
+    gateway, handle = await make_host(
+        open_browser=open_browser, frontendUrl=sandbox.origin, environment="sandbox"
+    )
+    await gateway.run_command("svc_login", "")
     status = ""
     for _ in range(200):
         status = await gateway.run_command("svc_login", "status")

@@ -101,7 +101,7 @@ def test_bad_key_in_config_is_named_without_echoing_it() -> None:
 
 def test_config_repr_hides_the_key() -> None:
     key = fake_key()
-    config = load_config({"svcApiKey": key})
+    config = load_config({"svcApiKey": key, "baseUrl": "http://127.0.0.1:1/api/v1"})
     assert key not in repr(config) and key not in str(config)
     assert key.split(":", 1)[1] not in repr(config.api_key)
 

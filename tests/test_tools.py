@@ -47,7 +47,7 @@ async def test_logged_out_tools_say_how_to_log_in(make_host: HostFactory, plan_i
         ("svc_orderPlan", {"planId": plan_id, "confirm": True}),
         ("svc_listPaymentMethods", {}),
         ("svc_listPlans", {}),
-        ("svc_createPlan", {"name": "x", "creditsAmount": 5}),
+        ("svc_createPlan", {"name": "x", "creditsAmount": 5, "priceAmounts": "0"}),
     ]:
         error = err(await gateway.call_tool(name, params), "not_logged_in")
         assert "/svc_login" in error["hint"]
@@ -196,7 +196,8 @@ async def test_access_token_fiat_uses_card_delegation(
 async def test_list_payment_methods(make_host: HostFactory, subscriber: dict[str, str]) -> None:
     gateway, _ = await make_host(subscriber["apiKey"])
     data = ok(await gateway.call_tool("svc_listPaymentMethods", {}))
-    assert data["count"] == 1
+    assert data["count"] == 2  # the sandbox's Stripe and Braintree test cards
+    assert [c["provider"] for c in data["cards"]] == ["stripe", "braintree"]
     card = data["cards"][0]
     assert (card["brand"], card["last4"], card["expiry"]) == ("visa", "4242", "12/2030")
     err(await gateway.call_tool("svc_listPaymentMethods", {"extra": 1}), "invalid_params")
@@ -306,7 +307,9 @@ async def test_create_plan_kinds(
     assert time_plan["credits"]["amount"] == time_plan["credits"]["maxAmount"] == "1"
     assert time_plan["isCrypto"] is False
     trial = ok(
-        await gateway.call_tool("svc_createPlan", {"name": "Tr", "creditsAmount": 3, "trial": True})
+        await gateway.call_tool(
+            "svc_createPlan", {"name": "Tr", "creditsAmount": 3, "trial": True, "priceAmounts": "0"}
+        )
     )
     dynamic = ok(
         await gateway.call_tool(
@@ -314,6 +317,7 @@ async def test_create_plan_kinds(
             {
                 "name": "D",
                 "creditsAmount": 30,
+                "priceAmounts": "0",
                 "minCreditsPerRequest": 1,
                 "maxCreditsPerRequest": 5,
             },
@@ -336,10 +340,15 @@ async def test_create_plan_errors(make_host: HostFactory, builder: dict[str, str
         )
     )
     assert "1.00" in low["message"]
-    missing = err(await gateway.call_tool("svc_createPlan", {"name": "X"}), "invalid_params")
+    missing = err(
+        await gateway.call_tool("svc_createPlan", {"name": "X", "priceAmounts": "0"}),
+        "invalid_params",
+    )
     assert "creditsAmount" in missing["message"]
     no_duration = err(
-        await gateway.call_tool("svc_createPlan", {"name": "X", "planType": "time"}),
+        await gateway.call_tool(
+            "svc_createPlan", {"name": "X", "planType": "time", "priceAmounts": "0"}
+        ),
         "invalid_params",
     )
     assert "durationSecs" in no_duration["message"]
@@ -350,7 +359,8 @@ async def test_access_limit_is_enforced(
 ) -> None:
     owner, _ = await make_host(builder["apiKey"])
     created = await owner.call_tool(
-        "svc_createPlan", {"name": "Limited", "creditsAmount": 5, "accessLimit": 1}
+        "svc_createPlan",
+        {"name": "Limited", "creditsAmount": 5, "accessLimit": 1, "priceAmounts": "0"},
     )
     if created.isError:  # the SDK-faithful client refuses: the service has no order limit
         assert err(created, "order_limit_unsupported")["hint"]
@@ -367,7 +377,11 @@ async def test_access_limit_is_enforced(
 async def test_list_plans_paginates(make_host: HostFactory, builder: dict[str, str]) -> None:
     gateway, _ = await make_host(builder["apiKey"])
     for i in range(3):
-        ok(await gateway.call_tool("svc_createPlan", {"name": f"P{i}", "creditsAmount": 5}))
+        ok(
+            await gateway.call_tool(
+                "svc_createPlan", {"name": f"P{i}", "creditsAmount": 5, "priceAmounts": "0"}
+            )
+        )
     first = ok(
         await gateway.call_tool(
             "svc_listPlans", {"pageSize": 2, "sortBy": "name", "sortOrder": "asc"}

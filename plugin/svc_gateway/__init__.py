@@ -8,6 +8,7 @@ sandbox and the paid endpoint only when a configuration uses them).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -123,10 +124,12 @@ def register(
     ``on_config_error="degrade"`` an invalid configuration does not raise: the tools and
     commands are registered anyway and each answers with the configuration error and its fix.
     """
-    from .config import ConfigError, load_config
+    from .config import ConfigError, load_config, resolve_base_url
 
     try:
         config = load_config(api.plugin_config)
+        # an environment with no URL would log in and then fail every tool: say it at start
+        resolve_base_url(config, config.environment)
     except ConfigError as error:
         if on_config_error != "degrade":
             raise
@@ -169,13 +172,36 @@ def register(
         if config.enable_paid_endpoint:
             from .paid import attach_paid_endpoint
 
-            handle.extras["paid_endpoint"] = runtime.run_sync(attach_paid_endpoint(api, core))
+            try:
+                endpoint = runtime.run_sync(attach_paid_endpoint(api, core))
+            except ConfigError as error:
+                raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
+            handle.extras["paid_endpoint"] = endpoint
+            core.paid_endpoint_url = endpoint.url
+            core.paid_endpoint_bound_url = endpoint.bound_url
+            from .seller_notes import startup_notes
+
+            for note in startup_notes(core):  # a URL that will not last is worth a warning
+                log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
     except BaseException:
         runtime.close()
         raise
     who = core.session.address if core.session else "nobody (run /svc_login)"
     log.info("svc plugin %s registered; logged in as %s", __version__, who)
     return handle
+
+
+def _handler_hint(message: str, handler: str | None) -> str:
+    """An ``agentHandler`` module that cannot be imported: say where Python looks for it."""
+    if handler is None or "cannot import module" not in message:
+        return message
+    module = handler.partition(":")[0]
+    path = module.replace(".", "/")
+    return (
+        f"{message}: put the directory that holds {path}.py (or the package {module.split('.')[0]}"
+        ") on PYTHONPATH, or install it into the gateway's Python; svc-gateway chat also looks "
+        "in the directory it is started from"
+    )
 
 
 def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:

@@ -12,12 +12,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .safe_text import one_line, quoted
+
 if TYPE_CHECKING:
     import httpx
 
 CARD_PATH = "/.well-known/agent.json"
 CARD_MAX_BYTES = 64 * 1024
 _PAYMENT_KEYS = ("agentId", "planId", "schemes", "x402Version")
+#: the longest id (agent, plan, scheme) from an agent or the service shown in a tool's text
+ID_LIMIT = 100
 
 
 def build_card(
@@ -140,25 +144,28 @@ def check_card(
         if agent_id and named != agent_id:
             raise CardRejected(
                 "agent_mismatch",
-                f"The agent card at {where} names agent {named}, not {agent_id}; nothing was paid",
+                f"The agent card at {where} names agent {one_line(named, ID_LIMIT)}, not "
+                f"{agent_id}; nothing was paid",
                 "Check agentUrl and agentId: you may be talking to a different agent.",
             )
         verdict.agent_id = named
     schemes = card.get("schemes")
     listed = [s for s in schemes if isinstance(s, str)] if isinstance(schemes, list) else []
     if scheme not in listed:
+        shown = [one_line(s, ID_LIMIT) for s in listed[:10]]
         raise CardRejected(
             "scheme_not_accepted",
-            f"The agent card at {where} accepts {listed or 'no payment scheme'}, not {scheme} "
+            f"The agent card at {where} accepts {shown or 'no payment scheme'}, not {scheme} "
             f"(the scheme of plan {plan_id}); nothing was paid",
             "Pay with a plan this agent accepts, or use paymentType fiat/crypto to match it.",
         )
     card_plan = card.get("planId")
     if isinstance(card_plan, str) and card_plan and card_plan != plan_id:
         verdict.warnings.append(
-            f"The agent card names plan {card_plan}; you are paying with plan {plan_id}."
+            f"The agent card names plan {one_line(card_plan, ID_LIMIT)}; you are paying with "
+            f"plan {plan_id}."
         )
     card_url = card.get("url")
     if isinstance(card_url, str) and card_url and card_url.rstrip("/") != agent_url.rstrip("/"):
-        verdict.warnings.append(f"The agent card gives its URL as {card_url}.")
+        verdict.warnings.append(f"The agent card gives its URL as {quoted(card_url, 300)}.")
     return verdict

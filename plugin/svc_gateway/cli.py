@@ -22,6 +22,7 @@ The svc chat-gateway plugin's command line:
 
 #: The chat reads an API key from here when the config has none (never typed, never stored).
 KEY_VARIABLE = "SVC_API_KEY"
+JSON_EXAMPLE = '{"environment": "local", "baseUrl": "http://127.0.0.1:8765/api/v1"}'
 
 
 def _read_config(path: str | None) -> dict[str, Any]:
@@ -33,7 +34,9 @@ def _read_config(path: str | None) -> dict[str, Any]:
         raise SystemExit(f"svc-gateway: cannot read config {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise SystemExit(
-            f"svc-gateway: {path} is not JSON: {exc.msg} (line {exc.lineno})"
+            f"svc-gateway: {path} is not JSON: {exc.msg} (line {exc.lineno}). chat --config "
+            f"takes a JSON object of the plugin settings, e.g. {JSON_EXAMPLE} (YAML such as "
+            "Hermes's config.yaml is not read here)"
         ) from None
     if not isinstance(data, dict):
         raise SystemExit(f"svc-gateway: {path} must hold a JSON object")
@@ -54,16 +57,25 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     ``svcApiKey`` (in the file or ``$SVC_API_KEY``) and no ``baseUrl``. An explicit environment
     is validated first (``moon`` is refused) and a remote one needs a key.
     """
-    from .config import ConfigError, load_config
+    from .config import ConfigError, load_config, resolve_base_url
 
+    from_variable = False
     if not config.get("svcApiKey") and os.environ.get(KEY_VARIABLE, "").strip():
         config = {**config, "svcApiKey": os.environ[KEY_VARIABLE].strip()}
+        from_variable = True
     try:
         parsed = load_config(config)
     except ConfigError as exc:
-        raise SystemExit(f"svc-gateway: {exc}") from None
+        text = str(exc)
+        if from_variable:
+            text = text.replace("svcApiKey", f"${KEY_VARIABLE}")
+        raise SystemExit(f"svc-gateway: {text}") from None
     if "environment" not in config and not config.get("svcApiKey") and not config.get("baseUrl"):
         return config, True
+    try:
+        resolve_base_url(parsed, parsed.environment)
+    except ConfigError as exc:
+        raise SystemExit(f"svc-gateway: {exc}") from None
     if parsed.environment != "local" and parsed.svc_api_key is None:
         from .login import CredentialStore
 
@@ -77,6 +89,27 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return config, False
 
 
+def _handler_from_cwd(config: dict[str, Any]) -> str | None:
+    """``agentHandler`` names a module Python cannot find but the working directory holds: add
+    the directory to the module path (as ``python -m`` would) and return a note saying so."""
+    import importlib.util
+
+    spec = config.get("agentHandler")
+    if not isinstance(spec, str) or ":" not in spec:
+        return None
+    top = spec.partition(":")[0].split(".")[0]
+    try:
+        if not top or importlib.util.find_spec(top) is not None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    cwd = Path.cwd()
+    if not ((cwd / f"{top}.py").is_file() or (cwd / top).is_dir()):
+        return None
+    sys.path.insert(0, str(cwd))
+    return f"agentHandler: added the working directory {cwd} to the module path to import {top}"
+
+
 async def _chat(args: argparse.Namespace) -> int:
     from . import register
     from .config import ConfigError
@@ -85,6 +118,8 @@ async def _chat(args: argparse.Namespace) -> int:
     from .login import CredentialStore
 
     config, enabled = _chat_config(_read_config(args.config))
+    if note := _handler_from_cwd(config):
+        print(note)
     with tempfile.TemporaryDirectory(prefix="svc-chat-") as scratch:
         async with embedded_session(config, enabled) as embedded:
             gateway = ReferenceGateway(embedded.plugin_config)
@@ -106,6 +141,10 @@ async def _chat(args: argparse.Namespace) -> int:
                     print(f"Paid endpoint: POST {getattr(endpoint, 'url', endpoint)}")
                     if card := getattr(endpoint, "card_url", None):
                         print(f"Agent card:    GET  {card}")
+                    from .seller_notes import startup_notes
+
+                    for note in startup_notes(handle.core):
+                        print(note)
                 print(
                     f"svc-gateway {__version__} reference chat. Type /help; "
                     "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."

@@ -23,7 +23,8 @@ from .redact import get_logger
 log = get_logger("svc_gateway.commands")
 
 LOGIN_USAGE = (
-    "Usage: /svc_login [sandbox|live] to log in with the browser, /svc_login env:SVC_API_KEY to "
+    "Usage: /svc_login [sandbox|live|local] to log in with the browser (the environment this "
+    "gateway is configured for), /svc_login env:SVC_API_KEY to "
     "read the key from an environment variable set before the gateway started, "
     "/svc_login <environment>:<API_KEY> (headless), or /svc_login status."
 )
@@ -71,7 +72,14 @@ class Commands:
             return await self._login_with_key(args, typed=True)
         if args and args.lower() not in ENVIRONMENTS:
             return f"'{args[:20]}' is not an environment or an API key. {LOGIN_USAGE}"
-        return await self._browser_login(args.lower() or self.core.environment)
+        configured = self.core.config.environment
+        if args and args.lower() != configured:
+            return (
+                f"This gateway is configured for {configured}; use /svc_login (a key for "
+                f"{args.lower()} would not be used here). To use {args.lower()}, set environment: "
+                f"{args.lower()} in the plugin config and restart the gateway."
+            )
+        return await self._browser_login(configured)
 
     async def _login_from_env(self, name: str) -> str:
         raw = os.environ.get(name, "").strip()
@@ -84,6 +92,8 @@ class Commands:
         return await self._login_with_key(raw, typed=False, origin=f"the variable {name}")
 
     async def _login_with_key(self, raw: str, *, typed: bool, origin: str = "the key") -> str:
+        await self.cancel_pending()  # a newer login replaces an older browser flow and its note
+        self.last_browser_result = None
         try:
             session, where = await self.core.login(raw)
         except ConfigError as exc:
@@ -117,17 +127,26 @@ class Commands:
             return f"Login failed: {exc}."
         frontend = resolve_frontend_url(self.core.config, environment, base_url)
         await self.cancel_pending()
+        self.last_browser_result = None
+        session = self.core.session
+        who = (
+            f"You are logged in to {session.environment} as {session.address}; a browser "
+            "login replaces that key when it completes (/svc_login status shows who is logged "
+            "in). "
+            if session is not None
+            else ""
+        )
         flow = await BrowserLogin.start(
             frontend, open_browser=self.open_browser, environment=environment
         )
         self.pending = flow
         self._pending_task = asyncio.ensure_future(self._finish(flow))
         if flow.browser_opened:
-            return (
+            return who + (
                 "A browser window opened to log in to the payments service; finish there "
                 f"within 5 minutes. If it did not open, visit: {flow.login_url}"
             )
-        return manual_instructions(flow.login_url, frontend)
+        return who + manual_instructions(flow.login_url, frontend)
 
     async def _finish(self, flow: BrowserLogin) -> None:
         try:
@@ -159,15 +178,28 @@ class Commands:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    def _key_origin(self, source: str) -> str:
+        return {
+            "config": "key from the plugin config",
+            "keyring": "key in the system keyring",
+            "file": f"key in {self.core.store.path}",
+        }.get(source, "key stored by an earlier /svc_login")
+
     def status(self) -> str:
         session = self.core.session
         parts = []
         if session is None:
-            parts.append("Not logged in to the payments service. " + LOGIN_USAGE)
+            parts.append("Not logged in to the payments service.")
+            for other in self.core.other_stored:
+                parts.append(
+                    f"A key for {other} is stored; this gateway is configured for "
+                    f"{self.core.config.environment}, so that key is not used."
+                )
+            parts.append(LOGIN_USAGE)
         else:
             parts.append(
                 f"Logged in to {session.environment} as {session.address} "
-                f"(key from {session.source})."
+                f"({self._key_origin(session.source)})."
             )
         if self.pending is not None:
             parts.append(f"A browser login is waiting: {self.pending.login_url}")
@@ -179,6 +211,7 @@ class Commands:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it out."
         await self.cancel_pending()
+        self.last_browser_result = None
         had = await self.core.logout()
         text = (
             "Logged out: the stored API key was removed and cached balances were dropped."

@@ -328,6 +328,31 @@ class PluginConfig(BaseModel):
         parse_api_key(value)  # raises ConfigError (a ValueError) without echoing the key
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_from_key(cls, data: Any) -> Any:
+        """No ``environment`` given: the one ``svcApiKey`` names (else the default)."""
+        if isinstance(data, dict) and "environment" not in data:
+            raw = data.get("svcApiKey", data.get("svc_api_key"))
+            text = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
+            if isinstance(text, str) and ":" in text:
+                env = KEY_PREFIXES.get(text.strip().split(":", 1)[0].lower(), (None, None))[0]
+                if env is not None:
+                    return {**data, "environment": env}
+        return data
+
+    @model_validator(mode="after")
+    def _key_matches_environment(self) -> PluginConfig:
+        """A key for another environment is never sent anywhere: refuse it at start."""
+        key = self.api_key
+        if key is not None and key.environment not in (None, self.environment):
+            raise ValueError(
+                f"svcApiKey is a key for the {key.environment} environment, but this gateway is "
+                f"configured for {self.environment}: use a {self.environment} key, or set "
+                f"environment to {key.environment}"
+            )
+        return self
+
     @model_validator(mode="after")
     def _local_needs_url(self) -> PluginConfig:
         if self.environment == "local" and self.base_url is None:

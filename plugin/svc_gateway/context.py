@@ -26,10 +26,17 @@ from .core import PluginCore
 from .errors import ServiceError
 from .models import PlanBalance
 from .redact import get_logger
+from .safe_text import NAME_LIMIT, one_line, quoted
 
 log = get_logger("svc_gateway.context")
 
 BALANCE_TTL_SECS = 60.0
+#: Plans used this session that the context lists besides the configured ones.
+MAX_USED_PLANS = 5
+LOGGED_OUT_NOTICE = (
+    "Payments service (svc plugin): not logged in. The user can log in by sending /svc_login "
+    "(a browser login) or /svc_login env:SVC_API_KEY; the svc_* tools need it."
+)
 DEFAULT_BUDGET_SECS = 1.5
 
 
@@ -195,7 +202,7 @@ def _span(secs: int) -> str:
 
 
 def format_line(entry: BalanceEntry) -> str:
-    head = f"- {entry.name} (plan {entry.plan_id}): "
+    head = f"- {quoted(entry.name, NAME_LIMIT)} (plan {one_line(entry.plan_id, 100)}): "
     if entry.is_time:
         window = ""
         if entry.duration_secs:
@@ -217,29 +224,55 @@ class BalanceContext:
         self._lock = threading.Lock()
         # (session, default plan, cache version) -> the text, valid until the expiry
         self._ready: tuple[object, str | None, int, float, str | None] | None = None
+        self._told_logged_out = False
+        core.on_session_change(self._session_changed)
+
+    def _session_changed(self) -> None:
+        with self._lock:
+            if self._core.session is not None:
+                self._told_logged_out = False  # a later logout is told again
 
     def plans(self) -> list[PlanRef]:
+        """Configured plans, the default plan, then the plans this session bought or paid with
+        (at most :data:`MAX_USED_PLANS` of those, the latest)."""
         refs = self._core.config.plan_refs()
-        default = self._core.plan_id
-        if default and all(r.plan_id != default for r in refs):
-            refs.append(PlanRef(plan_id=default, payment_type=self._core.config.payment_type))
+        extra = [self._core.plan_id] if self._core.plan_id else []
+        extra += list(self._core.used_plans)[-MAX_USED_PLANS:]
+        for plan_id in extra:
+            if all(r.plan_id != plan_id for r in refs):
+                refs.append(PlanRef(plan_id=plan_id, payment_type=self._core.config.payment_type))
         return refs
+
+    def _plans_key(self) -> str | None:
+        """What the ready-made text depends on besides the session: default and used plans."""
+        used = ",".join(self._core.used_plans)
+        default = self._core.plan_id
+        return f"{default}|{used}" if used else default
+
+    def _logged_out_notice(self) -> str | None:
+        """Once per logged-out spell: tell the model that the user can log in."""
+        with self._lock:
+            if self._told_logged_out:
+                return None
+            self._told_logged_out = True
+        return LOGGED_OUT_NOTICE
 
     def peek(self) -> str | _Miss | None:
         """The context text when it can be given without a fetch, from any thread; else MISS.
 
-        Logged out → ``None`` (nothing to add). Otherwise the text built by the last complete
-        :meth:`text`, while its session, default plan and cache entries are unchanged and fresh.
+        Logged out → the login notice the first time, then ``None``. Otherwise the text built by
+        the last complete :meth:`text`, while its session, plans and cache entries are unchanged
+        and fresh.
         """
         session = self._core.session
         if session is None:
-            return None
+            return self._logged_out_notice()
         with self._lock:
             ready = self._ready
         if (
             ready is not None
             and ready[0] is session
-            and ready[1] == self._core.plan_id
+            and ready[1] == self._plans_key()
             and ready[2] == self.cache.version
             and self.cache.clock() < ready[3]
         ):
@@ -247,7 +280,7 @@ class BalanceContext:
         return MISS
 
     async def text(self) -> str | None:
-        """The context text, or None when logged out or nothing is known. Never raises."""
+        """The context text, the login notice once when logged out, or None. Never raises."""
         try:
             return await self._text()
         except Exception:  # the hook must never break a prompt
@@ -257,8 +290,8 @@ class BalanceContext:
     async def _text(self) -> str | None:
         session = self._core.session
         if session is None:
-            return None
-        plan_default, version = self._core.plan_id, self.cache.version
+            return self._logged_out_notice()
+        plan_default, version = self._plans_key(), self.cache.version
         refs = self.plans()
         if not refs:  # nothing to report until the session or default plan changes
             self._remember(session, plan_default, version, math.inf, None)

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import SecretStr
 
 from .client import ServiceClient
-from .config import ApiKey, ConfigError, PluginConfig, parse_api_key, resolve_base_url
+from .config import (
+    ENVIRONMENTS,
+    ApiKey,
+    ConfigError,
+    PluginConfig,
+    parse_api_key,
+    resolve_base_url,
+)
 from .errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
 from .login import CredentialStore
 from .models import PlanBalance
@@ -42,6 +49,16 @@ class Session:
         return self.key.address
 
 
+def refuse_other_environment(key: ApiKey, environment: str) -> None:
+    """A key whose prefix names another environment is never used, checked or stored."""
+    if key.environment not in (None, environment):
+        raise ConfigError(
+            f"this is a key for the {key.environment} environment, but this gateway is "
+            f"configured for {environment}; use a {environment} key (or set environment: "
+            f"{key.environment} in the plugin config and restart)"
+        )
+
+
 class PluginCore:
     """Everything the tools and hooks share; one instance per registered plugin."""
 
@@ -62,6 +79,16 @@ class PluginCore:
         self.plan_id: str | None = config.plan_id
         self.agent_id: str | None = config.agent_id
         self.session: Session | None = None
+        #: Environments with a stored key other than the configured one (never used; status
+        #: names them so the user knows why the gateway is logged out).
+        self.other_stored: list[str] = []
+        #: The paid endpoint as clients see it, and where the plugin's own server listens
+        #: (``None`` when there is no endpoint, or it is mounted on the host's app).
+        self.paid_endpoint_url: str | None = None
+        self.paid_endpoint_bound_url: str | None = None
+        #: Plans this session bought or paid with (insertion order): the balance context shows
+        #: them even when the config names no plan.
+        self.used_plans: dict[str, None] = {}
         self._client: ServiceClient | None = None
         self._public: ServiceClient | None = None
         self._listeners: list[Callable[[], None]] = []
@@ -72,25 +99,35 @@ class PluginCore:
     # -- session -----------------------------------------------------------------------------
 
     def restore_session(self) -> None:
-        """Pick the key: config's ``svcApiKey`` wins over a stored one (synchronous)."""
+        """Pick the key: config's ``svcApiKey`` wins over a stored one (synchronous).
+
+        The configured environment binds the key: only a key stored for it is used, and a
+        stored key whose own prefix names another environment is ignored. Keys stored for
+        other environments are only listed (:attr:`other_stored`), never loaded into a session.
+        """
+        env = self.config.environment
         key = self.config.api_key
-        if key is not None:
-            self.session = Session(key, key.environment or self.config.environment, "config")
+        if key is not None:  # the config validator refused a key for another environment
+            self.session = Session(key, env, "config")
             return
         try:
-            found = self.store.load_any(self.config.environment)
+            secret = self.store.load(env)
+            if secret is None and self.store.path.exists():
+                self.other_stored = [e for e in ENVIRONMENTS if e != env and self.store.load(e)]
         except Exception:  # a broken keyring must not stop the gateway from starting
             log.warning("could not read the stored svc credential; run /svc_login")
             return
-        if found is None:
+        if secret is None:
             return
-        env, secret = found
         try:
             parsed = parse_api_key(secret)
         except ConfigError:
             log.warning("the stored svc credential is not a valid key; run /svc_login again")
             return
-        self.session = Session(parsed, parsed.environment or env, "stored")
+        if parsed.environment not in (None, env):
+            self.other_stored = [parsed.environment]
+            return
+        self.session = Session(parsed, env, "stored")
 
     @property
     def environment(self) -> str:
@@ -109,6 +146,9 @@ class PluginCore:
         self._spend_listeners.append(listener)
 
     def spent(self, plan_id: str) -> None:
+        if plan_id and plan_id not in self.used_plans:
+            # replaced, never changed in place: the context reads it from other threads
+            self.used_plans = {**self.used_plans, plan_id: None}
         for listener in self._spend_listeners:
             listener(plan_id)
 
@@ -121,6 +161,9 @@ class PluginCore:
             listener(plan_id, balance)
 
     async def set_session(self, session: Session | None) -> None:
+        if session is not None:
+            self.other_stored = []
+        self.used_plans = {}  # another account's plans are not this one's
         async with self._lock:
             old = [c for c in (self._client, self._public) if c is not None]
             self._client = self._public = None
@@ -133,7 +176,8 @@ class PluginCore:
     async def login(self, raw_key: str | SecretStr) -> tuple[Session, str]:
         """Validate, store and activate a key. Returns the session and where it was stored."""
         key = parse_api_key(raw_key)
-        env = key.environment or self.config.environment
+        env = self.config.environment
+        refuse_other_environment(key, env)
         resolve_base_url(self.config, env)  # fail before storing when env has no URL
         await self._check_key(key, env)
         where = await asyncio.to_thread(self.store.save, env, key.secret.get_secret_value())
@@ -164,6 +208,7 @@ class PluginCore:
 
     async def logout(self) -> bool:
         had = self.session is not None
+        self.other_stored = []
         await asyncio.to_thread(self.store.delete_all)
         await self.set_session(None)
         return had

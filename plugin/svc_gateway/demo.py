@@ -30,6 +30,14 @@ QUESTIONS = (
 )
 
 
+NEXT_STEPS = """\
+Try next:
+  svc-gateway chat          buy from a demo agent yourself: its banner prints a ready
+                            svc_queryAgent line (quote, order, pay, receipt)
+  svc-gateway sandbox       a sandbox for two gateways: README "Sell in one gateway, buy from
+                            another", or learn the REST API with curl ("Sandbox with curl")"""
+
+
 class DemoFailed(Exception):
     """A step did not give the expected result; the message says which and why."""
 
@@ -176,7 +184,8 @@ class Demo:
 
 
 async def run_demo(quiet: bool = False) -> int:
-    """Run the demo; 0 only if credits moved exactly as priced. The last line says so."""
+    """Run the demo; 0 only if credits moved exactly as priced. The verdict line says so; on
+    success (unless quiet) what to try next follows it."""
     from .sandbox import start_sandbox
 
     say: Callable[[str], None] = (lambda _line: None) if quiet else print
@@ -197,4 +206,6 @@ async def run_demo(quiet: bool = False) -> int:
     finally:
         await server.close()
     print(last)
+    if code == 0 and not quiet:
+        say(NEXT_STEPS)
     return code

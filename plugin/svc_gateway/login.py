@@ -451,7 +451,7 @@ class BrowserLogin:
         if key.expired:
             return self._redirect("expired")
         if self.environment is not None and key.environment != self.environment:
-            log.warning(
+            log.info(  # the outcome reaches the user through /svc_login status, not the log
                 "browser login refused a key for environment %s (asked for %s)",
                 key.environment,
                 self.environment,

@@ -87,7 +87,9 @@ def test_unknown_environment_is_refused_not_replaced_by_the_sandbox(tmp_path: Pa
 
 
 def test_live_without_a_key_is_refused_with_the_ways_to_give_one(tmp_path: Path) -> None:
-    run = run_chat(tmp_path, {"environment": "live"}, "/context\n")
+    run = run_chat(
+        tmp_path, {"environment": "live", "baseUrl": "http://127.0.0.1:9/api/v1"}, "/context\n"
+    )
     assert run.returncode != 0
     assert "environment 'live' needs an API key" in run.stderr
     assert "SVC_API_KEY" in run.stderr and "svcApiKey" in run.stderr
@@ -267,6 +269,6 @@ async def test_the_key_can_come_from_svc_api_key(
     out, err = await asyncio.wait_for(child.communicate(b"/svc_login status\n"), WAIT_SECS)
     text = out.decode()
     assert child.returncode == 0, err.decode()
-    assert f"Logged in to local as {subscriber['address']} (key from config)" in text
+    assert f"Logged in to local as {subscriber['address']} (key from the plugin config)" in text
     assert "embedded sandbox" not in text
     assert subscriber["apiKey"].split(":", 1)[1] not in text + err.decode()

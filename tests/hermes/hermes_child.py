@@ -319,6 +319,18 @@ def scenario_host(params: dict[str, Any], report: dict[str, Any]) -> None:
         }
 
     run_section(report, "hook", hook)
+
+    def skill() -> dict[str, Any]:
+        skills_tool = hermes("tools.skills_tool")
+        from tools.registry import registry
+
+        (order,) = [d["function"] for d in registry.get_definitions({"svc_orderPlan"}, quiet=True)]
+        return {
+            "view": json.loads(skills_tool.skill_view("svc:payments")),
+            "order_description": order["description"],
+        }
+
+    run_section(report, "skill", skill)
     run_section(report, "agent_turn", lambda: agent_turn(plan_id, in_executor=False))
     run_section(report, "agent_turn_executor", lambda: agent_turn(plan_id, in_executor=True))
 

@@ -275,3 +275,15 @@ def test_invalid_config_registers_degraded_and_says_how_to_fix_it(
         if log_file.is_file():
             text += log_file.read_text(errors="replace")
     assert secret_part(BAD_KEY) not in text
+
+
+def test_the_payments_skill_is_registered_and_readable(host: ChildRun) -> None:
+    from svc_gateway.skills import skill_text
+
+    found = section(host, "skill")
+    view = found["view"]
+    assert view["success"] is True, view
+    body = json.dumps(view)
+    assert "quote" in body and "confirm" in body and "svc_orderPlan" in body
+    assert "Before buying, read the skill svc:payments" in found["order_description"]
+    assert "quote → confirm → pay" in skill_text()

@@ -25,8 +25,11 @@ async def test_run_demo_moves_exactly_the_priced_credits(
     assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing left running
     assert not [t for t in threading.enumerate() if t.name == "svc-plugin-loop"]
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1].startswith("OK: 4 credits moved from subscriber to builder")
-    assert "balance 10 -> 6" in lines[-1]
+    (verdict,) = [line for line in lines if line.startswith("OK: ")]
+    assert verdict.startswith("OK: 4 credits moved from subscriber to builder")
+    assert "balance 10 -> 6" in verdict
+    assert lines[lines.index(verdict) + 1] == "Try next:"  # the demo ends with what to try next
+    assert "svc-gateway chat" in lines[-4] and "svc-gateway sandbox" in lines[-2]
     steps = [line for line in lines if line[:3].strip().rstrip(".").isdigit()]
     tools = {line.split()[2] for line in steps}
     assert {"svc_registerAgent", "/svc_login", "svc_checkBalance", "svc_orderPlan"} <= tools
@@ -54,6 +57,7 @@ def test_demo_command_exits_0_cleanly(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("OK: 4 credits moved from subscriber to builder"), done.stdout
+    lines = done.stdout.strip().splitlines()
+    assert lines[-6].startswith("OK: 4 credits moved from subscriber to builder"), done.stdout
+    assert lines[-5] == "Try next:"
     assert not (tmp_path / ".config" / "svc-gateway").exists()  # no credential left behind

@@ -24,9 +24,9 @@ from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.sandbox import SandboxServer
-from svc_gateway.tools import TOOLS
-from svc_gateway.tools import query as query_module
-from svc_gateway.tools.query import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, is_loopback_host
+from svc_gateway.tools import TOOLS, query_address
+from svc_gateway.tools.query_address import is_loopback_host
+from svc_gateway.tools.query_answer import MAX_ANSWER_BYTES, MAX_TEXT_CHARS
 
 from .support import DEMO_TOKEN, Market, MarketFactory
 
@@ -447,7 +447,7 @@ async def test_the_address_is_checked_after_dns_resolution(
     async def internal(host: str, port: int) -> list[str]:
         return ["93.184.216.34", "10.9.8.7"] if host == "agent.example.com" else ["127.0.0.1"]
 
-    monkeypatch.setattr(query_module, "resolver", internal)
+    monkeypatch.setattr(query_address, "resolver", internal)
     failed, data = await query(market, "https://agent.example.com/agent")
     assert failed and data["error"]["code"] == "private_agent_address"
     assert "10.9.8.7" in data["error"]["message"]
@@ -459,7 +459,7 @@ async def test_an_unresolvable_host_is_refused(
     async def nowhere(host: str, port: int) -> list[str]:
         raise OSError("no such host")
 
-    monkeypatch.setattr(query_module, "resolver", nowhere)
+    monkeypatch.setattr(query_address, "resolver", nowhere)
     failed, data = await query(market, "https://agent.invalid/agent")
     assert failed and data["error"]["code"] == "agent_unreachable"
 
@@ -471,18 +471,18 @@ async def test_the_allow_list_opens_a_private_host(
     async def internal(host: str, port: int) -> list[str]:
         return ["10.1.2.3"]
 
-    monkeypatch.setattr(query_module, "resolver", internal)
+    monkeypatch.setattr(query_address, "resolver", internal)
     core = cast(PluginCore, SimpleNamespace(config=PluginConfig(allowedAgentHosts=allow)))
-    await query_module.check_agent_address(core, "https://agent.internal/agent")  # no refusal
+    await query_address.check_agent_address(core, "https://agent.internal/agent")  # no refusal
     closed = cast(PluginCore, SimpleNamespace(config=PluginConfig()))
-    with pytest.raises(query_module.ToolFailure) as refused:
-        await query_module.check_agent_address(closed, "https://agent.internal/agent")
+    with pytest.raises(query_address.ToolFailure) as refused:
+        await query_address.check_agent_address(closed, "https://agent.internal/agent")
     assert refused.value.code == "private_agent_address"
     other = cast(
         PluginCore, SimpleNamespace(config=PluginConfig(allowedAgentHosts=["10.2.0.0/16"]))
     )
-    with pytest.raises(query_module.ToolFailure):
-        await query_module.check_agent_address(other, "https://agent.internal/agent")
+    with pytest.raises(query_address.ToolFailure):
+        await query_address.check_agent_address(other, "https://agent.internal/agent")
 
 
 def test_a_bad_allow_list_entry_is_a_config_error() -> None:
@@ -661,3 +661,21 @@ async def test_a_card_paid_agent_is_paid_by_card_without_being_told(
         await subscriber.aclose()
     listed = delegations if isinstance(delegations, list) else delegations["delegations"]
     assert [int(d["spendingLimitCents"]) for d in listed] == [4321]
+
+
+async def test_a_host_resolving_to_local_use_nat64_of_a_private_address_is_refused(
+    make_market: MarketFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 #11: 64:ff9b:1::a00:5 is 10.0.0.5 behind a local-use NAT64 prefix."""
+
+    async def nat64(host: str, port: int) -> list[str]:
+        return ["64:ff9b:1::a00:5"] if host == "agent.example.com" else ["127.0.0.1"]
+
+    market = await make_market()
+    await market.order()
+    monkeypatch.setattr(query_address, "resolver", nat64)
+    failed, data = await query(market, "https://agent.example.com/agent", agentId=market.agent_id)
+    assert failed and data["error"]["code"] == "private_agent_address", data
+    assert "carries the IPv4 address 10.0.0.5 (local-use NAT64)" in data["error"]["message"]
+    assert "allowedAgentHosts" in data["error"]["hint"]
+    assert await market.balance() == 10

@@ -57,6 +57,9 @@ def test_cli_prints_one_json_line_and_stops_cleanly(tmp_path: Path, stop: signal
     assert process.returncode == 0, err
     assert out == ""  # nothing after the one JSON line
     assert "Traceback" not in err
+    origin = info["baseUrl"].removesuffix("/api/v1")
+    assert f"API reference at {origin}/docs" in err  # where the docs are, on stderr
+    assert f"Stop it with Ctrl-C (or kill {process.pid})." in err
     for account in (builder, subscriber):
         assert account["apiKey"] not in err
         assert account["apiKey"].split(":", 1)[1][:40] not in err

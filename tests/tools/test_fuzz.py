@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from svc_gateway.client import ServiceClient
 from svc_gateway.host import ToolResult
 from svc_gateway.sandbox import SandboxServer
-from svc_gateway.tools import TOOL_NAMES, TOOLS
-from svc_gateway.tools import query as query_module
+from svc_gateway.tools import TOOL_NAMES, TOOLS, query_address
 from tests.conftest import HostFactory, make_plan
 
 CREDITS = 100
@@ -101,7 +100,7 @@ async def test_any_params_give_a_clear_answer_and_never_spend_unasked(
     builder: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(query_module, "resolver", _no_dns)
+    monkeypatch.setattr(query_address, "resolver", _no_dns)
     crypto = await make_plan(builder_client, builder["address"], credits=CREDITS)
     fiat = await make_plan(builder_client, builder["address"], fiat=True, credits=CREDITS)
     gateway, _ = await make_host(subscriber["apiKey"], planId=crypto)

@@ -22,12 +22,12 @@ async def test_the_wrong_order_tool_names_the_right_one(
     gateway, _ = await make_host(subscriber["apiKey"])
     by_card = err(await gateway.call_tool("svc_orderFiatPlan", {"planId": crypto}), "crypto_plan")
     assert (by_card["message"], by_card["hint"]) == (
-        "Plan Coins is paid in crypto",
+        'Plan "Coins" is paid in crypto',
         "Use svc_orderPlan for this plan.",
     )
     in_crypto = err(await gateway.call_tool("svc_orderPlan", {"planId": card}), "fiat_plan")
     assert (in_crypto["message"], in_crypto["hint"]) == (
-        "Plan Cards is paid by card",
+        'Plan "Cards" is paid by card',
         "Use svc_orderFiatPlan for this plan.",
     )
 

@@ -37,10 +37,11 @@ async def test_only_json_true_confirms_an_order(
 ) -> None:
     plan = await make_plan(builder_client, builder["address"], fiat=tool == "svc_orderFiatPlan")
     gateway, _ = await make_host(subscriber["apiKey"])
-    error = err(
-        await gateway.call_tool(tool, {"planId": plan, "confirm": confirm}), "invalid_params"
+    quote = ok(await gateway.call_tool(tool, {"planId": plan, "confirm": confirm}))
+    assert quote["confirmRequired"] is True and quote["quote"]["planId"] == plan
+    assert quote["message"].startswith(
+        "Nothing was bought: confirm must be JSON true, without quotes, to buy (confirm was "
     )
-    assert "confirm" in error["message"]
     balance = ok(await gateway.call_tool("svc_checkBalance", {"planId": plan}))
     assert balance["balance"] == "0" and balance["isSubscriber"] is False
 
@@ -187,12 +188,28 @@ async def test_quotes_for_time_and_free_plans(
             },
         )
     )["planId"]
-    free = ok(await owner.call_tool("svc_createPlan", {"name": "Free", "creditsAmount": 3}))[
-        "planId"
-    ]
+    free = ok(
+        await owner.call_tool(
+            "svc_createPlan", {"name": "Free", "creditsAmount": 3, "priceAmounts": "0"}
+        )
+    )["planId"]
     buyer, _ = await make_host(subscriber["apiKey"])
     quote = ok(await buyer.call_tool("svc_orderFiatPlan", {"planId": timed}))["quote"]
     assert quote["grants"] == "access for 2592000 s" and quote["price"] == "$5.00"
     for tool in ("svc_orderPlan", "svc_orderFiatPlan"):  # a free plan is neither kind
         free_quote = ok(await buyer.call_tool(tool, {"planId": free}))["quote"]
         assert free_quote["price"] == "free" and free_quote["grants"] == "3 credits"
+
+
+async def test_a_quote_says_what_automatic_top_up_means_for_a_buyer(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    """Issue 15: a delegation-backed token may buy the plan at settle; the quote says so and
+    names what bounds it."""
+    gateway, _ = await make_host(subscriber["apiKey"])
+    quote = ok(await gateway.call_tool("svc_orderPlan", {"planId": plan_id}))
+    assert quote["topUp"] == (
+        "Paying for a query can also buy this plan: a token backed by a delegation may order "
+        "it at settle when credits run short (automatic top-up), charged to the delegation and "
+        "bounded by its spending limit (defaultSpendingLimitCents)."
+    )

@@ -269,7 +269,8 @@ async def test_receivers_as_text_and_a_credits_plan_with_a_duration(
     assert data["price"] == "$3.00" and data["priceAmounts"] == ["1000000", "2000000"]
     error = err(
         await gateway.call_tool(
-            "svc_createPlan", {"name": "X", "creditsAmount": 5, "durationSecs": 60}
+            "svc_createPlan",
+            {"name": "X", "creditsAmount": 5, "durationSecs": 60, "priceAmounts": "0"},
         ),
         "invalid_params",
     )

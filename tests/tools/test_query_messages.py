@@ -15,6 +15,9 @@ from svc_gateway.config import PluginConfig
 from svc_gateway.core import PluginCore
 from svc_gateway.errors import ServiceError
 from svc_gateway.tools import query as q
+from svc_gateway.tools import query_address as qd
+from svc_gateway.tools import query_answer as qa
+from svc_gateway.tools import query_purchase as qp
 from svc_gateway.tools.base import ToolFailure
 from tests.tools.test_query_parts import PAYER, b64, core_with, purchase, reply
 
@@ -32,17 +35,17 @@ async def async_refusal(call: Any, *args: Any) -> ToolFailure:
 
 
 def test_bad_agent_urls_say_what_to_pass_instead() -> None:
-    bad_port = refusal(q.check_agent_url, "https://a.example:99999/x")
+    bad_port = refusal(qd.check_agent_url, "https://a.example:99999/x")
     assert (bad_port.message, bad_port.hint) == (
         "agentUrl is not a valid URL",
         "Pass the agent's full https:// URL.",
     )
-    secret = refusal(q.check_agent_url, "https://u:pw@a.example/x")
+    secret = refusal(qd.check_agent_url, "https://u:pw@a.example/x")
     assert (secret.message, secret.hint) == (
         "agentUrl carries a user name or password",
         "Pass the agent's URL without credentials in it.",
     )
-    plain = refusal(q.check_agent_url, "http://a.example/x")
+    plain = refusal(qd.check_agent_url, "http://a.example/x")
     assert plain.message == (
         "Refusing to send a payment token to http://a.example: plain HTTP would expose it "
         "(a bearer credential) to anyone on the network"
@@ -50,7 +53,7 @@ def test_bad_agent_urls_say_what_to_pass_instead() -> None:
     assert plain.hint == (
         "Use the agent's https:// URL (plain http is allowed only for 127.0.0.1/localhost)."
     )
-    nameless = refusal(q.check_agent_url, "https:///x")
+    nameless = refusal(qd.check_agent_url, "https:///x")
     assert nameless.message.startswith("Refusing to send a payment token to https://?: plain")
 
 
@@ -63,10 +66,10 @@ async def test_the_resolver_is_asked_for_the_port_the_url_connects_to(
         asked.append((host, port))
         return ["127.0.0.1"]
 
-    monkeypatch.setattr(q, "resolver", record)
+    monkeypatch.setattr(qd, "resolver", record)
     for url in ("https://a.example/x", "http://localhost/x", "https://a.example:8443/x"):
-        await q.check_agent_address(core_with(), url)
-    await q.check_agent_address(core_with(), "https:///x")
+        await qd.check_agent_address(core_with(), url)
+    await qd.check_agent_address(core_with(), "https:///x")
     assert asked == [("a.example", 443), ("localhost", 80), ("a.example", 8443), ("", 443)]
 
 
@@ -76,8 +79,8 @@ async def test_unresolvable_and_private_hosts_say_what_to_do(
     async def fail(host: str, port: int) -> list[str]:
         raise OSError("no such host")
 
-    monkeypatch.setattr(q, "resolver", fail)
-    lost = await async_refusal(q.check_agent_address, core_with(), "https://nowhere.example/x")
+    monkeypatch.setattr(qd, "resolver", fail)
+    lost = await async_refusal(qd.check_agent_address, core_with(), "https://nowhere.example/x")
     assert (lost.code, lost.message, lost.hint) == (
         "agent_unreachable",
         "Could not resolve the agent's host nowhere.example; nothing was paid",
@@ -87,8 +90,8 @@ async def test_unresolvable_and_private_hosts_say_what_to_do(
     async def private(host: str, port: int) -> list[str]:
         return ["10.0.0.7"]
 
-    monkeypatch.setattr(q, "resolver", private)
-    inside = await async_refusal(q.check_agent_address, core_with(), "https://in.example/x")
+    monkeypatch.setattr(qd, "resolver", private)
+    inside = await async_refusal(qd.check_agent_address, core_with(), "https://in.example/x")
     assert inside.message == (
         "Refusing to pay an agent at in.example: it resolves to 10.0.0.7, a private, "
         "link-local or unspecified address; nothing was paid"
@@ -101,13 +104,13 @@ async def test_unresolvable_and_private_hosts_say_what_to_do(
 
 
 def test_the_canonical_form_of_an_endpoint_url() -> None:
-    assert q._normalise("HTTPS://A.Example:443/x/") == "https://a.example/x"
-    assert q._normalise("https://a.example") == "https://a.example/"
-    assert q._normalise("https://a.example/x?") == "https://a.example/x"
-    assert q._normalise("http://[::1]:80/x") == "http://[::1]/x"
-    assert q._normalise("http://[::1]:81/x") == "http://[::1]:81/x"
-    assert q._normalise("https://a.example:8443/x") == "https://a.example:8443/x"
-    assert q._normalise("https:///x") == "https:///x"
+    assert qp._normalise("HTTPS://A.Example:443/x/") == "https://a.example/x"
+    assert qp._normalise("https://a.example") == "https://a.example/"
+    assert qp._normalise("https://a.example/x?") == "https://a.example/x"
+    assert qp._normalise("http://[::1]:80/x") == "http://[::1]/x"
+    assert qp._normalise("http://[::1]:81/x") == "http://[::1]:81/x"
+    assert qp._normalise("https://a.example:8443/x") == "https://a.example:8443/x"
+    assert qp._normalise("https:///x") == "https:///x"
 
 
 @pytest.mark.parametrize(
@@ -122,7 +125,7 @@ def test_the_canonical_form_of_an_endpoint_url() -> None:
 def test_an_endpoint_that_differs_anywhere_is_not_the_registered_one(
     url: str, registered: str
 ) -> None:
-    assert not q.is_registered(url, [("POST", registered)], "7")
+    assert not qp.is_registered(url, [("POST", registered)], "7")
 
 
 def test_endpoints_under_api_and_registry_are_read() -> None:
@@ -130,7 +133,7 @@ def test_endpoints_under_api_and_registry_are_read() -> None:
         "api": {"endpoints": [{"POST": "https://a.example/api"}]},
         "registry": {"endpoints": [{"POST": "https://a.example/reg"}]},
     }
-    assert q.registered_endpoints(document) == [
+    assert qp.registered_endpoints(document) == [
         ("POST", "https://a.example/api"),
         ("POST", "https://a.example/reg"),
     ]
@@ -138,14 +141,14 @@ def test_endpoints_under_api_and_registry_are_read() -> None:
 
 def test_choosing_a_plan_says_which_to_pass() -> None:
     core = cast(PluginCore, SimpleNamespace(plan_id=None))
-    none = refusal(q._choose_plan, core, None, None, [], "a7")
+    none = refusal(qp._choose_plan, core, None, None, [], "a7")
     assert (none.code, none.message, none.hint) == (
         "missing_plan_id",
         "Agent a7 sells no plan, so there is nothing to pay it with",
         "Ask the agent's owner which plan to buy, then pass planId.",
     )
     sold = [str(n) for n in range(1, 12)]
-    many = refusal(q._choose_plan, core, None, None, sold, "a7")
+    many = refusal(qp._choose_plan, core, None, None, sold, "a7")
     assert many.code == "missing_plan_id"
     assert many.message == (
         "Agent a7 sells 11 plans; say which one to pay with: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
@@ -157,7 +160,7 @@ def test_choosing_a_plan_says_which_to_pass() -> None:
 
 def test_agent_errors_word_for_word() -> None:
     def failure(status: int, body: bytes = b"") -> ToolFailure:
-        return refusal(q.interpret, reply(status, body), purchase(), PAYER, "https://a/x")
+        return refusal(qa.interpret, reply(status, body), purchase(), PAYER, "https://a/x")
 
     for status in (300, 399):
         assert failure(status).hint == (
@@ -165,33 +168,29 @@ def test_agent_errors_word_for_word() -> None:
             "with a payment token. Use the agent's registered URL directly."
         )
     for status in (400, 401, 499):
-        assert failure(status).hint == (
-            "The agent refused this request; a refused request is not charged. Check the prompt."
-        )
+        assert failure(status).hint == ("The agent refused this request. Check the prompt.")
     assert failure(404).hint == (
         "There is no paid endpoint at https://a/x (wrong path or method): check agentUrl; "
         "retrying the same URL will not help."
     )
-    assert failure(503).hint == (
-        "The agent failed; a failed request is not charged. Retry later (after a few seconds)."
-    )
+    assert failure(503).hint == ("The agent failed. Retry later (after a few seconds).")
     long = failure(500, b'{"message": "' + b"m" * 400 + b'"}')
-    assert long.message == "The agent answered HTTP 500: " + "m" * 300
+    assert long.message == 'The agent answered HTTP 500: "' + "m" * 299 + '…"'
 
 
 def test_a_cut_short_error_body_is_not_read_as_json() -> None:
-    cut = q.AgentReply(500, {"content-type": "application/json"}, b'{"message": "boom"}', True)
-    failure = refusal(q.interpret, cut, purchase(), PAYER, "u")
+    cut = qa.AgentReply(500, {"content-type": "application/json"}, b'{"message": "boom"}', True)
+    failure = refusal(qa.interpret, cut, purchase(), PAYER, "u")
     assert failure.message == "The agent answered HTTP 500"
 
 
 def test_answers_are_decoded_leniently_and_cut_answers_stay_text() -> None:
-    garbled = q.interpret(reply(200, b"ok \xff"), purchase(), PAYER, "u")
+    garbled = qa.interpret(reply(200, b"ok \xff"), purchase(), PAYER, "u")
     assert garbled["answer"] == "ok \ufffd"
-    listed = q.interpret(reply(200, b"  [1, 2]"), purchase(), PAYER, "u")
+    listed = qa.interpret(reply(200, b"  [1, 2]"), purchase(), PAYER, "u")
     assert listed["answer"] == [1, 2]
-    cut = q.AgentReply(200, {"content-type": "application/json"}, b'{"a": 1}', True)
-    result = q.interpret(cut, purchase(), PAYER, "u")
+    cut = qa.AgentReply(200, {"content-type": "application/json"}, b'{"a": 1}', True)
+    result = qa.interpret(cut, purchase(), PAYER, "u")
     assert result["answer"] == '{"a": 1}'
     assert any("cut short" in w for w in result["warnings"])
     assert result["warnings"][-1] == (
@@ -202,27 +201,28 @@ def test_answers_are_decoded_leniently_and_cut_answers_stay_text() -> None:
 def test_402_guidance_word_for_word() -> None:
     plans = [{"planId": f"p{n}"} for n in range(2, 14)]
     failure = refusal(
-        q.interpret,
+        qa.interpret,
         reply(402, payment_required=b64({"error": "e" * 400, "accepts": plans})),
         purchase(),
         PAYER,
         "u",
     )
-    assert failure.message == "The agent refused the payment: " + "e" * 300 + (
-        "; nothing was charged"
-    )
+    # what it cost is added by the tool after reading the balance back (test_query_buyer)
+    assert failure.message == 'The agent refused the payment: "' + "e" * 299 + '…"'
     assert failure.hint == (
         "The agent accepts plan(s) p2, p3, p4, p5, p6, p7, p8, p9, p10, p11: order it with "
-        "svc_orderPlan, then call svc_queryAgent again with planId p2."
+        "svc_orderPlan, then call svc_queryAgent again with planId p2. A token can also buy "
+        "the plan by itself when credits run short (automatic top-up), charged to its "
+        "delegation and bounded by its spending limit (defaultSpendingLimitCents)."
     )
-    bare = refusal(q.interpret, reply(402, b"{}"), purchase(), PAYER, "u")
-    assert bare.message == "The agent refused the payment; nothing was charged"
+    bare = refusal(qa.interpret, reply(402, b"{}"), purchase(), PAYER, "u")
+    assert bare.message == "The agent refused the payment"
     assert bare.hint == (
         "The agent accepts plan(s) not stated: order it with svc_orderPlan, then call "
-        "svc_queryAgent again."
+        "svc_queryAgent again. " + qa.TOP_UP
     )
     card = refusal(
-        q.interpret,
+        qa.interpret,
         reply(402, payment_required=b64({"accepts": [{"scheme": "svc:card-delegation"}]})),
         purchase(),
         PAYER,
@@ -233,7 +233,7 @@ def test_402_guidance_word_for_word() -> None:
 
 def test_receipt_problems_word_for_word() -> None:
     raw = {"success": False, "creditsRedeemed": "x", "remainingBalance": "1", "payer": PAYER}
-    _, problems = q.check_receipt(raw, PAYER)
+    _, problems = qa.check_receipt(raw, PAYER)
     assert problems == [
         "The agent's receipt does not report a successful settlement.",
         "The agent's receipt gives creditsRedeemed as 'x', not a whole number of credits; ignored.",
@@ -244,11 +244,11 @@ async def test_an_announced_oversized_answer_says_the_limit_and_what_to_do() -> 
     def unused(request: httpx.Request) -> httpx.Response:
         raise AssertionError("the card already said")
 
-    big = FoundCard({"maxAnswerBytes": q.MAX_ANSWER_BYTES + 1}, "c")
+    big = FoundCard({"maxAnswerBytes": qa.MAX_ANSWER_BYTES + 1}, "c")
     async with httpx.AsyncClient(transport=httpx.MockTransport(unused)) as http:
         failure = await async_refusal(q.check_answer_size, http, "https://a.example/x", big)
     assert failure.message == (
-        f"The agent says its answer is {q.MAX_ANSWER_BYTES + 1} bytes, more than the 1024 KiB "
+        f"The agent says its answer is {qa.MAX_ANSWER_BYTES + 1} bytes, more than the 1024 KiB "
         "svc_queryAgent reads; nothing was paid"
     )
     assert failure.hint == "Ask for a shorter answer, or call the agent another way."
@@ -259,11 +259,11 @@ async def test_the_prompt_goes_with_the_token_and_a_long_answer_is_marked_cut() 
 
     def agent(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, content=b"z" * (q.MAX_ANSWER_BYTES + 10))
+        return httpx.Response(200, content=b"z" * (qa.MAX_ANSWER_BYTES + 10))
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as http:
         answer = await q.post_prompt(http, "https://a.example/x", "hi", "tok")
-    assert answer.truncated is True and len(answer.body) <= q.MAX_ANSWER_BYTES
+    assert answer.truncated is True and len(answer.body) <= qa.MAX_ANSWER_BYTES
     assert seen[0].method == "POST"
     assert seen[0].headers["payment-signature"] == "tok"
     assert seen[0].headers["accept"] == "application/json"

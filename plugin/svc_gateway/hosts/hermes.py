@@ -86,6 +86,7 @@ class HermesGatewayAPI(CollectingGateway):
 
     def __init__(self, plugin_config: Mapping[str, Any], logger: Any, plugin_id: str = PLUGIN_ID):
         super().__init__(plugin_config, logger)
+        self.plugin_id = plugin_id
         home = _hermes_home()
         where = f"{home}/config.yaml" if home else "Hermes's config.yaml"
         #: Where the operator fixes a bad configuration (named in degraded-mode answers).
@@ -337,15 +338,43 @@ def make_pre_llm_call(
 # -- registration ------------------------------------------------------------------------------
 
 
+def _register_skills(ctx: Any, plugin_id: str) -> str | None:
+    """Register the package's skills (Hermes: ``<plugin>:<name>``, loaded with skill_view).
+    Returns the payments skill's qualified name, or ``None`` when this Hermes has no skills."""
+    register_skill = getattr(ctx, "register_skill", None)
+    if not callable(register_skill):
+        return None
+    from ..skills import skills
+
+    qualified = None
+    for skill in skills():
+        try:
+            register_skill(skill.name, skill.path, skill.description)
+        except Exception as error:  # a skill is an extra: never stop the tools loading
+            _describe_failure(f"skill {skill.name}", error)
+            continue
+        if skill.name == "payments":
+            qualified = f"{plugin_id}:{skill.name}"
+    return qualified
+
+
+#: Tools whose description points the model to the payments skill (they spend money).
+SKILL_POINTERS = ("svc_orderPlan", "svc_orderFiatPlan", "svc_queryAgent")
+
+
 def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
+    skill = _register_skills(ctx, api.plugin_id)
     for spec in api.tools.values():
+        description = spec.description
+        if skill is not None and spec.name in SKILL_POINTERS:
+            description += f" Before buying, read the skill {skill} (skill_view)."
         ctx.register_tool(
             name=spec.name,
             toolset=TOOLSET,
-            schema=tool_schema(spec),
+            schema={**tool_schema(spec), "description": description},
             handler=make_tool_handler(spec),
             is_async=True,
-            description=spec.description,
+            description=description,
             emoji=TOOL_EMOJI,
         )
     for command in api.commands.values():

@@ -101,7 +101,7 @@ class ReferenceGateway(CollectingGateway):
         if name not in self.tools:
             return (
                 f"error [unknown_input]: '{name[:40]}' is neither a /command nor a tool. "
-                "Type /help."
+                "Type /tools to list the tools, /help for the commands."
             )
         try:
             params = json.loads(raw) if raw.strip() else {}

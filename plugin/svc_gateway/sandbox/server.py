@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -130,6 +131,14 @@ async def _serve(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(json.dumps(line) + "\n")
         sys.stdout.flush()
+        # for the person at the terminal, on stderr: stdout stays one parseable JSON line
+        print(
+            f"svc-gateway sandbox: serving {server.base_url}; API reference at "
+            f"{server.origin}/docs (OpenAPI: {server.base_url}/openapi.json). "
+            f"Stop it with Ctrl-C (or kill {os.getpid()}).",
+            file=sys.stderr,
+            flush=True,
+        )
         log.info("sandbox serving at %s", server.base_url)
         await stop.wait()
     finally:

@@ -7,6 +7,7 @@ raises into the host.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..models import SCHEME_CARD
 from ..pricing import PriceError
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
+from ..safe_text import NAME_LIMIT, quoted
 
 log = get_logger("svc_gateway.tools")
 
@@ -31,7 +33,13 @@ P = TypeVar("P", bound=BaseModel)
 class Params(BaseModel):
     """Base of every tool's parameters: unknown keys are an error the model can fix."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        str_strip_whitespace=True,
+        # models send ids as JSON numbers ({"planId": 123}): read them as their decimal text
+        coerce_numbers_to_str=True,
+    )
 
 
 class ToolFailure(Exception):
@@ -120,11 +128,37 @@ def for_chat(exc: ServiceError) -> tuple[str, str]:
     return message, hint
 
 
-def describe_validation(error: ValidationError) -> str:
+#: What to say when a required field is left out, where "Field required" is not enough.
+MISSING_HINTS: dict[str, str] = {
+    "priceAmounts": 'required: the price (for a free plan give "0" explicitly)',
+}
+
+
+def field_names(params: type[BaseModel]) -> list[str]:
+    """The parameter names the model sees (the aliases)."""
+    return [info.alias or name for name, info in params.model_fields.items()]
+
+
+def _unknown_field(field: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
+    if not close:  # a case slip (planid) is not always "close" by ratio
+        close = [k for k in known if k.lower() == field.lower()][:1]
+    if close:
+        return f"{field}: unknown field; did you mean {close[0]}?"
+    listed = ", ".join(known) if known else "none"
+    return f"{field}: unknown field (the fields are: {listed})"
+
+
+def describe_validation(error: ValidationError, known: list[str] | None = None) -> str:
     parts = []
     for item in error.errors(include_url=False, include_input=False):
         field = ".".join(str(p) for p in item["loc"]) or "params"
+        if item["type"] == "extra_forbidden" and known is not None:
+            parts.append(_unknown_field(field, known))
+            continue
         message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] == "missing" and field in MISSING_HINTS:
+            message = MISSING_HINTS[field]
         parts.append(f"{field}: {message}")
     return "; ".join(parts)
 
@@ -136,7 +170,8 @@ async def execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None)
     except ValidationError as exc:
         return ToolResult.error(
             "invalid_params",
-            f"Invalid parameters for {spec.name}: {describe_validation(exc)}",
+            f"Invalid parameters for {spec.name}: "
+            f"{describe_validation(exc, field_names(spec.params))}",
             "Fix the named field(s) and call the tool again.",
         )
     try:
@@ -200,7 +235,8 @@ async def plan_payment_type(core: PluginCore, plan_id: str, given: str | None) -
         paid = "by card" if kind == "fiat" else "in crypto"
         raise ToolFailure(
             "payment_type_mismatch",
-            f"Plan {plan.name} is paid {paid}, but paymentType {given} was given",
+            f"Plan {quoted(plan.name, NAME_LIMIT)} is paid {paid}, "
+            f"but paymentType {given} was given",
             f"Pass paymentType: {kind} (or leave paymentType out to follow the plan).",
         )
     return kind

@@ -21,6 +21,8 @@ from ..pricing import (
     is_dollar_amount,
     parse_amounts,
 )
+from ..safe_text import NAME_LIMIT, one_line
+from ..seller_notes import keep_selling
 from .base import Params, ToolFailure, tool
 from .subscriber import describe_price
 
@@ -111,7 +113,7 @@ class RegisterAgentParams(Params):
     )
     plan_name: str = Field(alias="planName", min_length=1, description="Name of the new plan")
     price_amounts: list[str | int] | str | int = Field(
-        alias="priceAmounts", description=AMOUNTS_DOC
+        alias="priceAmounts", description=AMOUNTS_DOC + '. Required: "0" for a free plan'
     )
     price_receivers: list[str] | str | None = Field(
         default=None, alias="priceReceivers", description=RECEIVERS_DOC
@@ -167,7 +169,7 @@ async def register_agent(core: PluginCore, p: RegisterAgentParams) -> dict[str, 
         **price_fields(price),
         "creditsAmount": p.credits_amount,
         "creditsPerRequest": per_request,
-        "message": "Registered; these ids are now this gateway's default agentId and planId.",
+        **keep_selling(core, ids.plan_id, ids.agent_id),
     }
 
 
@@ -184,7 +186,7 @@ class CreatePlanParams(Params):
         default="crypto", alias="paymentType", description="crypto price, or fiat (card) price"
     )
     price_amounts: list[str | int] | str | int = Field(
-        default="0", alias="priceAmounts", description=AMOUNTS_DOC + "; 0 for a free plan"
+        alias="priceAmounts", description=AMOUNTS_DOC + '. Required: "0" for a free plan'
     )
     price_receivers: list[str] | str | None = Field(
         default=None, alias="priceReceivers", description=RECEIVERS_DOC
@@ -280,7 +282,7 @@ async def list_plans(core: PluginCore, p: ListPlansParams) -> dict[str, Any]:
     plans = [
         {
             "planId": plan.id,
-            "name": plan.name,
+            "name": one_line(plan.name, NAME_LIMIT),
             "price": describe_price(plan),
             "isCrypto": plan.is_crypto,
             "type": "time" if plan.is_time_plan else "credits",
@@ -290,4 +292,10 @@ async def list_plans(core: PluginCore, p: ListPlansParams) -> dict[str, Any]:
         for plan in page.plans
     ]
     pages = max(1, -(-page.total // p.page_size))
-    return {"plans": plans, "total": page.total, "page": p.page, "pages": pages}
+    result: dict[str, Any] = {"plans": plans, "total": page.total, "page": p.page, "pages": pages}
+    if page.total == 0:
+        result["message"] = (
+            "This account owns no plans: svc_listPlans lists the plans you own (sell), not "
+            "plans you bought; svc_checkBalance shows your balance on a plan you bought."
+        )
+    return result

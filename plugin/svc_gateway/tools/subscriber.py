@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from ..core import PluginCore
-from ..encoding import decode_access_token
+from ..encoding import decode_access_token, token_authorization
+from ..errors import ServiceError
 from ..models import Plan
 from ..pricing import format_price
+from ..safe_text import NAME_LIMIT, one_line, quoted
 from .base import Params, ToolFailure, plan_payment_type, require_agent, require_plan, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
@@ -39,7 +42,7 @@ async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, An
         core.balance_read(plan_id, balance)  # the balance context shows this fresh value
     return {
         "planId": plan_id,
-        "planName": balance.plan_name,
+        "planName": one_line(balance.plan_name, NAME_LIMIT) if balance.plan_name else None,
         "address": balance.holder_address or p.address or client.address,
         "balance": str(balance.balance),
         "isSubscriber": balance.is_subscriber,
@@ -94,21 +97,49 @@ async def get_access_token(core: PluginCore, p: AccessTokenParams) -> dict[str, 
         "agentId": agent_id,
         "scheme": accepted.get("scheme"),
         "network": accepted.get("network"),
-        "expiresAt": decoded.get("exp"),
+        "expiresAt": _expiry(decoded),
         "header": "payment-signature",
     }
+
+
+CONFIRM_DOC = (
+    "false (default) returns a quote; JSON true (nothing else) places the order and spends money"
+)
+NOT_CONFIRMED = "confirm must be JSON true, without quotes, to buy"
+
+
+def _expiry(decoded: dict[str, Any]) -> str | None:
+    """When the token stops working: the authorization's ``validBefore`` (a JWT's ``exp`` for a
+    token in that form), as ISO 8601 UTC; ``None`` when the token names no time."""
+    raw = token_authorization(decoded).get("validBefore", decoded.get("exp"))
+    try:
+        secs = int(str(raw))
+    except ValueError:
+        return None
+    try:
+        return datetime.fromtimestamp(secs, tz=UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class OrderParams(Params):
     plan_id: str | None = Field(
         default=None, alias="planId", description="Plan id; defaults to the configured planId"
     )
-    confirm: bool = Field(
-        default=False,
-        strict=True,
-        description="false (default) returns a quote; JSON true (nothing else) places the order "
-        "and spends money",
-    )
+    # Any value is accepted so that "yes", 1 or "on" give a quote (as documented) instead of an
+    # error; only JSON true buys. The model still sees a boolean.
+    confirm: Annotated[
+        Any, WithJsonSchema({"type": "boolean", "default": False, "description": CONFIRM_DOC})
+    ] = Field(default=False)
+
+    @property
+    def confirmed(self) -> bool:
+        return self.confirm is True
+
+    @property
+    def almost_confirmed(self) -> bool:
+        """Something other than true and false: the caller probably meant to buy."""
+        return self.confirm is not True and self.confirm not in (False, None)
 
 
 def describe_price(plan: Plan) -> str:
@@ -122,7 +153,32 @@ def describe_price(plan: Plan) -> str:
     )
 
 
-def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
+async def quote(core: PluginCore, plan: Plan, tool_name: str, p: OrderParams) -> dict[str, Any]:
+    """The quote, with what the account already holds on the plan (read, never bought)."""
+    result = _quote(core, plan, tool_name)
+    why = ""
+    if p.almost_confirmed:
+        why = f": {NOT_CONFIRMED} (confirm was {one_line(repr(p.confirm), 40)})"
+    message = f"Nothing was bought{why}. To buy, call {tool_name} again with confirm: true."
+    try:
+        held = await core.client().get_plan_balance(plan.id)
+    except ServiceError:
+        held = None
+    if held is not None:
+        core.balance_read(plan.id, held)
+        result["quote"]["balanceHeld"] = str(held.balance)
+        result["quote"]["subscribed"] = held.is_subscriber
+        if held.balance > 0:
+            message += (
+                " You already have active access on this plan."
+                if plan.is_time_plan
+                else f" You already hold {held.balance} credits on this plan."
+            )
+    result["message"] = message
+    return result
+
+
+def _quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
     credits = plan.registry.credits
     grants = (
         f"access for {credits.duration_secs} s"
@@ -133,7 +189,7 @@ def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
         "confirmRequired": True,
         "quote": {
             "planId": plan.id,
-            "planName": plan.name,
+            "planName": one_line(plan.name, NAME_LIMIT),
             "price": describe_price(plan),
             "grants": grants,
             "credits": str(credits.amount),
@@ -141,6 +197,9 @@ def quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
             "environment": core.environment,
         },
         "message": f"Nothing was bought. To buy, call {tool_name} again with confirm: true.",
+        "topUp": "Paying for a query can also buy this plan: a token backed by a delegation may "
+        "order it at settle when credits run short (automatic top-up), charged to the "
+        "delegation and bounded by its spending limit (defaultSpendingLimitCents).",
     }
 
 
@@ -153,7 +212,7 @@ async def _plan_to_order(core: PluginCore, plan_id: str | None, *, by_card: bool
         )
         raise ToolFailure(
             "crypto_plan" if by_card else "fiat_plan",
-            f"Plan {plan.name} is paid {kind}",
+            f"Plan {quoted(plan.name, NAME_LIMIT)} is paid {kind}",
             f"Use {other} for this plan.",
         )
     return plan
@@ -167,8 +226,8 @@ async def _plan_to_order(core: PluginCore, plan_id: str | None, *, by_card: bool
 )
 async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     plan = await _plan_to_order(core, p.plan_id, by_card=False)
-    if not p.confirm:
-        return quote(core, plan, "svc_orderPlan")
+    if not p.confirmed:
+        return await quote(core, plan, "svc_orderPlan", p)
     plan_id = plan.id
     client = core.client()
     result = await client.order_plan(plan_id)
@@ -177,7 +236,7 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     return {
         "ordered": True,
         "planId": plan_id,
-        "planName": plan.name,
+        "planName": one_line(plan.name, NAME_LIMIT),
         "price": describe_price(plan),
         "txHash": result.tx_hash,
         "balance": str(balance.balance),
@@ -192,15 +251,15 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
 )
 async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     plan = await _plan_to_order(core, p.plan_id, by_card=True)
-    if not p.confirm:
-        return quote(core, plan, "svc_orderFiatPlan")
+    if not p.confirmed:
+        return await quote(core, plan, "svc_orderFiatPlan", p)
     plan_id = plan.id
     checkout = await core.client().order_fiat_plan(plan_id)
     core.spent(plan_id)
     return {
         "checkoutUrl": checkout.checkout_url,
         "planId": plan_id,
-        "planName": plan.name,
+        "planName": one_line(plan.name, NAME_LIMIT),
         "price": describe_price(plan),
         "message": "Open the checkout URL to pay; credits arrive once payment completes.",
     }

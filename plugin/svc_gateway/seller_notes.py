@@ -1,0 +1,69 @@
+"""What a seller is told next: start-up notes for the paid endpoint, and what to keep in config.
+
+A builder who enables the paid endpoint has one more step (register the agent and its plan), and
+after registering, ids and a port that must go into the config to keep selling after a restart.
+The words live here so the chat banner, the log and ``svc_registerAgent`` say the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from .core import PluginCore
+
+
+def _port(url: str | None) -> int | None:
+    if not url:
+        return None
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
+
+
+def serves_itself(core: PluginCore) -> bool:
+    """The plugin runs the endpoint's server itself (not mounted on the host's app)."""
+    return core.config.enable_paid_endpoint and core.paid_endpoint_bound_url is not None
+
+
+def startup_notes(core: PluginCore) -> list[str]:
+    """Lines for the start-up banner/log: the next step, or why the URL will not last."""
+    config = core.config
+    if not config.enable_paid_endpoint:
+        return []
+    url = core.paid_endpoint_url or config.agent_endpoint_path
+    notes = []
+    selling = core.plan_id or config.plan_id or config.plans
+    if not selling:
+        notes.append(f"Paid endpoint: not selling yet: run svc_registerAgent with agentUrl {url}")
+    elif serves_itself(core) and config.paid_endpoint_port == 0:
+        port = _port(core.paid_endpoint_bound_url)
+        notes.append(
+            "Paid endpoint: paidEndpointPort is 0, so its URL changes on every restart and the "
+            f"registered agent's URL stops working: set paidEndpointPort to {port} (the port it "
+            "has now) to keep it"
+        )
+    return notes
+
+
+def keep_selling(core: PluginCore, plan_id: str | None, agent_id: str | None) -> dict[str, Any]:
+    """The result fields of ``svc_registerAgent``: what to put in the config, and a warning."""
+    keep: dict[str, Any] = {"planId": plan_id, "agentId": agent_id}  # the service gave both
+    port = _port(core.paid_endpoint_bound_url) if serves_itself(core) else None
+    if port is not None:
+        keep["paidEndpointPort"] = port
+    listed = ", ".join(f"{key} {value}" for key, value in keep.items())
+    fields: dict[str, Any] = {
+        "keepInConfig": keep,
+        "message": (
+            "Registered; these ids are this gateway's default agentId and planId until it "
+            f"restarts. To keep selling after a restart, put {listed} in the plugin config."
+        ),
+    }
+    if port is not None and core.config.paid_endpoint_port == 0:
+        fields["warning"] = (
+            f"paidEndpointPort is 0: the endpoint's URL changes when the gateway restarts and "
+            f"the registered agentUrl would stop working; set paidEndpointPort to {port}."
+        )
+    return fields

@@ -1,0 +1,167 @@
+"""Issue 14: a seller is told the next step and what keeps it selling after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from svc_gateway.config import ConfigError
+from svc_gateway.sandbox import SandboxServer
+from svc_gateway.seller_notes import startup_notes
+from tests.chat.test_cli import WAIT_SECS, chat_env
+from tests.conftest import USDC, HostFactory
+
+REGISTER = {
+    "name": "Seller",
+    "planName": "Seller credits",
+    "priceAmounts": ["1000000"],
+    "tokenAddress": USDC,
+    "creditsAmount": 10,
+}
+
+
+async def test_a_seller_without_a_plan_is_told_to_register(
+    make_host: HostFactory, builder: dict[str, str], tmp_path: Path
+) -> None:
+    gateway, handle = await make_host(
+        builder["apiKey"],
+        enablePaidEndpoint=True,
+        paidEndpointPort=0,
+        settleQueuePath=str(tmp_path / "q.json"),
+    )
+    url = handle.extras["paid_endpoint"].url
+    assert startup_notes(handle.core) == [
+        f"Paid endpoint: not selling yet: run svc_registerAgent with agentUrl {url}"
+    ]
+    result = await gateway.call_tool("svc_registerAgent", {**REGISTER, "agentUrl": url})
+    data = result.structuredContent
+    port = int(url.split(":")[2].split("/")[0])
+    assert data["keepInConfig"] == {
+        "planId": data["planId"],
+        "agentId": data["agentId"],
+        "paidEndpointPort": port,
+    }
+    assert (
+        f"planId {data['planId']}, agentId {data['agentId']}, paidEndpointPort {port}"
+        in (data["message"])
+    )
+    assert "after a restart" in data["message"]
+    assert data["warning"].startswith("paidEndpointPort is 0")
+    assert f"set paidEndpointPort to {port}" in data["warning"]
+    notes = startup_notes(handle.core)  # now selling, on a port that will not last
+    assert len(notes) == 1 and "paidEndpointPort is 0" in notes[0] and str(port) in notes[0]
+
+
+async def test_a_fixed_port_gets_no_warning(
+    make_host: HostFactory, builder: dict[str, str], tmp_path: Path
+) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gateway, handle = await make_host(
+        builder["apiKey"],
+        enablePaidEndpoint=True,
+        paidEndpointPort=port,
+        settleQueuePath=str(tmp_path / "q.json"),
+    )
+    url = handle.extras["paid_endpoint"].url
+    data = (
+        await gateway.call_tool("svc_registerAgent", {**REGISTER, "agentUrl": url})
+    ).structuredContent
+    assert data["keepInConfig"]["paidEndpointPort"] == port
+    assert "warning" not in data
+    assert startup_notes(handle.core) == []
+
+
+async def test_without_a_paid_endpoint_the_result_keeps_only_the_ids(
+    make_host: HostFactory, builder: dict[str, str]
+) -> None:
+    gateway, _ = await make_host(builder["apiKey"])
+    data = (
+        await gateway.call_tool(
+            "svc_registerAgent", {**REGISTER, "agentUrl": "https://agent.example/svc"}
+        )
+    ).structuredContent
+    assert set(data["keepInConfig"]) == {"planId", "agentId"}
+
+
+async def test_an_unimportable_handler_says_to_use_pythonpath(
+    make_host: HostFactory, builder: dict[str, str]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        await make_host(
+            builder["apiKey"],
+            enablePaidEndpoint=True,
+            paidEndpointPort=0,
+            agentHandler="no_such_agent_mod.sub:answer",
+        )
+    message = str(caught.value)
+    assert "cannot import module 'no_such_agent_mod.sub'" in message
+    assert "no_such_agent_mod/sub.py" in message and "PYTHONPATH" in message
+
+
+async def test_the_chat_finds_a_handler_in_its_working_directory(
+    sandbox: SandboxServer, builder: dict[str, str], tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "my_agent.py").write_text(
+        "def answer(request):\n    return {'answer': 'mine: ' + request['prompt']}\n"
+    )
+    config = {
+        "environment": "local",
+        "baseUrl": sandbox.base_url,
+        "enablePaidEndpoint": True,
+        "paidEndpointPort": 0,
+        "agentHandler": "my_agent:answer",
+        "settleQueuePath": str(tmp_path / "q.json"),
+    }
+    (work / "seller.json").write_text(json.dumps(config))
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-P",  # like the svc-gateway console script: the working directory is not on sys.path
+        "-m",
+        "svc_gateway.cli",
+        "chat",
+        "--config",
+        "seller.json",
+        cwd=work,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**chat_env(tmp_path), "SVC_API_KEY": builder["apiKey"]},
+    )
+    out, err = await asyncio.wait_for(child.communicate(b""), WAIT_SECS)
+    text = out.decode()
+    assert child.returncode == 0, err.decode()
+    assert f"added the working directory {work} to the module path" in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("Paid endpoint: POST ")]
+    url = line.removeprefix("Paid endpoint: POST ")
+    assert f"Paid endpoint: not selling yet: run svc_registerAgent with agentUrl {url}" in text
+
+
+async def test_a_restart_on_port_0_with_a_plan_is_warned_about(
+    make_host: HostFactory,
+    builder: dict[str, str],
+    plan_id: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    await make_host(
+        builder["apiKey"],
+        enablePaidEndpoint=True,
+        paidEndpointPort=0,
+        planId=plan_id,
+        settleQueuePath=str(tmp_path / "q.json"),
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("paidEndpointPort is 0" in w and "changes on every restart" in w for w in warnings)
