@@ -28,10 +28,10 @@ from ..config import ConfigError, PluginConfig
 from ..core import PluginCore
 from ..host import GatewayAPI, host_http_app
 from ..redact import get_logger
-from .flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats, default_queue_path
+from .flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats
 from .handlers import AgentHandler, CreditsFn, default_handler, load_handler
 from .http import PaidRoutes
-from .shared_state import open_state
+from .shared_state import shared_state
 
 if TYPE_CHECKING:
     from .redis_store import RedisState
@@ -163,7 +163,7 @@ async def attach_paid_endpoint(
 ) -> PaidEndpoint:
     """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call."""
     config = core.config
-    shared = _shared_state(core)
+    shared = shared_state(core)
     flow = PaidFlow(
         core,
         handler=_resolve_handler(api, config, handler),
@@ -200,19 +200,6 @@ async def attach_paid_endpoint(
         endpoint = await _serve(core, flow, path, public)
     endpoint.shared = shared
     return endpoint
-
-
-def _shared_state(core: PluginCore) -> RedisState | None:
-    """With ``stateUrl``: the admission book, settle queue and stats every replica shares."""
-    if not core.config.state_url:
-        return None
-
-    async def read_balance(plan_id: str, payer: str) -> int:
-        return (await core.public_client().get_plan_balance(plan_id, payer)).balance
-
-    state = open_state(core.config, read_balance, spool=default_queue_path(core))
-    log.info("paid endpoint shares its admission book and settle queue at %s", state.where)
-    return state
 
 
 def _mount(

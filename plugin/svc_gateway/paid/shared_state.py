@@ -12,10 +12,14 @@ from urllib.parse import urlsplit
 
 from ..config import ConfigError, PluginConfig
 from ..errors import ServiceUnavailable
+from ..redact import get_logger
 from .billing import BalanceRead
 
 if TYPE_CHECKING:
+    from ..core import PluginCore
     from .redis_store import RedisState
+
+log = get_logger("svc_gateway.paid")
 
 STATE_SCHEMES = ("redis", "rediss", "unix")
 
@@ -63,3 +67,19 @@ def open_state(config: PluginConfig, read_balance: BalanceRead, spool: Path) -> 
             "stateUrl needs the redis package: pip install 'svc-gateway-plugin[redis]'"
         ) from None
     return RedisState.connect(url, config, read_balance, spool)
+
+
+def shared_state(core: PluginCore) -> RedisState | None:
+    """With ``stateUrl``: the admission book, settle queue and stats every replica shares
+    (the paid endpoint's and the payment middleware's flow alike); ``None`` without. Its local
+    spool is the flow's settle file (``settleQueuePath``)."""
+    if not core.config.state_url:
+        return None
+    from .settling import default_queue_path
+
+    async def read_balance(plan_id: str, payer: str) -> int:
+        return (await core.public_client().get_plan_balance(plan_id, payer)).balance
+
+    state = open_state(core.config, read_balance, spool=default_queue_path(core))
+    log.info("paid flow shares its admission book and settle queue at %s", state.where)
+    return state
