@@ -90,6 +90,44 @@ def server(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterato
 
 
 @contextmanager
+def redis_server() -> Iterator[str]:
+    """A throwaway ``redis-server`` on 127.0.0.1 (free port, no persistence); yields its URL."""
+    import shutil
+    import socket
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    with tempfile.TemporaryDirectory(prefix="svc-bench-redis-") as tmp:
+        args = ["--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+        proc = subprocess.Popen(
+            [binary, *args, "--dir", tmp],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_SECS
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                        conn.sendall(b"PING\r\n")
+                        if conn.recv(16).startswith(b"+PONG"):
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start")
+                time.sleep(0.05)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            stop(proc)
+
+
+@contextmanager
 def ready(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
     """A ``benchmarks.serve`` server; yields its whole ready line (URL and any extras)."""
     with spawn(["-m", "benchmarks.serve", kind, *extra], env) as line:

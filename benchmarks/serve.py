@@ -9,7 +9,7 @@ Kinds:
   ``/x402/settle`` instantly with valid shapes (any token is accepted);
 - ``bare``: a bare aiohttp handler returning the default agent's JSON (the ceiling);
 - ``paid``: this plugin's paid endpoint (reference gateway, default agent) against
-  ``--service`` (the stub or a sandbox);
+  ``--service`` (the stub or a sandbox), its state in ``--state-url`` (Redis) when given;
 - ``sdk``: payments-py's FastAPI ``PaymentMiddleware`` under uvicorn, against the backend in
   ``NVM_BACKEND_URL`` (its ``custom`` environment);
 - ``route``: this plugin's payment middleware (``build_payment_app``) gating ``POST /agent`` of
@@ -202,8 +202,9 @@ async def _wait_for_signal() -> None:
 # -- our paid endpoint ----------------------------------------------------------------------
 
 
-def serve_paid(service: str, key: str, plan_id: str) -> None:
-    """The plugin's own server (paidEndpointPort 0) on the plugin loop; we only wait."""
+def serve_paid(service: str, key: str, plan_id: str, state_url: str | None = None) -> None:
+    """The plugin's own server (paidEndpointPort 0) on the plugin loop; we only wait. With
+    ``state_url`` its admission book, settle queue and stats live in that Redis."""
     import svc_gateway
     from svc_gateway.hosts.reference import ReferenceGateway
     from svc_gateway.login import CredentialStore
@@ -219,6 +220,7 @@ def serve_paid(service: str, key: str, plan_id: str) -> None:
             "paidEndpointPort": 0,
             "agentEndpointPath": AGENT_PATH,
             "creditsPerRequest": 1,
+            **({"stateUrl": state_url} if state_url else {}),
         }
     )
     with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
@@ -391,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--facilitator", help="the x402 facilitator's URL (x402)")
     parser.add_argument("--key", default="", help="the seller's API key (paid, sdk)")
     parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold (paid, sdk)")
+    parser.add_argument("--state-url", help="share state through this Redis (paid)")
     args = parser.parse_args(argv)
     key = args.key or fake_key()
     if args.kind == "stub":
@@ -400,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.kind == "paid":
         if not args.service:
             parser.error("paid needs --service")
-        serve_paid(args.service, key, args.plan)
+        serve_paid(args.service, key, args.plan, args.state_url)
     elif args.kind == "route":
         if not args.service:
             parser.error("route needs --service")

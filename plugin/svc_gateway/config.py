@@ -262,6 +262,13 @@ class PluginConfig(BaseModel):
         description="File of settles to retry after an outage (default: settle-queue.json in "
         "the plugin's config directory)",
     )
+    state_url: str | None = Field(
+        default=None,
+        alias="stateUrl",
+        description="Redis URL (redis://host:6379/0, rediss://, unix://) where several replicas "
+        "of the paid endpoint share admission, settle queue and stats; empty = in-process "
+        "(needs the redis extra)",
+    )
 
     allowed_agent_hosts: list[str] = Field(
         default_factory=list,
@@ -292,6 +299,19 @@ class PluginConfig(BaseModel):
         value = value.strip().rstrip("/")
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must be an http(s) URL")
+        return value
+
+    @field_validator("state_url")
+    @classmethod
+    def _state_url(cls, value: str | None) -> str | None:
+        value = (value or "").strip()
+        if not value:
+            return None
+        if not re.match(r"^(redis|rediss|unix)://\S+$", value):
+            # the value is not quoted back: a Redis URL may carry a password
+            raise ValueError(
+                "must be a redis://, rediss:// or unix:// URL (e.g. redis://127.0.0.1:6379/0)"
+            )
         return value
 
     @field_validator("agent_endpoint_path")

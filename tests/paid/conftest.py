@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from svc_gateway.login import CredentialStore
 from svc_gateway.paid import PaidEndpoint
 from svc_gateway.sandbox import SandboxServer
 
+from .redis_server import RedisServer
 from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
 from .support import (
     FaultProxy,
@@ -28,6 +30,17 @@ from .support import (
     leaked_secrets,
     scripted_handler,
 )
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 (a free port, no persistence), killed at teardown."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

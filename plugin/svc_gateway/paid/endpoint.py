@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -31,6 +31,10 @@ from ..redact import get_logger
 from .flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats
 from .handlers import AgentHandler, CreditsFn, default_handler, load_handler
 from .http import PaidRoutes
+from .shared_state import shared_state
+
+if TYPE_CHECKING:
+    from .redis_store import RedisState
 
 __all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
 
@@ -76,6 +80,8 @@ class PaidEndpoint:
         self.card_url = card_url
         self.bound_url = bound_url
         self._runner = runner
+        #: the state shared with other replicas (``stateUrl``), ``None`` in-process
+        self.shared: RedisState | None = None
 
     @property
     def mounted(self) -> bool:
@@ -85,6 +91,13 @@ class PaidEndpoint:
     @property
     def stats(self) -> PaidStats:
         return self.flow.stats
+
+    async def shared_stats(self) -> dict[str, int] | None:
+        """The counters of every replica on ``stateUrl``, summed (each pushes about once a
+        second and when it closes); ``None`` without ``stateUrl``."""
+        if self.shared is None:
+            return None
+        return await self.flow.core.runtime.run(self.shared.stats.totals())
 
     @property
     def plan_id(self) -> str | None:
@@ -150,13 +163,19 @@ async def attach_paid_endpoint(
 ) -> PaidEndpoint:
     """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call."""
     config = core.config
+    shared = shared_state(core)
     flow = PaidFlow(
         core,
         handler=_resolve_handler(api, config, handler),
         credits=_resolve_credits(api, credits),
         plan_id=plan_id,
         agent_id=agent_id,
+        book=shared.book if shared is not None else None,
+        queue=shared.store if shared is not None else None,
     )
+    if shared is not None:
+        shared.share(flow.stats)
+        core.runtime.add_closer(lambda: shared.aclose(flow.stats))  # after the flow's own
     core.runtime.add_closer(flow.aclose)
     owed = await flow.start()
     if owed:  # settles a previous run could not finish
@@ -176,8 +195,11 @@ async def attach_paid_endpoint(
     public = _public_endpoint_url(config)
     host_app = host_http_app(api)
     if host_app is not None:
-        return _mount(api, host_app, flow, path, public)
-    return await _serve(core, flow, path, public)
+        endpoint = _mount(api, host_app, flow, path, public)
+    else:
+        endpoint = await _serve(core, flow, path, public)
+    endpoint.shared = shared
+    return endpoint
 
 
 def _mount(

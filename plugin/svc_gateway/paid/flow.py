@@ -73,6 +73,7 @@ from .settling import (
     classify_settle_error,
     default_queue_path,
 )
+from .shared_state import StateUnavailable
 from .state import AdmissionBook, SettleStore
 from .tracing import NullTrace, abbreviate, start_trace
 
@@ -357,6 +358,8 @@ class PaidFlow(SettleMixin, RefusalMixin):
         if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
                 claim = await self.book.admit(plan_id, payer, amount, verified_balance(verdict))
+            except StateUnavailable as exc:
+                return self._state_outage(exc)
             except OUTAGE_ERRORS as exc:
                 return self._unavailable(exc, "read the payer's balance")
             except errors.ServiceError as exc:

@@ -5,8 +5,9 @@ SPEC.md "Gating middleware for agent deployments", in aiohttp terms. A request w
 (:meth:`PaidFlow.handle`: admission, verify, the route's handler, settle, receipt or
 withholding, deadlines, the settle queue); any other request passes through untouched.
 ``settings`` are the plugin's own config keys (``svcApiKey``, ``environment``, ``baseUrl``,
-``paidBudgetSecs``, ``handlerTimeoutSecs``, ``settleQueuePath``, ...), so no chat host is
-needed. The flow runs on the app's own loop.
+``paidBudgetSecs``, ``handlerTimeoutSecs``, ``settleQueuePath``, ``stateUrl``, ...), so no chat
+host is needed. The flow runs on the app's own loop; with ``stateUrl`` its admission book, settle
+store and stats are shared with every other replica through Redis, as the paid endpoint's are.
 
 The downstream response is buffered before the receipt is attached, so a gated route cannot
 stream: a handler that prepares a ``StreamResponse`` is stopped before anything is sent and the
@@ -16,7 +17,7 @@ request fails (500, nothing charged) with an error saying so.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -32,6 +33,10 @@ from .http import _connected, to_response
 from .outcome import PaidOutcome, PaidRequest
 from .replay import digest
 from .routes import Route, RouteConfig, RouteMap
+from .shared_state import shared_state
+
+if TYPE_CHECKING:
+    from .redis_store import RedisState
 
 __all__ = ["PaymentMiddleware", "build_payment_app", "payment_middleware"]
 
@@ -68,7 +73,14 @@ class PaymentMiddleware:
         self._runtime = PluginRuntime(name="svc-payments")
         self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
         self.core.restore_session()
-        self.flow = PaidFlow(self.core, handler=_no_prompt_handler)
+        #: the state shared with other replicas (``stateUrl``), ``None`` in-process
+        self.shared: RedisState | None = shared_state(self.core)
+        self.flow = PaidFlow(
+            self.core,
+            handler=_no_prompt_handler,
+            book=self.shared.book if self.shared is not None else None,
+            queue=self.shared.store if self.shared is not None else None,
+        )
         public = config.paid_endpoint_public_url
         parts = urlsplit(public) if public else None
         self._origin = f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
@@ -98,6 +110,8 @@ class PaymentMiddleware:
         if self._started:
             return
         self._started = True
+        if self.shared is not None:
+            self.shared.share(self.flow.stats)
         owed = await self.flow.start()
         if owed:
             log.warning("%d paid request(s) of a previous run are not settled yet", owed)
@@ -107,6 +121,8 @@ class PaymentMiddleware:
             return
         self._closed = True
         await self.flow.aclose()
+        if self.shared is not None:  # after the flow: its book and store close first
+            await self.shared.aclose(self.flow.stats)
         await self.core.aclose()
         self._runtime.close()
 

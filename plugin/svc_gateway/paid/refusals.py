@@ -21,6 +21,7 @@ from .settling import PaidCall
 
 if TYPE_CHECKING:
     from .flow import PaidStats
+    from .shared_state import StateUnavailable
 
 log = get_logger("svc_gateway.paid")
 
@@ -67,6 +68,19 @@ class RefusalMixin:
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
         return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+
+    def _state_outage(self, exc: StateUnavailable) -> PaidOutcome:
+        """The shared state store did not answer: fail closed, before the handler."""
+        self.stats.unavailable += 1
+        log.warning("paid request refused: %s", exc.message)
+        answer = error_answer(
+            503,
+            "Service Unavailable",
+            "The agent cannot check your credits right now (its shared billing state is "
+            f"unreachable); nothing was charged. Retry in {RETRY_AFTER_SECS} s.",
+            **{"Retry-After": str(RETRY_AFTER_SECS)},
+        )
+        return PaidOutcome(Outcome.UNAVAILABLE, answer, "shared state unreachable")
 
     def _stuck(self) -> Answer:
         """Every thread of the sync handler still runs a request that timed out: new work

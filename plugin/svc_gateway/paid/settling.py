@@ -208,8 +208,8 @@ class SettleMixin:
                     queued_at=time.time(),
                 )
             )
-            if call.admission is not None:  # still owed: keep the credits claimed
-                self._deferred[call.request_id] = call.admission
+            if call.admission is not None:  # still owed: the credits stay claimed until paid
+                self._deferred[call.request_id] = await self._owe(call.admission, call.request_id)
             for request_id in dropped or ():  # a full queue dropped it: it will not be paid
                 admission = self._deferred.pop(request_id, None)
                 if admission is not None:
@@ -325,7 +325,7 @@ class SettleMixin:
         self.stats.settle_recovered += 1
         self.stats.credits_settled += redeemed
         self.stats.receipts.append(receipt)
-        admission = self._deferred.pop(entry.request_id, None)
+        admission = await self._owed_claim(entry)
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
         store = await self._store()
@@ -338,9 +338,28 @@ class SettleMixin:
         )
         return 1
 
+    async def _owe(self, admission: Admission, request_id: str) -> Admission:
+        """The request's claim becomes an owed settle's (a shared book keeps that one until
+        the settle is paid or given up, whichever replica retries it)."""
+        owed = await self.book.restore(
+            admission.plan_id, admission.payer, admission.amount, request_id
+        )
+        await self.book.release(admission)
+        return owed
+
+    async def _owed_claim(self, entry: PendingSettle) -> Admission | None:
+        """The owed claim of a queued settle, to close once it is paid or given up; one this
+        replica does not hold (queued by another replica on a shared book) is restored first."""
+        admission = self._deferred.pop(entry.request_id, None)
+        if admission is None and entry.payer:  # owed by another replica (shared state)
+            admission = await self.book.restore(
+                entry.plan_id, entry.payer, entry.amount, entry.request_id
+            )
+        return admission
+
     async def _give_up(self, entry: PendingSettle, reason: str) -> int:
         self.stats.settle_lost += 1
-        admission = self._deferred.pop(entry.request_id, None)
+        admission = await self._owed_claim(entry)
         if admission is not None:
             await self.book.release(admission)
         store = await self._store()
