@@ -102,6 +102,41 @@ def case_stub(report: Report, s: Settings) -> None:
         )
 
 
+def case_middleware(report: Report, s: Settings) -> None:
+    """Our payment middleware on a route vs the ungated route, payments-py and x402 (stub)."""
+    token = "bench-token"
+    with (
+        procs.server("stub") as stub,
+        procs.server("bare") as bare_url,
+        procs.server("route", "--service", stub + "/api/v1") as route_url,
+        procs.server("sdk", env={"NVM_BACKEND_URL": stub}) as sdk_url,
+        procs.ready("x402", "--facilitator", stub + "/facilitator") as x402,
+    ):
+        x402_url, x402_token = str(x402["url"]), str(x402["token"])
+        for url, tok in ((bare_url, None), (route_url, token), (sdk_url, token)):
+            _warm(url, tok, s)
+        _warm(x402_url, x402_token, s)
+        bare = Side("ungated route (bare aiohttp)", bare_url, None)
+        route = Side("payment middleware route (stub)", route_url, token)
+        sdk = Side("payments-py middleware (stub)", sdk_url, token)
+        x402_side = Side("x402 FastAPI middleware (stub)", x402_url, x402_token)
+        rps_bare, rps_route = _compare(report, [bare, route], HEADLINE_C, s)
+        ours_sdk, rps_sdk = _compare(report, [route, sdk], HEADLINE_C, s)
+        ours_x402, rps_x402 = _compare(report, [route, x402_side], HEADLINE_C, s)
+    report.figure(
+        Figure("middleware route / ungated route", rps_route, rps_bare, "c=32"),
+        Target(">=", 0.15),
+    )
+    report.figure(
+        Figure("middleware route / payments-py middleware", ours_sdk, rps_sdk, "c=32"),
+        Target(">=", 3.0),
+    )
+    report.figure(
+        Figure("middleware route / x402 middleware", ours_x402, rps_x402, "c=32"),
+        Target(">=", 2.0),
+    )
+
+
 def case_sandbox(report: Report, s: Settings) -> None:
     """Our paid endpoint against the local sandbox vs the bare handler."""
     with market.sandbox() as ready, procs.server("bare") as bare_url:
@@ -190,7 +225,13 @@ def case_micro(report: Report, s: Settings) -> None:
     )
 
 
-CASES = {"stub": case_stub, "sandbox": case_sandbox, "ledger": case_ledger, "micro": case_micro}
+CASES = {
+    "stub": case_stub,
+    "middleware": case_middleware,
+    "sandbox": case_sandbox,
+    "ledger": case_ledger,
+    "micro": case_micro,
+}
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:

@@ -87,3 +87,10 @@ def server(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterato
     """A ``benchmarks.serve`` server; yields its URL."""
     with spawn(["-m", "benchmarks.serve", kind, *extra], env) as ready:
         yield str(ready["url"])
+
+
+@contextmanager
+def ready(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """A ``benchmarks.serve`` server; yields its whole ready line (URL and any extras)."""
+    with spawn(["-m", "benchmarks.serve", kind, *extra], env) as line:
+        yield line

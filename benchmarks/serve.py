@@ -11,7 +11,12 @@ Kinds:
 - ``paid``: this plugin's paid endpoint (reference gateway, default agent) against
   ``--service`` (the stub or a sandbox);
 - ``sdk``: payments-py's FastAPI ``PaymentMiddleware`` under uvicorn, against the backend in
-  ``NVM_BACKEND_URL`` (its ``custom`` environment).
+  ``NVM_BACKEND_URL`` (its ``custom`` environment);
+- ``route``: this plugin's payment middleware (``build_payment_app``) gating ``POST /agent`` of
+  an aiohttp app against ``--service``;
+- ``x402``: the ``x402`` package's (2.x) FastAPI ``payment_middleware`` under uvicorn, with the
+  exact EVM scheme, against the stub's x402 facilitator (``--facilitator``); its ready line
+  also carries the payment header the load generator sends (the stub accepts any payment).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ AGENT_PATH = "/agent"
 STUB_PLAN_ID = "1001"
 STUB_PAYER = "0x" + "ab" * 20
 STUB_OWNER = "0x" + "cd" * 20
+X402_NETWORK = "eip155:84532"
 
 
 def _b64url(data: dict[str, Any]) -> str:
@@ -127,6 +133,29 @@ def stub_app() -> web.Application:
                 "transaction": "0x" + "0" * 64,
                 "creditsRedeemed": "1",
                 "remainingBalance": "999999999",
+            }
+        )
+
+    # the same stub speaks the x402 facilitator protocol (x402 package, v2) under /facilitator
+    @routes.get("/facilitator/supported")
+    async def supported(request: web.Request) -> web.Response:
+        kind = {"x402Version": 2, "scheme": "exact", "network": X402_NETWORK}
+        return web.json_response({"kinds": [kind], "extensions": [], "signers": {}})
+
+    @routes.post("/facilitator/verify")
+    async def x402_verify(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"isValid": True, "payer": STUB_PAYER})
+
+    @routes.post("/facilitator/settle")
+    async def x402_settle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {
+                "success": True,
+                "payer": STUB_PAYER,
+                "transaction": "0x" + "0" * 64,
+                "network": X402_NETWORK,
             }
         )
 
@@ -256,10 +285,110 @@ def serve_sdk(key: str, plan_id: str) -> None:
     asyncio.run(run())
 
 
+# -- our payment middleware on a route ------------------------------------------------------
+
+
+def route_app(service: str, key: str, plan_id: str) -> web.Application:
+    """The bare handler's app with ``POST /agent`` sold by ``build_payment_app``."""
+    from svc_gateway.paid import RouteConfig, build_payment_app
+    from svc_gateway.paid.handlers import default_handler
+
+    settings = {"environment": "local", "baseUrl": service, "svcApiKey": key}
+    app = build_payment_app({f"POST {AGENT_PATH}": RouteConfig(plan_id=plan_id)}, settings)
+
+    async def agent(request: web.Request) -> web.Response:
+        data = await request.json()
+        return web.json_response(await default_handler(data))
+
+    app.router.add_post(AGENT_PATH, agent)
+    return app
+
+
+# -- the x402 package's FastAPI middleware --------------------------------------------------
+
+
+def x402_payment_header(required: dict[str, Any]) -> str:
+    """A v2 ``PAYMENT-SIGNATURE`` for the route's first requirement (signature unchecked by
+    the stub facilitator; the middleware checks the payload matches what it asked for)."""
+    accepted = required["accepts"][0]
+    payload = {
+        "x402Version": 2,
+        "resource": required.get("resource"),
+        "accepted": accepted,
+        "payload": {
+            "signature": "0x" + "11" * 65,
+            "authorization": {
+                "from": STUB_PAYER,
+                "to": accepted["payTo"],
+                "value": accepted["amount"],
+                "validAfter": "0",
+                "validBefore": "9999999999",
+                "nonce": "0x" + "22" * 32,
+            },
+        },
+    }
+    raw = json.dumps(payload, separators=(",", ":")).encode()
+    return base64.b64encode(raw).decode()
+
+
+def serve_x402(facilitator: str) -> None:
+    """x402 2.x ``payment_middleware`` (its documented FastAPI setup) under uvicorn."""
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from x402 import x402ResourceServer
+    from x402.http import FacilitatorConfig, HTTPFacilitatorClient
+    from x402.http.middleware.fastapi import payment_middleware
+    from x402.mechanisms.evm.exact import ExactEvmServerScheme
+
+    from svc_gateway.paid.handlers import default_handler
+
+    server = x402ResourceServer(HTTPFacilitatorClient(FacilitatorConfig(url=facilitator)))
+    server.register(X402_NETWORK, ExactEvmServerScheme())
+    accepts = {"scheme": "exact", "payTo": STUB_OWNER, "price": "$0.01", "network": X402_NETWORK}
+    middleware = payment_middleware({f"POST {AGENT_PATH}": {"accepts": accepts}}, server)
+    app = FastAPI()
+
+    async def gate(request: Request, call_next: Any) -> Any:
+        return await middleware(request, call_next)
+
+    gate.__annotations__["request"] = Request
+    app.middleware("http")(gate)
+
+    async def agent(request: Request) -> dict[str, Any]:
+        return await default_handler(await request.json())
+
+    agent.__annotations__["request"] = Request
+    app.post(AGENT_PATH)(agent)
+
+    port = _free_port()
+    config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", access_log=False)
+    uv = uvicorn.Server(config)
+    url = f"http://{HOST}:{port}{AGENT_PATH}"
+
+    async def run() -> None:
+        import httpx
+
+        task = asyncio.create_task(uv.serve())
+        while not uv.started:
+            if task.done():
+                await task
+                return
+            await asyncio.sleep(0.05)
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(url, json={"prompt": "hello"})
+        required = json.loads(base64.b64decode(refused.headers["payment-required"]))
+        sys.stdout.write(json.dumps({"url": url, "token": x402_payment_header(required)}) + "\n")
+        sys.stdout.flush()
+        await task
+
+    asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serve")
-    parser.add_argument("kind", choices=["stub", "bare", "paid", "sdk"])
-    parser.add_argument("--service", help="the service's {base_url} (paid)")
+    parser.add_argument("kind", choices=["stub", "bare", "paid", "sdk", "route", "x402"])
+    parser.add_argument("--service", help="the service's {base_url} (paid, route)")
+    parser.add_argument("--facilitator", help="the x402 facilitator's URL (x402)")
     parser.add_argument("--key", default="", help="the seller's API key (paid, sdk)")
     parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold (paid, sdk)")
     args = parser.parse_args(argv)
@@ -272,6 +401,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.service:
             parser.error("paid needs --service")
         serve_paid(args.service, key, args.plan)
+    elif args.kind == "route":
+        if not args.service:
+            parser.error("route needs --service")
+        asyncio.run(_serve_app(route_app(args.service, key, args.plan), AGENT_PATH))
+    elif args.kind == "x402":
+        if not args.facilitator:
+            parser.error("x402 needs --facilitator")
+        serve_x402(args.facilitator)
     else:
         serve_sdk(key, args.plan)
     return 0

@@ -192,7 +192,7 @@ class PluginConfig(BaseModel):
         description="Service-Version sent on every request (MAJOR.MINOR)",
     )
     request_timeout_secs: float = Field(
-        default=30.0, alias="requestTimeoutSecs", gt=0, le=600, description="Per-request timeout"
+        default=60.0, alias="requestTimeoutSecs", gt=0, le=600, description="Per-request timeout"
     )
     paid_endpoint_host: str = Field(
         default="127.0.0.1", alias="paidEndpointHost", description="Bind address of the endpoint"
@@ -224,7 +224,7 @@ class PluginConfig(BaseModel):
         "(plan, balance, verify) and again for settling; over it the request gets 503",
     )
     handler_timeout_secs: float = Field(
-        default=60.0,
+        default=30.0,
         alias="handlerTimeoutSecs",
         gt=0,
         le=3600,

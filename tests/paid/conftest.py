@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from svc_gateway import PluginHandle, register
 from svc_gateway.hosts.reference import ReferenceGateway
@@ -100,6 +101,7 @@ async def make_market(
             builder_key=builder_acct["apiKey"],
             subscriber_key=subscriber_acct["apiKey"],
             subscriber_address=subscriber_acct["address"],
+            builder_address=builder_acct["address"],
             transport=transport,
             secrets=[builder_acct["apiKey"], subscriber_acct["apiKey"]],
         )
@@ -172,6 +174,7 @@ async def make_stub_market(
         handler: Any = None,
         credits: Any = None,
         store_dir: str = "stub",
+        http_app: web.Application | None = None,
     ) -> StubMarket:
         service = stub or StubService()
         if not service.base_url:
@@ -186,7 +189,8 @@ async def make_stub_market(
                 "planId": PLAN_ID,
                 "agentId": AGENT_ID,
                 **(config or {}),
-            }
+            },
+            http_app=http_app,
         )
         gateway.agent_handler = handler or scripted_handler  # type: ignore[attr-defined]
         if credits is not None:

@@ -169,6 +169,7 @@ class Market:
     subscriber_address: str
     plan_id: str = ""
     agent_id: str = ""
+    builder_address: str = ""
     transport: FaultProxy | None = None
     secrets: list[str] = field(default_factory=list)
 

@@ -201,11 +201,11 @@ async def test_book_release_returns_credits_and_settled_spends_them() -> None:
     a = await book.admit("p", PAYER, 2)
     assert isinstance(a, Admission)
     assert isinstance(await book.admit("p", PAYER, 2), Refusal)
-    book.release(a)
+    await book.release(a)
     assert book.known("p", PAYER) == (3, 0)
     b = await book.admit("p", PAYER, 2)
     assert isinstance(b, Admission)
-    book.settled(b, 2, 1)
+    await book.settled(b, 2, 1)
     assert book.known("p", PAYER) == (1, 0)
 
 
@@ -213,9 +213,9 @@ async def test_book_receipt_out_of_order_is_not_taken_for_outside_spending() -> 
     book = CreditBook(Reads(10))
     first, second = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
     assert isinstance(first, Admission) and isinstance(second, Admission)
-    book.settled(second, 1, 8)  # the service settled both; this receipt says 8 left
+    await book.settled(second, 1, 8)  # the service settled both; this receipt says 8 left
     assert book.known("p", PAYER) == (9, 1)  # the first is still in flight: no correction
-    book.settled(first, 1, 9)  # an older figure arrives late
+    await book.settled(first, 1, 9)  # an older figure arrives late
     assert book.known("p", PAYER) == (8, 0)
 
 
@@ -223,9 +223,9 @@ async def test_book_spending_elsewhere_keeps_the_settles_still_in_flight_claimed
     book = CreditBook(Reads(10))
     first, second = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
     assert isinstance(first, Admission) and isinstance(second, Admission)
-    book.settled(first, 1, 5)  # 4 credits were spent elsewhere; the second is still in flight
+    await book.settled(first, 1, 5)  # 4 credits were spent elsewhere; the second is still in flight
     assert book.known("p", PAYER) == (6, 1)  # 5 left plus the 1 in flight, which may settle
-    book.settled(second, 1, 5)  # it was already inside the 5
+    await book.settled(second, 1, 5)  # it was already inside the 5
     assert book.known("p", PAYER) == (5, 0)
 
 
@@ -234,10 +234,10 @@ async def test_book_refused_blocks_the_payer_until_in_flight_is_done_then_reread
     book = CreditBook(reads)
     a, b = await book.admit("p", PAYER, 1), await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission) and isinstance(b, Admission)
-    book.refused(a)
+    await book.refused(a)
     assert isinstance(await book.admit("p", PAYER, 1), Refusal)  # b still in flight
     assert reads.calls == 1
-    book.settled(b, 1, None)
+    await book.settled(b, 1, None)
     assert isinstance(await book.admit("p", PAYER, 1), Admission)  # read again: 1
     assert reads.calls == 2
 
@@ -250,14 +250,14 @@ async def test_book_rereads_a_stale_balance_and_forgets_idle_payers(
     book = CreditBook(reads, clock=lambda: now[0], max_accounts=1)
     a = await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission)
-    book.settled(a, 1, 0)
+    await book.settled(a, 1, 0)
     now[0] = billing.BALANCE_TTL_SECS + 1
     b = await book.admit("p", PAYER, 1)
     assert isinstance(b, Admission)  # the stale 0 was re-read: 4
     assert reads.calls == 2
     await book.admit("p", OTHER, 1)  # PAYER has a request in flight: kept
     assert book.known("p", PAYER) == (4, 1)
-    book.release(b)
+    await book.release(b)
     await book.admit("p", "0x" + "dd" * 20, 1)  # now the idle PAYER is forgotten first
     assert book.known("p", PAYER) is None
     assert book.known("p", OTHER) == (4, 1)
@@ -316,7 +316,7 @@ async def test_book_rereads_a_balance_exactly_at_its_ttl() -> None:
     book = CreditBook(reads, clock=lambda: now[0])
     a = await book.admit("p", PAYER, 1)
     assert isinstance(a, Admission)
-    book.settled(a, 1, None)  # 4 left, as far as the book knows
+    await book.settled(a, 1, None)  # 4 left, as far as the book knows
     now[0] = billing.BALANCE_TTL_SECS
     assert isinstance(await book.admit("p", PAYER, 1), Admission)
     assert reads.calls == 2 == book.reads  # read again although 4 would have covered it
@@ -344,6 +344,6 @@ async def test_book_forgets_only_as_many_idle_payers_as_it_must() -> None:
     for payer in payers:
         claim = await book.admit("p", payer, 1)
         assert isinstance(claim, Admission)
-        book.release(claim)
+        await book.release(claim)
     assert book.known("p", payers[0]) is None  # the oldest idle payer made room
     assert book.known("p", payers[1]) == (5, 0) and book.known("p", payers[2]) == (5, 0)

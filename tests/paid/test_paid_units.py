@@ -155,7 +155,7 @@ async def test_a_mounted_card_says_unavailable_on_a_fault_and_shutting_down_afte
         async def broken(plan_id: str) -> Any:
             raise RuntimeError("a bug while reading " + plan_id)
 
-        async def crashing(prompt: str, token: str | None, url: str) -> Any:
+        async def crashing(prompt: str, token: str | None, url: str, connected: Any = None) -> Any:
             raise RuntimeError("a bug while serving " + prompt)
 
         flow = handle.extras["paid_endpoint"].flow

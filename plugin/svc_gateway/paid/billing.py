@@ -37,6 +37,8 @@ class _Account:
     balance: int = 0
     in_flight: int = 0
     read_at: float | None = None  # None: never read, or marked stale
+    loaded: bool = False  # read at least once (a restored account is read despite its claims)
+    burned: int = 0  # credits settled so far: a read that overlaps a settle is corrected by it
 
     @property
     def available(self) -> int:
@@ -51,6 +53,8 @@ class Admission:
     plan_id: str
     payer: str
     amount: int
+    #: a shared book's name for the claim (its claims expire); empty in the in-process book
+    claim_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,9 @@ class CreditBook:
         key = (plan_id, payer.lower())
         account = self._account(key)
         now = self._clock()
-        if account.in_flight == 0 and (
-            account.read_at is None or now - account.read_at >= BALANCE_TTL_SECS
+        if not account.loaded or (
+            account.in_flight == 0
+            and (account.read_at is None or now - account.read_at >= BALANCE_TTL_SECS)
         ):
             await self._load(key, account)
         if account.available < amount and account.in_flight == 0:
@@ -111,25 +116,38 @@ class CreditBook:
         account.in_flight += amount
         return Admission(key[0], key[1], amount)
 
-    def settled(self, admission: Admission, redeemed: int, remaining: int | None) -> None:
+    async def restore(
+        self, plan_id: str, payer: str, amount: int, request_id: str = ""
+    ) -> Admission:
+        """Count an owed (queued) settle as in flight, unconditionally: the balance read on
+        the next admission still holds those credits, and they are not for sale."""
+        key = (plan_id, payer.lower())
+        self._account(key).in_flight += amount
+        return Admission(key[0], key[1], amount)
+
+    async def settled(self, admission: Admission, redeemed: int, remaining: int | None) -> None:
         """The service burned ``redeemed`` and says ``remaining`` is left."""
         account = self._close(admission)
         account.balance -= redeemed
+        account.burned += redeemed
         if remaining is not None and remaining < account.available:
             # lower than any order of our own settles explains: credits were spent elsewhere.
             # Assume every settle still in flight is already inside ``remaining``.
             account.balance = remaining + account.in_flight
 
-    def release(self, admission: Admission) -> None:
+    async def release(self, admission: Admission) -> None:
         """Nothing was burned (the work failed, or the settle is deferred to the queue)."""
         self._close(admission)
 
-    def refused(self, admission: Admission) -> None:
+    async def refused(self, admission: Admission) -> None:
         """The service refused to burn for want of credits: nothing is available until what is
         in flight is done, then the balance is read again."""
         account = self._close(admission)
         account.balance = account.in_flight
         account.read_at = None
+
+    async def aclose(self) -> None:
+        return None
 
     def _close(self, admission: Admission) -> _Account:
         account = self._account((admission.plan_id, admission.payer))
@@ -169,6 +187,7 @@ class CreditBook:
         self._loading[key] = future
         try:
             self.reads += 1
+            burned = account.burned
             balance = await self._read_balance(*key)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
@@ -178,8 +197,11 @@ class CreditBook:
                 future.exception()  # retrieved: each waiter re-raises it itself
             raise
         else:
-            # credits in flight were admitted against the old figure and are not burned yet
-            account.balance = balance
+            # credits in flight were admitted against the old figure and are not burned yet;
+            # a settle that closed during the read may or may not be inside the figure:
+            # assume it is not (an underestimate refuses a request, never overdraws)
+            account.balance = balance - (account.burned - burned)
+            account.loaded = True
             account.read_at = self._clock()
             future.set_result(None)
         finally:

@@ -158,12 +158,9 @@ async def attach_paid_endpoint(
         agent_id=agent_id,
     )
     core.runtime.add_closer(flow.aclose)
-    if len(flow.queue):  # settles a previous run could not finish
-        log.warning(
-            "%d paid request(s) of a previous run are not settled yet; retrying them",
-            len(flow.queue),
-        )
-        flow.kick_queue()
+    owed = await flow.start()
+    if owed:  # settles a previous run could not finish
+        log.warning("%d paid request(s) of a previous run are not settled yet; retrying them", owed)
     if flow.plan_id() is None:
         if require_plan:
             raise ConfigError(

@@ -1,9 +1,10 @@
 """One paid request, as the state table of SPEC.md ("States and transitions") draws it.
 
 received → (no token | verify invalid | too few credits) → 402 with the envelope · (verify
-valid, credits admitted) → verified → handler non-2xx, exception or timeout → no settle, no
-charge · handler 2xx → settle (retried on its ``agentRequestId``, which makes it idempotent) →
-receipt in ``payment-response``.
+valid, credits admitted) → verified → handler non-2xx, exception or timeout, or its client
+gone → no settle, no charge · handler 2xx → settle (retried on its ``agentRequestId``, which
+makes it idempotent) → receipt in ``payment-response``. The admission is closed on every path,
+a cancelled request included.
 
 When settle fails:
 
@@ -17,37 +18,81 @@ When settle fails:
   logged; retrying cannot change it.
 
 Exact billing (:mod:`.billing`): verify reserves nothing, so the endpoint admits a request only
-when the payer's known balance covers the credits already in flight plus this one.
+when the payer's known balance covers the credits already in flight plus this one. A time plan
+is not metered (verify checks the access window; settle burns nothing).
 
 Deadlines: the service calls before the handler (plan, balance, verify) share one budget
 (``paidBudgetSecs``, over it 503), the handler has its own (``handlerTimeoutSecs``, over it
 504, not charged), and settling has the budget again (over it: queued, as an outage).
 
 Reasons the service itself cannot answer (network, 5xx, 429, our own key rejected) are the
-operator's problem, not the payer's: they answer 503/502, never 402. Runs on the plugin loop.
+operator's problem, not the payer's: they answer 503/502, never 402.
+
+Every way to sell enters through :meth:`PaidFlow.handle` (a :class:`~.outcome.PaidRequest` in,
+a :class:`~.outcome.PaidOutcome` out): the paid endpoint (:meth:`PaidFlow.serve`), the
+middleware's routes (:mod:`.middleware`), MCP tool calls. Settling and the owed settles live in
+:mod:`.settling`, the refusals in :mod:`.refusals`; both are parts of :class:`PaidFlow`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
+import functools
 import re
-import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .. import errors
 from ..core import PluginCore
-from ..encoding import b64_json, decode_access_token, to_int, token_authorization
-from ..models import PaymentRequirement, SettleResult
+from ..encoding import b64_json, decode_access_token, decode_b64_json, to_int, token_authorization
+from ..models import PaymentRequirement
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
-from .handlers import AgentHandler, Answer, CreditsFn, HandlerError, call_maybe_async, run_handler
+from .handlers import (
+    AgentHandler,
+    Answer,
+    CreditsFn,
+    HandlerError,
+    SyncHandlerPool,
+    call_maybe_async,
+    run_handler,
+)
+from .outcome import Outcome, PaidOutcome, PaidRequest
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
-from .settle_queue import QUEUE_FILE, PendingSettle, SettleQueue
+from .refusals import GUIDANCE, RETRY_AFTER_SECS, RefusalMixin, error_answer
+from .replay import Paid, ReplayCache, digest
+from .settle_queue import QUEUE_FILE, SettleQueue
+from .settling import (
+    REPLAYED_TOKEN,
+    PaidCall,
+    Settled,
+    SettleMixin,
+    SettleOutcome,
+    classify_settle_error,
+)
+from .state import AdmissionBook, LocalSettleStore, SettleStore
+from .tracing import NullTrace, abbreviate, start_trace
+
+#: names other modules import from here (they moved to .settling and .refusals)
+__all__ = [
+    "GUIDANCE",
+    "MAX_TOKEN_CHARS",
+    "REPLAYED_TOKEN",
+    "RETRY_AFTER_SECS",
+    "PaidCall",
+    "PaidFlow",
+    "PaidStats",
+    "SettleOutcome",
+    "Settled",
+    "classify_settle_error",
+    "default_queue_path",
+    "error_answer",
+    "token_payer",
+]
 
 log = get_logger("svc_gateway.paid")
 
@@ -62,21 +107,19 @@ MAX_IN_FLIGHT = 256
 RECEIPTS_KEPT = 100
 #: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
 ENVELOPES_KEPT = 64
-RETRY_AFTER_SECS = 5
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
-REPLAYED_TOKEN = "BCK.X402.0059"
-
-GUIDANCE = (
-    "Order the plan (svc_orderPlan, or svc_orderFiatPlan for a card plan), get an access token "
-    "for it (svc_getAccessToken), and send the token in the payment-signature header."
-)
+#: the paid endpoint's route name (replay key)
+ENDPOINT_ROUTE = "endpoint"
+#: outcomes that mark the request span failed (a settle failure marks only its own span)
+_FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
 
 
 @dataclass
 class PaidStats:
     """Counters the builder can read (the demo checks its receipts against the subscriber's).
 
+    ``abandoned``: answers ready after their client went away (not settled, not charged);
     ``settle_deferred``: answers delivered while settle could not reach the service (queued);
     ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
     delivered that will never be paid (the service refused the settle for a reason that is not
@@ -87,6 +130,7 @@ class PaidStats:
     unavailable: int = 0
     handler_failures: int = 0
     handler_timeouts: int = 0
+    abandoned: int = 0
     settled: int = 0
     credits_settled: int = 0
     settle_failures: int = 0
@@ -95,38 +139,8 @@ class PaidStats:
     settle_recovered: int = 0
     settle_lost: int = 0
     settle_queue: int = 0
+    replayed: int = 0
     receipts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIPTS_KEPT))
-
-
-class Settled(enum.Enum):
-    PAID = "paid"  # receipt attached
-    REFUSED = "refused"  # the payer did not pay: answer withheld, 402
-    DEFERRED = "deferred"  # outage: 2xx without receipt, queued for retry
-    LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
-
-
-@dataclass(frozen=True)
-class SettleOutcome:
-    kind: Settled
-    reason: str = ""
-    receipt: dict[str, Any] | None = None
-    result: SettleResult | None = None
-
-
-@dataclass(frozen=True)
-class PaidCall:
-    """What a verified, admitted request carries to settle."""
-
-    envelope: PaymentRequirement
-    token: str
-    amount: int
-    request_id: str | None
-    payer: str | None
-    admission: Admission | None
-
-
-def error_answer(status: int, error: str, message: str, **headers: str) -> Answer:
-    return Answer.json(status, {"error": error, "message": message}, headers)
 
 
 def token_payer(token: str) -> str | None:
@@ -138,20 +152,7 @@ def token_payer(token: str) -> str | None:
     return payer if isinstance(payer, str) and payer else None
 
 
-def classify_settle_error(exc: BaseException) -> Settled | None:
-    """What a settle exception means; ``None``: transient, worth another attempt."""
-    if isinstance(exc, errors.PaymentRequired) or (
-        isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
-    ):
-        return Settled.REFUSED
-    if isinstance(exc, errors.AuthenticationError | errors.NotLoggedIn):
-        return Settled.DEFERRED  # our own key: retried from the queue once the operator logs in
-    if isinstance(exc, errors.PermissionDenied | errors.NotFound | errors.InvalidRequest):
-        return Settled.LOST
-    return None
-
-
-class PaidFlow:
+class PaidFlow(SettleMixin, RefusalMixin):
     """Verify → admit → handler → settle for one endpoint; plan and agent ids are read per
     request."""
 
@@ -166,7 +167,8 @@ class PaidFlow:
         facts: PlanFactsCache | None = None,
         settle_backoff: tuple[float, ...] = SETTLE_BACKOFF_SECS,
         max_in_flight: int = MAX_IN_FLIGHT,
-        queue: SettleQueue | None = None,
+        queue: SettleStore | None = None,
+        book: AdmissionBook | None = None,
         queue_retry_secs: float = QUEUE_RETRY_SECS,
     ) -> None:
         self.core = core
@@ -179,12 +181,15 @@ class PaidFlow:
         self.max_in_flight = max_in_flight
         self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
-        self.book = CreditBook(self._read_balance)
-        self.queue = queue if queue is not None else SettleQueue(default_queue_path(core))
-        self.stats.settle_queue = len(self.queue)
+        self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
+        self.queue: SettleStore = (
+            queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
+        )
         self._deferred: dict[str, Admission] = {}
+        self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
-        self._envelopes: dict[tuple[PlanFacts, str | None, str], PaymentRequirement] = {}
+        self._envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
+        self.replays = ReplayCache()
         self._drainer: asyncio.Task[None] | None = None
         self._draining = False
 
@@ -211,99 +216,196 @@ class PaidFlow:
 
     # -- the state machine ---------------------------------------------------------------------
 
-    async def serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        """Answer one well-formed request (the HTTP layer has checked method, size, JSON)."""
+    async def serve(
+        self,
+        prompt: str,
+        token: str | None,
+        url: str,
+        connected: Callable[[], bool] | None = None,
+    ) -> Answer:
+        """The paid endpoint's entry: one well-formed ``{"prompt"}`` request (the HTTP layer
+        has checked method, size, JSON), sold through :meth:`handle`. ``connected`` says whether
+        the client is still there to receive the answer; asked just before settling (a client
+        gone is never charged for an answer it cannot receive)."""
+        request = PaidRequest(
+            token=token,
+            url=url,
+            work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
+            credits=functools.partial(self._price, {"prompt": prompt}),
+            route=ENDPOINT_ROUTE,
+            body_digest=digest(prompt),
+            connected=connected,
+        )
+        return (await self.handle(request)).answer
+
+    async def handle(self, request: PaidRequest) -> PaidOutcome:
+        """Sell one request: admit → verify → work → settle → receipt or withhold."""
         if self._in_flight >= self.max_in_flight:
             self.stats.unavailable += 1
-            return error_answer(
+            answer = error_answer(
                 503,
                 "Service Unavailable",
                 "The agent is busy; nothing was charged. Retry in a second.",
                 **{"Retry-After": "1"},
             )
+            return PaidOutcome(Outcome.UNAVAILABLE, answer, "busy")
         self._in_flight += 1
         self.stats.requests += 1
+        trace = start_trace()
         try:
-            return await self._serve(prompt, token, url)
+            with trace.request():
+                trace.set(route=request.route, http_verb=request.verb)
+                trace.set(token=abbreviate(request.token))
+                outcome = await self._handle(request, trace)
+                trace.set(outcome=outcome.kind.value)
+                if outcome.kind in _FAILED:
+                    trace.fail(outcome.reason or outcome.kind.value)
+                return outcome
         finally:
             self._in_flight -= 1
 
-    async def _serve(self, prompt: str, token: str | None, url: str) -> Answer:
-        plan_id = self.plan_id()
+    async def _handle(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+        plan_id = request.plan_id or self.plan_id()
         if plan_id is None:
             self.stats.unavailable += 1
-            return error_answer(
+            answer = error_answer(
                 503,
                 "Service Unavailable",
                 "This agent is not selling yet: no plan is configured (its operator sets planId "
                 "or registers one with svc_registerAgent). Nothing was charged.",
             )
+            return PaidOutcome(Outcome.UNAVAILABLE, answer, "no plan")
+        if self.handler_pool.stuck:
+            return PaidOutcome(Outcome.UNAVAILABLE, self._stuck(), "handler threads stuck")
+        trace.set(plan_id=plan_id)
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
-                admitted = await self._admit(plan_id, prompt, token, url)
+                admitted = await self._admit(plan_id, request, trace)
         except TimeoutError:
             if not budget.expired():
                 raise
-            return self._outage(None, "verify a payment in time")
-        if isinstance(admitted, Answer):
+            return self._unavailable(None, "verify a payment in time")
+        if isinstance(admitted, PaidOutcome):
             return admitted
-        return await self._work(admitted, prompt)
+        return await self._work(admitted, request, trace)
 
     async def _admit(
-        self, plan_id: str, prompt: str, token: str | None, url: str
-    ) -> Answer | PaidCall:
+        self, plan_id: str, request: PaidRequest, trace: NullTrace
+    ) -> PaidOutcome | PaidCall:
         """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
-        agent_id = self.agent_id()
+        agent_id = request.agent_id or self.agent_id()
         try:
-            facts = await self.facts(plan_id)
+            facts = self._override(await self.facts(plan_id), request)
         except OUTAGE_ERRORS as exc:
-            return self._outage(exc, "read the plan")
+            return self._unavailable(exc, "read the plan")
+        trace.set(scheme=facts.scheme, network=facts.network)
+        token = request.token
         if not token:
-            return self._refuse(facts, agent_id, url, "No payment-signature header was sent")
+            return self._refuse(facts, agent_id, request, "No payment-signature header was sent")
         if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
-            return self._refuse(facts, agent_id, url, "The payment-signature is not a valid token")
+            return self._refuse(
+                facts, agent_id, request, "The payment-signature is not a valid token"
+            )
+        if request.body_digest is not None:
+            paid = self.replays.lookup(token, request.route)
+            if paid is not None and paid.body == request.body_digest:
+                return self._replay(paid)
         try:
-            amount = facts.clamp(await self._price({"prompt": prompt}))
+            amount = facts.clamp(await self._request_price(request))
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
-            return error_answer(
+            answer = error_answer(
                 500, "Internal Server Error", "The agent could not price this request."
             )
-        envelope = self._envelope(facts, agent_id, url)
-        try:
-            client = self.core.client()
-            verdict = await client.verify(envelope, token, amount)
-        except errors.ServiceError as exc:
-            return self._verify_failed(exc, facts, agent_id, url)
-        if not verdict.is_valid:
-            reason = verdict.invalid_reason or "The access token was not accepted"
-            log.info("payment refused on plan %s: %s", plan_id, reason)
-            return self._refuse(facts, agent_id, url, reason)
-        payer = verdict.payer or token_payer(token)
+            return PaidOutcome(Outcome.WORK_FAILED, answer, "the credits function failed")
+        envelope = self._envelope(
+            facts,
+            agent_id,
+            request.url,
+            verb=request.verb,
+            description=request.description,
+            mime_type=request.mime_type,
+        )
+        with trace.verify():
+            trace.set(credits_requested=amount)
+            try:
+                client = self.core.client()
+                verdict = await client.verify(envelope, token, amount)
+            except errors.ServiceError as exc:
+                trace.fail(exc.code)
+                return self._verify_failed(exc, facts, agent_id, request)
+            if not verdict.is_valid:
+                reason = verdict.invalid_reason or "The access token was not accepted"
+                trace.fail(reason)
+                log.info("payment refused on plan %s: %s", plan_id, reason)
+                return self._refuse(facts, agent_id, request, reason)
+            payer = verdict.payer or token_payer(token)
+            trace.set(payer=payer)
         admission: Admission | None = None
-        if payer:
+        if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
                 claim = await self.book.admit(plan_id, payer, amount)
             except OUTAGE_ERRORS as exc:
-                return self._outage(exc, "read the payer's balance")
+                return self._unavailable(exc, "read the payer's balance")
             except errors.ServiceError as exc:
                 # verify accepted the token; settle will still refuse a payer who cannot pay
                 log.warning("could not read payer %s's balance (%s); not metered", payer, exc.code)
                 claim = None
             if isinstance(claim, Refusal):
-                return self._refuse(facts, agent_id, url, claim.reason)
+                return self._refuse(facts, agent_id, request, claim.reason)
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
-    async def _work(self, call: PaidCall, prompt: str) -> Answer:
-        """verified → work done / work failed → settled / unsettled."""
+    async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+        """verified → work done / work failed → settled / unsettled. The admission is closed on
+        every path: by the settle's outcome once settling starts, else released here (also when
+        the request is cancelled: a client gone, a host that cancels its handlers)."""
+        settling = False
+        try:
+            answer = await self._run_work(request)
+            if not answer.ok:
+                return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
+            if request.connected is not None and not request.connected():
+                gone = self._abandoned(call)
+                return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
+            settling = True
+            with trace.settlement():
+                outcome = await self._settle(call)
+                if outcome.kind is Settled.PAID:
+                    assert outcome.receipt is not None
+                    trace.set(
+                        credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
+                        balance_after=to_int(outcome.receipt["remainingBalance"]),
+                        transaction=str(outcome.receipt["transaction"]),
+                    )
+                else:
+                    trace.fail(outcome.reason or outcome.kind.value, parent=False)
+        finally:
+            if not settling:
+                await asyncio.shield(self._release(call))
+        if outcome.kind is Settled.PAID:
+            assert outcome.receipt is not None
+            receipt_header = ("payment-response", b64_json(outcome.receipt))
+            paid = replace(answer, headers=(*answer.headers, receipt_header))
+            if request.body_digest is not None:
+                self.replays.remember(call.token, request.route, request.body_digest, paid)
+            return PaidOutcome(Outcome.PAID, paid, receipt=outcome.receipt, result=answer)
+        if outcome.kind is Settled.REFUSED:
+            return self._refuse_settle(call, outcome.reason)
+        return PaidOutcome(Outcome.DEFERRED, answer, outcome.reason, result=answer)
+
+    async def _run_work(self, request: PaidRequest) -> Answer:
+        """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
+        its failure gets. A cancellation from outside (the request is gone) propagates."""
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         try:
             async with deadline:
-                answer = await run_handler(self.handler, prompt)
-        except Exception as exc:
-            self._release(call)
+                answer = await request.work()
+        except (Exception, asyncio.CancelledError) as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # cancelled from outside, not a handler's own CancelledError
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self.stats.handler_timeouts += 1
                 log.warning(
@@ -319,37 +421,82 @@ class PaidFlow:
             if isinstance(exc, HandlerError):
                 log.error("agent handler answer unusable: %s; not charged", exc)
             else:
-                log.exception("agent handler raised %s; not charged", type(exc).__name__)
+                log.error("agent handler raised %s; not charged", type(exc).__name__, exc_info=exc)
             return error_answer(
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
         if not answer.ok:
-            self._release(call)
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)
-            return answer
-        outcome = await self._settle(call)
-        if outcome.kind is Settled.PAID:
-            assert outcome.receipt is not None
-            receipt_header = ("payment-response", b64_json(outcome.receipt))
-            return replace(answer, headers=(*answer.headers, receipt_header))
-        if outcome.kind is Settled.REFUSED:
-            return self._refuse_settle(call, outcome.reason)
         return answer
 
-    def _release(self, call: PaidCall) -> None:
-        if call.admission is not None:
-            self.book.release(call.admission)
+    def _abandoned(self, call: PaidCall) -> Answer:
+        """The client left before its answer was ready: nothing delivered, nothing settled."""
+        self.stats.abandoned += 1
+        log.info(
+            "the client of agentRequestId %s (payer %s) went away before the answer was ready; "
+            "not settled, not charged",
+            call.request_id,
+            call.payer or "unknown",
+        )
+        return error_answer(
+            499, "Client Closed Request", "The client went away; nothing was charged."
+        )
 
-    def _envelope(self, facts: PlanFacts, agent_id: str | None, url: str) -> PaymentRequirement:
-        """The request's envelope, built once per (plan facts, agent, URL) and then shared
-        (never mutated: a refusal copies it)."""
-        key = (facts, agent_id, url)
+    def _replay(self, paid: Paid) -> PaidOutcome:
+        """A retry of the request this single-use token already paid for: the same answer,
+        uncharged. (Another body under the same token takes the normal path, where the
+        service refuses the spent token at settle: withheld, 402.)"""
+        self.stats.replayed += 1
+        log.info("replayed the answer a settled single-use token paid for (a retry)")
+        receipt = dict(paid.answer.headers).get("payment-response")
+        return PaidOutcome(
+            Outcome.PAID,
+            paid.answer,
+            "replayed",
+            receipt=decode_b64_json(receipt) if receipt else None,
+            result=paid.answer,
+            replayed=True,
+        )
+
+    @staticmethod
+    def _override(facts: PlanFacts, request: PaidRequest) -> PlanFacts:
+        if request.scheme is None and request.network is None:
+            return facts
+        return replace(
+            facts,
+            scheme=request.scheme or facts.scheme,
+            network=request.network or facts.network,
+        )
+
+    async def _request_price(self, request: PaidRequest) -> int:
+        credits = request.credits
+        if credits is None:
+            return self.core.config.credits_per_request
+        if isinstance(credits, int):
+            return credits
+        return await credits()
+
+    def _envelope(
+        self,
+        facts: PlanFacts,
+        agent_id: str | None,
+        url: str,
+        *,
+        verb: str = "POST",
+        description: str | None = None,
+        mime_type: str | None = None,
+    ) -> PaymentRequirement:
+        """The request's envelope, built once per (plan facts, agent, URL, verb, resource
+        description) and then shared (never mutated: a refusal copies it)."""
+        key = (facts, agent_id, url, verb, description, mime_type)
         envelope = self._envelopes.get(key)
         if envelope is None:
             if len(self._envelopes) >= ENVELOPES_KEPT:
                 self._envelopes.clear()
-            envelope = self._envelopes[key] = build_envelope(facts, agent_id, url)
+            envelope = self._envelopes[key] = build_envelope(
+                facts, agent_id, url, verb=verb, description=description, mime_type=mime_type
+            )
         return envelope
 
     async def _price(self, request: dict[str, Any]) -> int:
@@ -360,208 +507,7 @@ class PaidFlow:
             raise HandlerError("the credits function must return an int")
         return value
 
-    # -- settling ------------------------------------------------------------------------------
-
-    async def _settle(self, call: PaidCall) -> SettleOutcome:
-        """Settle within the budget; record the outcome in the stats, the book and the queue."""
-        budget = asyncio.timeout(self.core.config.paid_budget_secs)
-        try:
-            async with budget:
-                outcome = await self._settle_attempts(call)
-        except TimeoutError:
-            if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
-                raise
-            outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
-        self._record(call, outcome)
-        return outcome
-
-    async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
-        """Retries (same ``agentRequestId``) only transient failures, and only with an id:
-        without one a replay could burn twice, so then there is exactly one attempt."""
-        attempts = len(self.settle_backoff) + 1 if call.request_id else 1
-        reason = "not attempted"
-        for attempt in range(1, attempts + 1):
-            try:
-                client = self.core.client()
-                result = await client.settle(
-                    call.envelope, call.token, call.amount, call.request_id
-                )
-            except errors.ServiceError as exc:
-                reason = f"{exc.code}: {exc.message}"
-                kind = classify_settle_error(exc)
-                if kind is not None:
-                    return SettleOutcome(kind, reason)
-            except Exception as exc:  # a closed client, a bug: still never the client's problem
-                reason = type(exc).__name__
-            else:
-                if result.success:
-                    return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
-                # the service answered and burned nothing: the payer did not pay
-                return SettleOutcome(
-                    Settled.REFUSED, result.error_reason or "the service answered success: false"
-                )
-            if attempt < attempts:
-                await asyncio.sleep(self.settle_backoff[attempt - 1])
-        return SettleOutcome(Settled.DEFERRED, reason)
-
-    def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
-        plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
-        payer = call.payer or "unknown"
-        if outcome.kind is Settled.PAID:
-            assert outcome.receipt is not None and outcome.result is not None
-            redeemed = to_int(outcome.receipt["creditsRedeemed"])
-            self.stats.settled += 1
-            self.stats.credits_settled += redeemed
-            self.stats.receipts.append(outcome.receipt)
-            if call.admission is not None:
-                self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
-            if len(self.queue):
-                self.kick_queue()  # the service is answering again
-            return
-        self.stats.settle_failures += 1
-        if outcome.kind is Settled.REFUSED:
-            self.stats.settle_refused += 1
-            if call.admission is not None:
-                if REPLAYED_TOKEN in outcome.reason:
-                    self.book.release(call.admission)
-                else:
-                    self.book.refused(call.admission)
-            log.warning(
-                "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
-                "402",
-                call.request_id,
-                payer,
-                plan_id,
-                outcome.reason,
-            )
-            return
-        if outcome.kind is Settled.DEFERRED and call.request_id:
-            self.stats.settle_deferred += 1
-            self.queue.add(
-                PendingSettle(
-                    request_id=call.request_id,
-                    plan_id=plan_id,
-                    payer=call.payer,
-                    amount=call.amount,
-                    token=call.token,
-                    envelope=call.envelope.wire(),
-                    queued_at=time.time(),
-                )
-            )
-            self.stats.settle_queue = len(self.queue)
-            if call.admission is not None:  # still owed: keep the credits claimed
-                self._deferred[call.request_id] = call.admission
-            for dropped in [r for r in self._deferred if r not in self.queue]:
-                self.book.release(self._deferred.pop(dropped))  # a full queue dropped it
-            log.error(
-                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
-                "delivered (200) and the settle is queued for retry",
-                call.request_id,
-                payer,
-                plan_id,
-                outcome.reason,
-            )
-            self.kick_queue(delay=self.queue_retry_secs)
-            return
-        self.stats.settle_lost += 1
-        self._release(call)
-        log.error(
-            "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
-            "delivered without payment",
-            call.request_id,
-            payer,
-            plan_id,
-            outcome.reason,
-        )
-
-    # -- the settle queue ----------------------------------------------------------------------
-
-    def kick_queue(self, delay: float = 0.0) -> None:
-        """Retry the queue soon (no-op while a retry is already scheduled or running)."""
-        drainer = self._drainer
-        if drainer is not None and not drainer.done():
-            if self._draining or delay > 0:
-                return
-            drainer.cancel()  # it is sleeping until a later retry: retry now instead
-        self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
-
-    async def _drain_loop(self, delay: float) -> None:
-        while len(self.queue):
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await self.drain_queue()
-            delay = self.queue_retry_secs
-
-    async def drain_queue(self) -> int:
-        """Retry every queued settle once, in order; stop at the first outage. Returns how
-        many were settled."""
-        if self._draining:
-            return 0
-        self._draining = True
-        done = 0
-        try:
-            for entry in self.queue.entries():
-                outcome = await self._retry_queued(entry)
-                if outcome is None:
-                    break
-                done += outcome
-        finally:
-            self._draining = False
-            self.stats.settle_queue = len(self.queue)
-        return done
-
-    async def _retry_queued(self, entry: PendingSettle) -> int | None:
-        """1: settled, 0: given up (dropped), None: still unreachable (kept)."""
-        try:
-            envelope = PaymentRequirement.model_validate(entry.envelope)
-        except ValueError as exc:  # an unreadable entry: keeping it would block the queue
-            return self._give_up(entry, type(exc).__name__)
-        try:
-            async with asyncio.timeout(self.core.config.paid_budget_secs):
-                client = self.core.client()
-                result = await client.settle(envelope, entry.token, entry.amount, entry.request_id)
-        except errors.ServiceError as exc:
-            kind = classify_settle_error(exc)
-            if kind is None or kind is Settled.DEFERRED:
-                return None
-            return self._give_up(entry, f"{exc.code}: {exc.message}")
-        except Exception:  # a timeout, a closed client: try again later
-            return None
-        if not result.success:
-            return self._give_up(entry, result.error_reason or "success: false")
-        receipt = result.receipt()
-        redeemed = to_int(receipt["creditsRedeemed"])
-        self.stats.settled += 1
-        self.stats.settle_recovered += 1
-        self.stats.credits_settled += redeemed
-        self.stats.receipts.append(receipt)
-        admission = self._deferred.pop(entry.request_id, None)
-        if admission is not None:
-            self.book.settled(admission, redeemed, result.remaining_balance)
-        self.queue.remove(entry.request_id)
-        log.info(
-            "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
-            entry.request_id,
-            entry.payer or "unknown",
-            redeemed,
-        )
-        return 1
-
-    def _give_up(self, entry: PendingSettle, reason: str) -> int:
-        self.stats.settle_lost += 1
-        admission = self._deferred.pop(entry.request_id, None)
-        if admission is not None:
-            self.book.release(admission)
-        self.queue.remove(entry.request_id)
-        log.error(
-            "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
-            "was delivered without payment",
-            entry.request_id,
-            entry.payer or "unknown",
-            entry.plan_id,
-            reason,
-        )
-        return 0
+    # -- shutting down ---------------------------------------------------------------------
 
     async def aclose(self) -> None:
         drainer, self._drainer = self._drainer, None
@@ -569,76 +515,9 @@ class PaidFlow:
             drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
-
-    # -- refusals ------------------------------------------------------------------------------
-
-    def _refuse(self, facts: PlanFacts, agent_id: str | None, url: str, reason: str) -> Answer:
-        self.stats.refused += 1
-        envelope = build_envelope(facts, agent_id, url, error=reason)
-        return self._payment_required(envelope, reason)
-
-    def _refuse_settle(self, call: PaidCall, reason: str) -> Answer:
-        self.stats.refused += 1
-        envelope = call.envelope.model_copy(update={"error": reason})
-        return self._payment_required(envelope, f"The payment was not accepted ({reason})")
-
-    @staticmethod
-    def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
-        body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
-        return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
-
-    def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
-        self.stats.unavailable += 1
-        code = exc.code if exc is not None else "timeout"
-        log.warning("could not %s: the payment service is unavailable (%s)", doing, code)
-        retry = getattr(exc, "retry_after", None)
-        seconds = (
-            str(max(1, min(round(retry), 300)))
-            if isinstance(retry, int | float)
-            else str(RETRY_AFTER_SECS)
-        )
-        return error_answer(
-            503,
-            "Service Unavailable",
-            "The payment service could not be reached to verify your payment; nothing was "
-            f"charged. Retry in {seconds} s.",
-            **{"Retry-After": seconds},
-        )
-
-    def _verify_failed(
-        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, url: str
-    ) -> Answer:
-        """Map a failed verify call: the payer's fault → 402, the service's or ours → 503/502."""
-        if isinstance(exc, errors.PaymentRequired) or (
-            isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
-        ):
-            return self._refuse(facts, agent_id, url, exc.message)
-        if isinstance(exc, OUTAGE_ERRORS):
-            return self._outage(exc, "verify a payment")
-        self.stats.unavailable += 1
-        if isinstance(exc, errors.NotLoggedIn):
-            log.error("paid request refused: this gateway is not logged in (run /svc_login)")
-            return error_answer(
-                503,
-                "Service Unavailable",
-                "This agent cannot take payments yet: its operator is not logged in to the "
-                "payment service. Nothing was charged.",
-            )
-        if isinstance(exc, errors.AuthenticationError):
-            log.error(
-                "verify rejected this gateway's API key (%s): the operator must /svc_login again",
-                exc.code,
-            )
-            detail = "the payment service rejected the agent operator's API key"
-        else:
-            log.error("verify failed (%s): %s", exc.code, exc.message)
-            detail = f"the payment service refused the verification ({exc.code})"
-        return error_answer(
-            502,
-            "Bad Gateway",
-            f"This agent cannot verify payments right now: {detail}. Nothing was charged; "
-            "the agent's operator has been told.",
-        )
+        self.handler_pool.shutdown()
+        await self.queue.aclose()
+        await self.book.aclose()
 
 
 def default_queue_path(core: PluginCore) -> Path:

@@ -1,9 +1,13 @@
 """The agent behind the paid endpoint: how a handler is chosen, called and its answer read.
 
 A handler takes ``{"prompt": str}`` and returns a JSON-able object (200), a ``(status, body)``
-pair, or an ``aiohttp.web.Response``; it may be sync or async. Whatever it returns is turned
-into a plain :class:`Answer` (bytes and headers) *before* settling, so an answer that cannot be
-serialised fails the request (500, no charge) instead of being paid for and then lost.
+pair, or an ``aiohttp.web.Response``; it may be sync or async. A sync handler runs on its own
+bounded pool of threads (:class:`SyncHandlerPool`), never the loop's default executor (which
+resolves host names); a thread still running after its request timed out is counted, and when
+every thread is stuck, the endpoint refuses new work before verifying it. Whatever a handler
+returns is turned into a plain :class:`Answer` (bytes and headers) *before* settling, so an
+answer that cannot be serialised fails the request (500, no charge) instead of being paid for
+and then lost.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import asyncio
 import importlib
 import inspect
 import json
+import threading
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,17 +108,82 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     )
 
 
-async def call_maybe_async(fn: Callable[[dict[str, Any]], Any], arg: dict[str, Any]) -> Any:
-    """Await an async function; run a sync one in a worker thread so it cannot block the loop."""
-    result = await fn(arg) if _is_async(fn) else await asyncio.to_thread(fn, arg)
+#: threads a sync handler may occupy at once (more requests wait for one within their timeout)
+HANDLER_THREADS = 8
+
+
+class SyncHandlerPool:
+    """A sync handler's own threads. A call whose caller gave up (timeout, cancellation) while
+    its thread still runs is *overdue*: Python cannot stop a thread, so it holds its thread
+    until the handler returns. :attr:`stuck` says every thread is held that way."""
+
+    def __init__(self, workers: int = HANDLER_THREADS) -> None:
+        self.workers = workers
+        self.overdue = 0
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def stuck(self) -> bool:
+        return self.overdue >= self.workers
+
+    async def run(self, fn: Callable[[dict[str, Any]], Any], arg: dict[str, Any]) -> Any:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="svc-handler")
+        state = {"started": False, "finished": False, "given_up": False, "overdue": False}
+
+        def job() -> Any:
+            with self._lock:
+                if state["given_up"]:
+                    return None  # its caller left before a thread was free: never run
+                state["started"] = True
+            try:
+                return fn(arg)
+            finally:
+                with self._lock:
+                    state["finished"] = True
+                    if state["overdue"]:
+                        self.overdue -= 1
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+        except asyncio.CancelledError:
+            with self._lock:
+                state["given_up"] = True
+                if state["started"] and not state["finished"]:
+                    state["overdue"] = True
+                    self.overdue += 1
+            raise
+
+    def shutdown(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def call_maybe_async(
+    fn: Callable[[dict[str, Any]], Any],
+    arg: dict[str, Any],
+    pool: SyncHandlerPool | None = None,
+) -> Any:
+    """Await an async function; run a sync one in a worker thread so it cannot block the loop
+    (``pool``'s threads when given, else the loop's default executor)."""
+    if _is_async(fn):
+        result = await fn(arg)
+    elif pool is not None:
+        result = await pool.run(fn, arg)
+    else:
+        result = await asyncio.to_thread(fn, arg)
     if inspect.isawaitable(result):
         result = await result
     return result
 
 
-async def run_handler(handler: AgentHandler, prompt: str) -> Answer:
+async def run_handler(
+    handler: AgentHandler, prompt: str, pool: SyncHandlerPool | None = None
+) -> Answer:
     """Call the handler and normalise its answer; its exceptions propagate to the caller."""
-    return to_answer(await call_maybe_async(handler, {"prompt": prompt}))
+    return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
 
 
 def to_answer(result: Any) -> Answer:

@@ -44,6 +44,13 @@ def to_response(answer: Answer) -> web.Response:
     return response
 
 
+def _connected(request: web.Request) -> bool:
+    """Whether the client of ``request`` is still connected (aiohttp drops the transport when
+    the connection is lost; a read of two attributes, safe from the plugin loop's thread)."""
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
 def _is_json_type(content_type: str) -> bool:
     return content_type == "application/json" or (
         content_type.startswith("application/") and content_type.endswith("+json")
@@ -162,7 +169,9 @@ class PaidRoutes:
         token = request.headers.get("payment-signature", "").strip() or None
         url = self.endpoint_url(request)
         try:
-            return await self.flow.core.runtime.run(self.flow.serve(prompt, token, url))
+            return await self.flow.core.runtime.run(
+                self.flow.serve(prompt, token, url, connected=lambda: _connected(request))
+            )
         except RuntimeClosed:
             return error_answer(503, "Service Unavailable", "The agent is shutting down.")
 

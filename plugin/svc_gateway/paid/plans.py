@@ -38,6 +38,8 @@ class PlanFacts:
     max_amount: int | None = None
     name: str | None = None
     description: str | None = None
+    #: a time plan sells access for a duration, not credits: verify checks the window
+    is_time: bool = False
 
     @classmethod
     def from_plan(cls, plan: Plan, environment: str) -> PlanFacts:
@@ -50,6 +52,7 @@ class PlanFacts:
             max_amount=credits.max_amount,
             name=plan.metadata.main.name or None,
             description=plan.metadata.main.description,
+            is_time=plan.is_time_plan,
         )
 
     @classmethod
@@ -142,17 +145,24 @@ class PlanFactsCache:
 
 
 def build_envelope(
-    facts: PlanFacts, agent_id: str | None, url: str, error: str | None = None
+    facts: PlanFacts,
+    agent_id: str | None,
+    url: str,
+    error: str | None = None,
+    *,
+    verb: str = "POST",
+    description: str | None = None,
+    mime_type: str | None = None,
 ) -> PaymentRequirement:
-    """The x402 v2 envelope for one request (WIRE.md §5): absolute URL, verb POST, the plan's
-    scheme and network, the agent id when known."""
+    """The x402 v2 envelope for one request (WIRE.md §5): absolute URL, the HTTP verb, the
+    plan's scheme and network, the agent id when known; a route's description and MIME type."""
     extra: dict[str, str] = {"version": "1"}
     if agent_id:
         extra["agentId"] = agent_id
-    extra["httpVerb"] = "POST"
+    extra["httpVerb"] = verb
     return PaymentRequirement(
         error=error,
-        resource=Resource(url=url),
+        resource=Resource(url=url, description=description, mime_type=mime_type),
         accepts=[
             Accept(scheme=facts.scheme, network=facts.network, plan_id=facts.plan_id, extra=extra)
         ],

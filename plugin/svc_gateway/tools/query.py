@@ -390,20 +390,43 @@ class AgentReply:
     truncated: bool
 
 
-async def post_prompt(http: httpx.AsyncClient, url: str, prompt: str, token: str) -> AgentReply:
-    """POST the prompt; read at most :data:`MAX_ANSWER_BYTES` of the answer."""
+async def post_prompt(
+    http: httpx.AsyncClient, url: str, prompt: str, token: str, answered: list[int] | None = None
+) -> AgentReply:
+    """POST the prompt; read at most :data:`MAX_ANSWER_BYTES` of the answer. The status goes
+    into ``answered`` as soon as the response headers arrive."""
     async with http.stream(
         HTTP_VERB,
         url,
         json={"prompt": prompt},
         headers={"payment-signature": token, "Accept": "application/json"},
     ) as response:
+        if answered is not None:
+            answered.append(response.status_code)
         headers = {k.lower(): v for k, v in response.headers.items()}
         try:
             body, truncated = await read_limited(response, MAX_ANSWER_BYTES), False
         except TooLarge as exc:
             body, truncated = exc.head, True
         return AgentReply(response.status_code, headers, body, truncated)
+
+
+async def post_prompt_once_more(
+    http: httpx.AsyncClient, url: str, prompt: str, token: str, version: int
+) -> AgentReply:
+    """:func:`post_prompt`; when the connection drops before any answer arrived with a
+    single-use (v3) token, once more with the same token: a seller that settled it replays the
+    answer it paid for, one that did not is paid once (issue 18)."""
+    import httpx
+
+    answered: list[int] = []
+    try:
+        return await post_prompt(http, url, prompt, token, answered)
+    except httpx.TransportError:
+        if version < 3 or answered:
+            raise
+        log.info("the agent's answer was lost in transit; asking once more with the same token")
+        return await post_prompt(http, url, prompt, token)
 
 
 def _token_version(token: str) -> int:
@@ -464,7 +487,7 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
         version = _token_version(token)
         try:
             async with asyncio.timeout(deadline):
-                reply = await post_prompt(http, p.agent_url, p.prompt, token)
+                reply = await post_prompt_once_more(http, p.agent_url, p.prompt, token, version)
         except TimeoutError:
             raise ToolFailure(
                 "agent_timeout",

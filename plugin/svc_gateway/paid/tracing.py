@@ -1,0 +1,148 @@
+"""Spans of a paid request (SPEC.md "Tracing"), when OpenTelemetry is installed.
+
+One span ``svc:x402-request`` per gated request, with children ``svc:verify`` and
+``svc:settlement``, carrying ``svc.*`` attributes. A verification failure marks the parent
+and the verify span failed; a settle failure after the work succeeded marks only the
+settlement span. The token appears only abbreviated (first and last 4 characters), never a
+key. ``opentelemetry-api`` is an optional extra (``otel``): without it this module imports
+nothing and every call is a no-op on a shared null object.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+REQUEST_SPAN = "svc:x402-request"
+VERIFY_SPAN = "svc:verify"
+SETTLE_SPAN = "svc:settlement"
+TRACER_NAME = "svc_gateway.paid"
+
+_otel: Any = None  # the opentelemetry.trace module, once looked up; False: not installed
+_provider: Any = None  # a tracer provider set with use_tracer_provider (else the global one)
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Send the paid spans to ``provider`` instead of OpenTelemetry's global tracer provider
+    (``None``: back to the global one)."""
+    global _provider
+    _provider = provider
+
+
+def _trace_module() -> Any:
+    global _otel
+    if _otel is None:
+        if importlib.util.find_spec("opentelemetry") is None:
+            _otel = False
+        else:
+            from opentelemetry import trace
+
+            _otel = trace
+    return _otel
+
+
+def abbreviate(token: str | None) -> str | None:
+    """First and last 4 characters of a token; short ones are not shown at all."""
+    if not token:
+        return None
+    if len(token) < 16:
+        return "…"
+    return f"{token[:4]}…{token[-4:]}"
+
+
+Attrs = dict[str, str | int | float | bool]
+
+
+class NullTrace:
+    """Tracing off: every hook does nothing."""
+
+    enabled = False
+
+    def request(self) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def verify(self) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def settlement(self) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def set(self, **attrs: str | int | float | bool | None) -> None:
+        return None
+
+    def fail(self, reason: str, *, parent: bool = True) -> None:
+        return None
+
+
+NULL_TRACE = NullTrace()
+
+
+class RequestTrace(NullTrace):
+    """The spans of one request; the flow calls the hooks, this class owns OpenTelemetry."""
+
+    enabled = True
+
+    def __init__(self, trace: Any, provider: Any) -> None:
+        self._trace = trace
+        self._tracer = provider.get_tracer(TRACER_NAME)
+        self._parent: Any = None
+        self._child: Any = None
+
+    @contextmanager
+    def request(self) -> Iterator[Any]:
+        with self._tracer.start_as_current_span(REQUEST_SPAN, record_exception=True) as span:
+            self._parent = span
+            yield span
+
+    @contextmanager
+    def verify(self) -> Iterator[Any]:
+        yield from self._child_span(VERIFY_SPAN, "svc.verify_ms")
+
+    @contextmanager
+    def settlement(self) -> Iterator[Any]:
+        yield from self._child_span(SETTLE_SPAN, "svc.settle_ms")
+
+    def _child_span(self, name: str, timing: str) -> Iterator[Any]:
+        started = time.perf_counter()
+        with self._tracer.start_as_current_span(name) as span:
+            self._child = span
+            try:
+                yield span
+            finally:
+                elapsed = round((time.perf_counter() - started) * 1000, 3)
+                span.set_attribute(timing, elapsed)
+                if self._parent is not None:
+                    self._parent.set_attribute(timing, elapsed)
+                self._child = None
+
+    def set(self, **attrs: str | int | float | bool | None) -> None:
+        """``svc.<name>`` attributes on the request span (and the open child span)."""
+        for name, value in attrs.items():
+            if value is None:
+                continue
+            for span in (self._parent, self._child):
+                if span is not None:
+                    span.set_attribute(f"svc.{name}", value)
+
+    def fail(self, reason: str, *, parent: bool = True) -> None:
+        """Mark the open child span failed, and the request span too unless ``parent=False``."""
+        status = self._trace.Status(self._trace.StatusCode.ERROR, reason)
+        if self._child is not None:
+            self._child.set_status(status)
+        if parent and self._parent is not None:
+            self._parent.set_status(status)
+
+
+def start_trace() -> NullTrace:
+    """A trace for one request: a real one when OpenTelemetry is installed and a tracer
+    provider is set (the tracing switch), else the shared null object."""
+    trace = _trace_module()
+    if not trace:
+        return NULL_TRACE
+    provider = _provider or trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return NULL_TRACE
+    return RequestTrace(trace, provider)

@@ -1,0 +1,85 @@
+"""The state interfaces the paid flow talks to (``paid/state.py``): the in-process admission
+book's ``restore`` and the local settle store over the queue file. In-process, no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from svc_gateway.paid.billing import Admission, CreditBook, Refusal
+from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.paid.state import AdmissionBook, LocalSettleStore, SettleStore
+
+PAYER = "0x" + "aa" * 20
+
+
+def entry(n: int, amount: int = 1) -> PendingSettle:
+    return PendingSettle(f"r{n}", "plan-1", PAYER, amount, f"tok{n}", {"x402Version": 2}, 1000.0)
+
+
+class Reads:
+    def __init__(self, balance: int) -> None:
+        self.balance = balance
+        self.count = 0
+
+    async def __call__(self, plan_id: str, payer: str) -> int:
+        self.count += 1
+        return self.balance
+
+
+async def test_a_restored_claim_is_in_flight_and_the_balance_is_still_read() -> None:
+    reads = Reads(6)
+    book: AdmissionBook = CreditBook(reads)
+    owed = await book.restore("p", PAYER.upper(), 3, "req-owed")
+    assert owed == Admission("p", PAYER, 3)
+    # 6 credits, 3 owed: 3 more answers, not 6
+    for _ in range(3):
+        assert isinstance(await book.admit("p", PAYER, 1), Admission)
+    refusal = await book.admit("p", PAYER, 1)
+    assert isinstance(refusal, Refusal) and refusal.available == 0
+    assert reads.count == 1  # read once, despite the restored claim in flight
+    await book.settled(owed, 3, 3)
+    assert isinstance(book, CreditBook) and book.known("p", PAYER) == (3, 3)
+
+
+async def test_restore_counts_owed_credits_even_beyond_the_balance() -> None:
+    book = CreditBook(Reads(1))
+    await book.restore("p", PAYER, 4)
+    refusal = await book.admit("p", PAYER, 1)
+    assert isinstance(refusal, Refusal) and refusal.available == -3
+    assert "0 available" in refusal.reason
+
+
+async def test_a_settle_during_a_balance_read_is_not_counted_twice_in_the_payers_favour() -> None:
+    gate = asyncio.Event()
+
+    async def read(plan_id: str, payer: str) -> int:
+        await gate.wait()
+        return 5  # read before the owed settle burned: the figure still holds its credit
+
+    book = CreditBook(read)
+    owed = await book.restore("p", PAYER, 1)
+    admitting = asyncio.create_task(book.admit("p", PAYER, 4))
+    await asyncio.sleep(0)
+    await book.settled(owed, 1, None)  # the owed settle lands while the read is out
+    gate.set()
+    # the 5 still held the credit burned meanwhile: 4 are left, not 5
+    assert isinstance(await admitting, Admission)
+    assert isinstance(await book.admit("p", PAYER, 1), Refusal)
+    assert book.known("p", PAYER) == (4, 4)
+
+
+async def test_the_local_store_names_what_a_full_queue_evicted(tmp_path: Path) -> None:
+    queue = SettleQueue(tmp_path / "q.json", max_entries=2, clock=lambda: 1000.0)
+    store: SettleStore = LocalSettleStore(queue)
+    assert await store.add(entry(1)) == []
+    assert await store.add(entry(2)) == []
+    assert await store.add(entry(2, amount=2)) == []  # the same request: replaced, none evicted
+    assert await store.add(entry(3)) == ["r1"]
+    assert [e.request_id for e in await store.entries()] == ["r2", "r3"]
+    assert [e.request_id for e in await store.claim(1)] == ["r2"]  # oldest first
+    assert await store.count() == 2
+    await store.remove("r2")
+    assert [e.request_id for e in await store.claim()] == ["r3"]
+    await store.aclose()
+    assert "pending=1" in repr(store) and "tok" not in repr(store)
