@@ -13,14 +13,23 @@ import asyncio
 import os
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from .core import PluginCore
-from .host import CommandContext, CommandSpec
+from .host import Caller, CommandContext, CommandSpec
 from .login import BrowserLogin, LoginError, manual_instructions
 from .redact import get_logger
 
+if TYPE_CHECKING:
+    from .accounts import UserAccounts
+
 log = get_logger("svc_gateway.commands")
+
+USER_LOGIN_USAGE = (
+    "Send /svc_login new to let this gateway's operator open a payments account for you, "
+    "/svc_login <env>:<API_KEY> to link your own, or /svc_login status."
+)
 
 LOGIN_USAGE = (
     "Usage: /svc_login [sandbox|live|local] to log in with the browser (the environment this "
@@ -51,8 +60,11 @@ class Commands:
         *,
         open_browser: Callable[[str], bool] | None = None,
         input_history: str | None = None,
+        accounts: UserAccounts | None = None,
     ) -> None:
         self.core = core
+        #: a hosted gateway's chat users (``perUserAccounts``): each logs in for themselves
+        self.accounts = accounts
         self.open_browser = open_browser
         #: A file where the host keeps typed lines (the Hermes CLI's history), if it has one.
         self.input_history = input_history
@@ -64,6 +76,9 @@ class Commands:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it in to the payments service."
         args = ctx.args.strip()
+        caller = self.chat_user(ctx)
+        if caller is not None:
+            return await self._user_login(caller, args)
         if args.lower() == "status":
             return self.status()
         if match := _ENV_VAR.fullmatch(args):
@@ -80,6 +95,47 @@ class Commands:
                 f"{args.lower()} in the plugin config and restart the gateway."
             )
         return await self._browser_login(configured)
+
+    def chat_user(self, ctx: CommandContext) -> Caller | None:
+        """The chat user a command acts for on a hosted gateway; ``None``: the gateway's own
+        account (single-user gateway, a host that names nobody, or an operator)."""
+        if self.accounts is None or not self.accounts.enabled or not ctx.sender_id:
+            return None
+        caller = Caller(ctx.sender_id, ctx.channel or "")
+        return None if self.accounts.is_operator(caller) else caller
+
+    async def _user_login(self, caller: Caller, args: str) -> str:
+        assert self.accounts is not None
+        core = self.accounts.core_for(caller)
+        lowered = args.lower()
+        if lowered == "status":
+            if core.session is None:
+                return f"You have no payments account on this gateway. {USER_LOGIN_USAGE}"
+            return (
+                f"Your payments account here: {core.session.address} "
+                f"({self._key_origin(core.session.source, core)})."
+            )
+        if lowered == "new":
+            return await self.accounts.onboard(caller)
+        if _ENV_VAR.fullmatch(args):
+            return (
+                "Environment variables hold the gateway operator's key, not yours. "
+                + USER_LOGIN_USAGE
+            )
+        if ":" in args:
+            try:
+                session, where = await core.login(args)
+            except ConfigError as exc:
+                return f"Login failed: {str(exc).rstrip('.')}. Nothing was stored."
+            except OSError:
+                log.exception("could not store a chat user's svc credential")
+                return "Login failed: the key could not be stored (see the gateway log)."
+            place = "the system keyring" if where == "keyring" else "a private file on the gateway"
+            return (
+                f"Linked your own payments account {session.address}; the key is kept in "
+                f"{place}. Please delete the chat message that contains your API key."
+            )
+        return "A browser login would log in the gateway's machine, not you. " + USER_LOGIN_USAGE
 
     async def _login_from_env(self, name: str) -> str:
         raw = os.environ.get(name, "").strip()
@@ -178,7 +234,9 @@ class Commands:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    def _key_origin(self, source: str) -> str:
+    def _key_origin(self, source: str, core: PluginCore | None = None) -> str:
+        if core is not None and core.identity is not None:  # never a path on the gateway
+            return {"keyring": "key in the system keyring"}.get(source, "key kept by the gateway")
         return {
             "config": "key from the plugin config",
             "keyring": "key in the system keyring",
@@ -210,6 +268,13 @@ class Commands:
     async def logout(self, ctx: CommandContext) -> str:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it out."
+        caller = self.chat_user(ctx)
+        if caller is not None:
+            assert self.accounts is not None
+            had = await self.accounts.core_for(caller).logout()
+            if had:
+                return "Logged out: your key was removed from this gateway."
+            return "You had no payments account on this gateway; nothing was kept."
         await self.cancel_pending()
         self.last_browser_result = None
         had = await self.core.logout()

@@ -35,6 +35,12 @@ log = get_logger("svc_gateway.core")
 
 KeySource = Literal["config", "keyring", "file", "stored"]
 
+#: What a chat user with no account is told (hosted gateway, ``perUserAccounts``).
+USER_LOGIN_HINT = (
+    "Ask the user whether the gateway's operator may open a payments account for them; if they "
+    "agree, they send /svc_login new. Or they link their own key: /svc_login <env>:<API_KEY>."
+)
+
 
 @dataclass(frozen=True)
 class Session:
@@ -70,8 +76,12 @@ class PluginCore:
         store: CredentialStore | None = None,
         session_factory: SessionFactory | None = None,
         clock: Callable[[], float] | None = None,
+        identity: str | None = None,
     ) -> None:
         self.config = config
+        #: The chat user this core acts for (``channel:sender``), ``None`` for the gateway's own
+        #: account (the operator, or the one user of a single-user gateway).
+        self.identity = identity
         self.runtime = runtime
         self.store = store if store is not None else CredentialStore()
         self.session_factory = session_factory
@@ -106,7 +116,7 @@ class PluginCore:
         other environments are only listed (:attr:`other_stored`), never loaded into a session.
         """
         env = self.config.environment
-        key = self.config.api_key
+        key = self.config.api_key if self.identity is None else None  # the operator's, only
         if key is not None:  # the config validator refused a key for another environment
             self.session = Session(key, env, "config")
             return
@@ -229,6 +239,11 @@ class PluginCore:
     def client(self) -> ServiceClient:
         """The authenticated client; raises :class:`NotLoggedIn` when nobody is."""
         if self.session is None:
+            if self.identity is not None:
+                raise NotLoggedIn(
+                    "You have no payments account on this gateway yet",
+                    hint=USER_LOGIN_HINT,
+                )
             raise NotLoggedIn()
         if self._client is None:
             self._client = self._new_client(self.session.key)
