@@ -195,6 +195,15 @@ def register(
         handle = PluginHandle(
             runtime=runtime, core=core, commands=commands, context=context, accounts=accounts
         )
+        handle.extras["receipts"] = commands.receipts
+        if config.metered_tools:
+            from .host import AROUND_TOOL_CALL
+            from .paid.metering import ToolMeter
+
+            meter = ToolMeter.create(core, accounts, commands.receipts)
+            runtime.add_closer(meter.aclose)
+            api.on(AROUND_TOOL_CALL, meter)
+            handle.extras["meter"] = meter
         if config.enable_paid_endpoint:
             from .paid import attach_paid_endpoint
 

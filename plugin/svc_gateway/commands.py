@@ -19,6 +19,7 @@ from .config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_fronten
 from .core import PluginCore
 from .host import Caller, CommandContext, CommandSpec
 from .login import BrowserLogin, LoginError, manual_instructions
+from .receipts import ReceiptBook, earnings_text, spend_text
 from .redact import get_logger
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class Commands:
         self.core = core
         #: a hosted gateway's chat users (``perUserAccounts``): each logs in for themselves
         self.accounts = accounts
+        #: receipts of the metered tool calls (``/svc_spend``, ``/svc_earnings``)
+        self.receipts = ReceiptBook()
         self.open_browser = open_browser
         #: A file where the host keeps typed lines (the Hermes CLI's history), if it has one.
         self.input_history = input_history
@@ -287,8 +290,29 @@ class Commands:
             text += " svcApiKey is still set in the plugin config; remove it there as well."
         return text
 
+    def spend(self, ctx: CommandContext) -> str:
+        """``/svc_spend``: what the calling user paid (the gateway's own account for a host that
+        names nobody)."""
+        caller = self.chat_user(ctx)
+        if caller is not None:
+            return spend_text(self.receipts.of(caller.identity, None))
+        session = self.core.session
+        return spend_text(self.receipts.of(None, session.address if session else None))
+
+    def earnings(self, ctx: CommandContext) -> str:
+        """``/svc_earnings``: the operator's view, refused to every other chat user."""
+        if not ctx.is_authorized_sender or self.chat_user(ctx) is not None:
+            return "Only the gateway's operator can see its earnings."
+        return earnings_text(self.receipts.all())
+
     def specs(self) -> list[CommandSpec]:
         runtime = self.core.runtime
+
+        async def spend(ctx: CommandContext) -> str:
+            return self.spend(ctx)
+
+        async def earnings(ctx: CommandContext) -> str:
+            return self.earnings(ctx)
 
         async def login(ctx: CommandContext) -> str:
             return await runtime.run(self.login(ctx))
@@ -306,5 +330,9 @@ class Commands:
             ),
             CommandSpec(
                 "svc_logout", "Log out of the payments service and forget the key", False, logout
+            ),
+            CommandSpec("svc_spend", "What you paid for on this gateway", False, spend),
+            CommandSpec(
+                "svc_earnings", "What this gateway earned (operator only)", False, earnings
             ),
         ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,12 @@ class SettleMixin:
     _deferred: dict[str, Admission]
     _drainer: asyncio.Task[None] | None
     _draining: bool
+    #: told how each queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
+    queued_listeners: list[Callable[[str, str, dict[str, Any] | None], None]]
+
+    def _queued_ended(self, request_id: str, how: str, receipt: dict[str, Any] | None) -> None:
+        for listener in self.queued_listeners:
+            listener(request_id, how, receipt)
 
     async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
@@ -286,6 +293,7 @@ class SettleMixin:
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
         await self.queue.remove(entry.request_id)
+        self._queued_ended(entry.request_id, "settled", receipt)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
             entry.request_id,
@@ -300,6 +308,7 @@ class SettleMixin:
         if admission is not None:
             await self.book.release(admission)
         await self.queue.remove(entry.request_id)
+        self._queued_ended(entry.request_id, "lost", None)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
             "was delivered without payment",
