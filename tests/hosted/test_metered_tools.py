@@ -208,3 +208,24 @@ async def test_the_svc_tools_are_never_metered() -> None:
     meter.prices = {"*": 1}
     assert meter.price_of("svc_checkBalance") is None
     assert meter.price_of("anything") == 1
+
+
+async def test_a_call_id_reused_by_another_user_is_their_own_call(
+    setup: Any, builder_client: ServiceClient
+) -> None:
+    """Call ids repeat across users and turns (a model may restart its count): one user's
+    result is never handed to another, who is charged (or blocked) for their own call."""
+    gateway, _, tools, plan = await setup()
+    alice = await user_with_credits(gateway, "alice", plan)
+    bob = await user_with_credits(gateway, "bob", plan)
+    mine = await gateway.call_host_tool("image_gen", {"p": 1}, sender="alice", call_id="call_0")
+    theirs = await gateway.call_host_tool("image_gen", {"p": 1}, sender="bob", call_id="call_0")
+    assert mine == theirs and tools.runs["image_gen"] == 2  # each ran their own call
+    assert await balance(builder_client, plan, alice) == GRANTED - 3
+    assert await balance(builder_client, plan, bob) == GRANTED - 3
+    spend = await gateway.run_command("svc_spend", sender="bob")
+    assert "You paid 3 credits for 1 call(s)" in spend and "tool image_gen" in spend
+    assert "Only the gateway's operator" in await gateway.run_command("svc_earnings", sender="bob")
+    earnings = await gateway.run_command("svc_earnings")
+    for payer in (alice, bob):
+        assert f"{payer}: 1 call(s), 3 settled, 0 queued, 0 lost" in earnings.lower()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -48,6 +49,7 @@ from ..host import (
 )
 from ..redact import get_logger, redact
 from ..runtime import PluginRuntime, RuntimeClosed
+from .hermes_users import Senders, command_caller, make_tool_middleware, pre_gateway_dispatch
 
 __all__ = ["HOOK_BUDGET_SECS", "TOOLSET", "HermesGatewayAPI", "command_names", "register"]
 
@@ -194,18 +196,25 @@ def _describe_failure(what: str, error: BaseException) -> None:
     log.warning("svc %s failed: %s: %s", what, type(error).__name__, redact(str(error)))
 
 
-def make_tool_handler(spec: ToolSpec) -> Callable[..., Awaitable[str]]:
-    """An async Hermes tool handler ``(args, **kwargs) -> str`` that never raises."""
+def make_tool_handler(
+    spec: ToolSpec, senders: Senders | None = None
+) -> Callable[..., Awaitable[str]]:
+    """An async Hermes tool handler ``(args, **kwargs) -> str`` that never raises. With
+    ``senders`` (a hosted gateway), it runs as the chat user Hermes named for the session."""
 
-    async def handler(args: Any = None, **_kwargs: Any) -> str:
+    async def handler(args: Any = None, **kwargs: Any) -> str:
         if args is not None and not isinstance(args, Mapping):
             return _error_json(
                 "invalid_params",
                 f"{spec.name} expects a JSON object of parameters.",
                 "Call the tool again with an object matching its schema.",
             )
+        caller = senders.caller(kwargs.get("session_id")) if senders is not None else None
         try:
-            result = await spec.handler(dict(args or {}))
+            if caller is None:
+                result = await spec.handler(dict(args or {}))
+            else:
+                result = await spec.handler(dict(args or {}), caller)
         except RuntimeClosed:
             return _error_json(
                 "unavailable",
@@ -258,8 +267,14 @@ def make_command_handler(spec: CommandSpec) -> Callable[..., Awaitable[str]]:
 
     async def handler(raw_args: Any = "", *_args: Any, **_kwargs: Any) -> str:
         args = raw_args.strip() if isinstance(raw_args, str) else ""
+        who = command_caller()  # the gateway message's sender; None from the CLI
+        ctx = CommandContext(
+            args=args,
+            sender_id=who.sender_id if who else None,
+            channel=who.channel if who else None,
+        )
         try:
-            reply = await spec.handler(CommandContext(args=args))
+            reply = await spec.handler(ctx)
         except RuntimeClosed:
             return "The svc plugin has been shut down; restart the gateway."
         except Exception as error:
@@ -292,20 +307,43 @@ async def _collect(handlers: list[HookHandler], ctx: PromptContext) -> list[str]
     return texts
 
 
+def _takes_context(peek: Callable[..., Any]) -> bool:
+    try:
+        return bool(inspect.signature(peek).parameters)
+    except (TypeError, ValueError):
+        return False
+
+
 def make_pre_llm_call(
     handlers: list[HookHandler],
     runtime: PluginRuntime,
     budget_secs: float = HOOK_BUDGET_SECS,
+    senders: Senders | None = None,
 ) -> Callable[..., dict[str, str] | None]:
-    """A synchronous ``pre_llm_call`` callback: never raises, never waits beyond the budget."""
+    """A synchronous ``pre_llm_call`` callback: never raises, never waits beyond the budget.
+    With ``senders`` it remembers who each session belongs to (tools only get the session)."""
 
     peeks = [peek for h in handlers if callable(peek := getattr(h, "peek", None))]
+    with_context = [_takes_context(peek) for peek in peeks]
     fast = len(peeks) == len(handlers)
 
     def pre_llm_call(**kwargs: Any) -> dict[str, str] | None:
+        if senders is not None:
+            senders.remember(
+                kwargs.get("session_id"), kwargs.get("sender_id"), kwargs.get("platform")
+            )
+        prompt = PromptContext(
+            sender_id=_text(kwargs.get("sender_id")),
+            channel=_text(kwargs.get("platform")),
+            session_id=_text(kwargs.get("session_id")),
+            user_message=_text(kwargs.get("user_message")),
+        )
         if fast:  # a cache hit: answered on this thread, no hop to the plugin loop
             try:
-                found = [peek() for peek in peeks]
+                found = [
+                    peek(prompt) if takes else peek()
+                    for peek, takes in zip(peeks, with_context, strict=True)
+                ]
             except Exception as error:
                 _describe_failure("pre_llm_call hook", error)
                 return None
@@ -313,13 +351,7 @@ def make_pre_llm_call(
                 text = "\n".join(t.strip() for t in found if isinstance(t, str) and t.strip())
                 return {"context": text} if text else None
         try:
-            ctx = PromptContext(
-                sender_id=_text(kwargs.get("sender_id")),
-                channel=_text(kwargs.get("platform")),
-                session_id=_text(kwargs.get("session_id")),
-                user_message=_text(kwargs.get("user_message")),
-            )
-            texts = runtime.run_sync(_collect(handlers, ctx), timeout=budget_secs)
+            texts = runtime.run_sync(_collect(handlers, prompt), timeout=budget_secs)
         except TimeoutError:
             log.info(
                 "svc balance context took longer than %.1f s; prompt sent without it", budget_secs
@@ -364,6 +396,10 @@ SKILL_POINTERS = ("svc_orderPlan", "svc_orderFiatPlan", "svc_queryAgent")
 
 def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
     skill = _register_skills(ctx, api.plugin_id)
+    extras = getattr(handle, "extras", None)
+    meter = extras.get("meter") if isinstance(extras, dict) else None
+    hosted = getattr(handle, "accounts", None) is not None or meter is not None
+    senders = Senders() if hosted else None
     for spec in api.tools.values():
         description = spec.description
         if skill is not None and spec.name in SKILL_POINTERS:
@@ -372,7 +408,7 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
             name=spec.name,
             toolset=TOOLSET,
             schema={**tool_schema(spec), "description": description},
-            handler=make_tool_handler(spec),
+            handler=make_tool_handler(spec, senders),
             is_async=True,
             description=description,
             emoji=TOOL_EMOJI,
@@ -394,7 +430,20 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
     prompt_handlers = api.hooks.get(BEFORE_PROMPT_BUILD, [])
     runtime = getattr(handle, "runtime", None)
     if prompt_handlers and isinstance(runtime, PluginRuntime):
-        ctx.register_hook("pre_llm_call", make_pre_llm_call(prompt_handlers, runtime))
+        hook = make_pre_llm_call(prompt_handlers, runtime, senders=senders)
+        ctx.register_hook("pre_llm_call", hook)
+    if senders is not None:
+        ctx.register_hook("pre_gateway_dispatch", pre_gateway_dispatch)
+    if meter is not None and isinstance(runtime, PluginRuntime):
+        register_middleware = getattr(ctx, "register_middleware", None)
+        if callable(register_middleware):
+            middleware = make_tool_middleware(meter, senders or Senders(), runtime, result_json)
+            register_middleware("tool_execution", middleware)
+        else:
+            log.warning(
+                "this Hermes has no tool_execution middleware: meteredTools are not charged "
+                "(Hermes 0.19.0 or newer needed)"
+            )
 
 
 def _close_at_exit() -> None:

@@ -165,13 +165,14 @@ class ToolMeter:
 
     async def meter(self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]]) -> Any:
         """The tool's result, the block result, or :class:`ToolFailed` (never raises)."""
-        seen = self._calls.get(ctx.call_id) if ctx.call_id else None
+        key = _call_key(ctx)
+        seen = self._calls.get(key) if key else None
         if seen is not None:
             log.info("tool call %s was already handled; not run or charged again", ctx.call_id)
             return await asyncio.shield(seen)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if ctx.call_id:
-            self._calls[ctx.call_id] = future
+        if key:
+            self._calls[key] = future
             while len(self._calls) > CALLS_KEPT:
                 self._calls.popitem(last=False)
         try:
@@ -185,7 +186,7 @@ class ToolMeter:
             )
         except BaseException:
             future.cancel()
-            self._calls.pop(ctx.call_id, None)
+            self._calls.pop(key, None)
             raise
         future.set_result(result)
         return result
@@ -345,6 +346,18 @@ class ToolMeter:
 
     async def aclose(self) -> None:
         await self.flow.aclose()
+
+
+def _call_key(ctx: ToolCallContext) -> str:
+    """The same call: one caller, one tool, one call id, the same arguments (a call id alone
+    may repeat across users or turns; a retry of one call never changes them)."""
+    if not ctx.call_id:
+        return ""
+    try:
+        arguments = json.dumps(ctx.arguments, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        arguments = repr(ctx.arguments)
+    return "\x00".join((_who(ctx.caller) or "", ctx.tool_name, ctx.call_id, arguments))
 
 
 def _who(caller: Caller | None) -> str | None:
