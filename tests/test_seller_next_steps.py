@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,22 @@ async def test_the_chat_finds_a_handler_in_its_working_directory(
     (line,) = [ln for ln in text.splitlines() if ln.startswith("Paid endpoint: POST ")]
     url = line.removeprefix("Paid endpoint: POST ")
     assert f"Paid endpoint: not selling yet: run svc_registerAgent with agentUrl {url}" in text
+
+
+async def test_a_restart_on_port_0_with_a_plan_is_warned_about(
+    make_host: HostFactory,
+    builder: dict[str, str],
+    plan_id: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    await make_host(
+        builder["apiKey"],
+        enablePaidEndpoint=True,
+        paidEndpointPort=0,
+        planId=plan_id,
+        settleQueuePath=str(tmp_path / "q.json"),
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("paidEndpointPort is 0" in w and "changes on every restart" in w for w in warnings)

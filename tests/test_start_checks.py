@@ -4,6 +4,7 @@ the URL, never as a tool's bad parameters later."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,15 @@ def test_the_chat_refuses_a_sandbox_key_without_a_url(monkeypatch: pytest.Monkey
     with pytest.raises(SystemExit) as caught:
         _chat_config({"environment": "sandbox", "svcApiKey": fake_key("sandbox")})
     assert str(caught.value) == f"svc-gateway: {URL_LINE}"
+
+
+def test_a_yaml_config_file_is_told_to_be_json(tmp_path: Path) -> None:
+    from svc_gateway.cli import _read_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text("plugins:\n  entries:\n    svc:\n      settings:\n        environment: local\n")
+    with pytest.raises(SystemExit) as caught:
+        _read_config(str(path))
+    message = str(caught.value)
+    assert "is not JSON" in message and "takes a JSON object of the plugin settings" in message
+    assert '{"environment": "local", "baseUrl": "http://127.0.0.1:8765/api/v1"}' in message

@@ -8,6 +8,7 @@ sandbox and the paid endpoint only when a configuration uses them).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -216,8 +217,8 @@ def register(
             core.paid_endpoint_bound_url = endpoint.bound_url
             from .seller_notes import startup_notes
 
-            for note in startup_notes(core):
-                log.info("%s", note)
+            for note in startup_notes(core):  # a URL that will not last is worth a warning
+                log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
     except BaseException:
         runtime.close()
         raise

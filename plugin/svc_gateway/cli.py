@@ -22,6 +22,7 @@ The svc chat-gateway plugin's command line:
 
 #: The chat reads an API key from here when the config has none (never typed, never stored).
 KEY_VARIABLE = "SVC_API_KEY"
+JSON_EXAMPLE = '{"environment": "local", "baseUrl": "http://127.0.0.1:8765/api/v1"}'
 
 
 def _read_config(path: str | None) -> dict[str, Any]:
@@ -33,7 +34,9 @@ def _read_config(path: str | None) -> dict[str, Any]:
         raise SystemExit(f"svc-gateway: cannot read config {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise SystemExit(
-            f"svc-gateway: {path} is not JSON: {exc.msg} (line {exc.lineno})"
+            f"svc-gateway: {path} is not JSON: {exc.msg} (line {exc.lineno}). chat --config "
+            f"takes a JSON object of the plugin settings, e.g. {JSON_EXAMPLE} (YAML such as "
+            "Hermes's config.yaml is not read here)"
         ) from None
     if not isinstance(data, dict):
         raise SystemExit(f"svc-gateway: {path} must hold a JSON object")

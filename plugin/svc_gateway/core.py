@@ -95,10 +95,10 @@ class PluginCore:
         #: The paid endpoint as clients see it, and where the plugin's own server listens
         #: (``None`` when there is no endpoint, or it is mounted on the host's app).
         self.paid_endpoint_url: str | None = None
+        self.paid_endpoint_bound_url: str | None = None
         #: Plans this session bought or paid with (insertion order): the balance context shows
         #: them even when the config names no plan.
         self.used_plans: dict[str, None] = {}
-        self.paid_endpoint_bound_url: str | None = None
         self._client: ServiceClient | None = None
         self._public: ServiceClient | None = None
         self._listeners: list[Callable[[], None]] = []

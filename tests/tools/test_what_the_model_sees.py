@@ -129,3 +129,40 @@ async def test_the_quote_shows_the_balance_already_held(
     assert again["message"].startswith("Nothing was bought: confirm must be JSON true")
     balance = ok(await gateway.call_tool("svc_checkBalance", {"planId": plan_id}))
     assert balance["balance"] == "100"
+
+
+async def test_a_quote_still_comes_when_the_balance_cannot_be_read(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    import aiohttp
+
+    from tests.conftest import CountingTransport
+
+    class NoBalance(CountingTransport):
+        async def before(self, method: str, path: str) -> None:
+            if "/balance/" in path:
+                raise aiohttp.ClientConnectionError("balance service down")
+
+    gateway, _ = await make_host(subscriber["apiKey"], transport=NoBalance())
+    quote = ok(await gateway.call_tool("svc_orderPlan", {"planId": plan_id}))
+    assert quote["confirmRequired"] is True and "balanceHeld" not in quote["quote"]
+    assert (
+        quote["message"]
+        == "Nothing was bought. To buy, call svc_orderPlan again with confirm: true."
+    )
+
+
+async def test_a_time_plan_quote_says_access_is_active(
+    make_host: HostFactory, builder: dict[str, str], subscriber: dict[str, str]
+) -> None:
+    owner, _ = await make_host(builder["apiKey"])
+    plan = ok(
+        await owner.call_tool(
+            "svc_createPlan",
+            {"name": "Day", "planType": "time", "durationSecs": 86400, "priceAmounts": "0"},
+        )
+    )["planId"]
+    buyer, _ = await make_host(subscriber["apiKey"])
+    ok(await buyer.call_tool("svc_orderPlan", {"planId": plan, "confirm": True}))
+    again = ok(await buyer.call_tool("svc_orderPlan", {"planId": plan}))
+    assert again["message"].endswith("You already have active access on this plan.")

@@ -177,8 +177,11 @@ async def quote(core: PluginCore, plan: Plan, tool_name: str, p: OrderParams) ->
         result["quote"]["balanceHeld"] = str(held.balance)
         result["quote"]["subscribed"] = held.is_subscriber
         if held.balance > 0:
-            unit = "access active" if plan.is_time_plan else f"{held.balance} credits"
-            message += f" You already hold {unit} on this plan."
+            message += (
+                " You already have active access on this plan."
+                if plan.is_time_plan
+                else f" You already hold {held.balance} credits on this plan."
+            )
     result["message"] = message
     return result
 
