@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import stat
 import sys
 import time
@@ -136,6 +137,26 @@ def test_file_store_round_trip_and_permissions(tmp_path: Path) -> None:
     assert [p.name for p in store.path.parent.iterdir()] == ["credentials.json"]  # no temp left
     for text in (repr(store), str(store), repr(loaded), str(loaded)):
         assert key not in text and key.split(":", 1)[1] not in text
+
+
+def test_a_stored_key_is_synced_to_disk_file_then_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[tuple[int, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_ino, stat.S_ISDIR(info.st_mode)))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = CredentialStore(tmp_path / "cfg", use_keyring=False)
+    store.save("sandbox", make_key("sandbox"))
+    the_file = (store.path.stat().st_ino, False)  # the temp file's inode, renamed into place
+    the_directory = (store.path.parent.stat().st_ino, True)
+    assert the_file in synced and the_directory in synced
+    assert synced.index(the_file) < synced.index(the_directory)  # the rename is synced last
 
 
 def test_file_store_accepts_secretstr_and_rejects_unknown_env(tmp_path: Path) -> None:

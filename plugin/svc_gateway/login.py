@@ -228,18 +228,26 @@ class CredentialStore:
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        """Write a 0600 temp file and rename it over the old one: never a partial file, and
-        never a moment where a key sits in a file others can read."""
+        """Write a 0600 temp file, sync it, rename it over the old one and sync the directory:
+        never a partial file, never a moment where a key sits in a file others can read, and a
+        key just stored survives a power loss."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{CREDENTIALS_FILE}.{secrets.token_hex(8)}.tmp")
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump({**data, "version": 1}, handle, indent=2)
+                handle.flush()
+                os.fsync(handle.fileno())
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        directory = os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(directory)  # the rename itself
+        finally:
+            os.close(directory)
 
 
 class LoginError(Exception):

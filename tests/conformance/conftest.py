@@ -51,6 +51,8 @@ USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 SDK_BRAND = "nvm:"
 OUR_BRAND = "svc:"
 SCHEMES = ("erc4337", "card-delegation")
+#: A delegation budget below one order of a 1 USDC plan (100 cents): its tokens never top up.
+NO_TOPUP_CENTS = 99
 
 
 class Clock:

@@ -25,7 +25,7 @@ from payments_py.common.types import AgentAPIAttributes, AgentMetadata, AuthType
 from payments_py.x402.fastapi import PaymentMiddleware
 from payments_py.x402.types import DelegationConfig, X402TokenOptions
 
-from .conftest import Sdk, credits_plan, crypto_delegation
+from .conftest import NO_TOPUP_CENTS, Sdk, credits_plan, crypto_delegation
 
 
 @dataclass
@@ -92,10 +92,13 @@ def _decode(header: str) -> dict[str, object]:
     return loaded
 
 
-def _subscriber(sdk: Sdk, wall: Paywall) -> tuple[Payments, str]:
+def _subscriber(
+    sdk: Sdk, wall: Paywall, *, limit_cents: int = 100_000, order: bool = True
+) -> tuple[Payments, str]:
     buyer, _ = sdk.account("paywall buyer")
-    buyer.plans.order_plan(wall.plan_id)
-    return buyer, crypto_delegation(buyer)
+    if order:
+        buyer.plans.order_plan(wall.plan_id)
+    return buyer, crypto_delegation(buyer, limit_cents=limit_cents)
 
 
 def _token(buyer: Payments, wall: Paywall, delegation: str, *, v3: bool = False) -> str:
@@ -149,7 +152,7 @@ def test_paywall_refuses_a_forged_token_without_running_the_handler(
 
 
 def test_paywall_refuses_a_subscriber_with_no_credits_left(sdk: Sdk, paywall: Paywall) -> None:
-    buyer, delegation = _subscriber(sdk, paywall)
+    buyer, delegation = _subscriber(sdk, paywall, limit_cents=NO_TOPUP_CENTS)
     token = _token(buyer, paywall, delegation)
     statuses = [
         paywall.client.post(
@@ -210,3 +213,115 @@ def test_mcp_paywall_serves_and_charges_a_sandbox_token(sdk: Sdk) -> None:
     assert calls == ["hello"]
     assert result["content"][0]["text"] == "hello"
     assert int(buyer.plans.get_plan_balance(plan_id).balance) == 4
+
+
+def test_paywall_serves_a_buyer_with_no_credits_as_often_as_the_delegation_pays(
+    sdk: Sdk, paywall: Paywall
+) -> None:
+    """Automatic top-up through the SDK's own middleware: a buyer who never ordered, with a
+    delegation worth two orders (2 x 100 cents, 3 credits each), gets six answers, then 402."""
+    buyer, delegation = _subscriber(sdk, paywall, limit_cents=200, order=False)
+    token = _token(buyer, paywall, delegation)
+    statuses = []
+    for i in range(7):
+        answer = paywall.client.post(
+            "/ask", json={"q": f"topped {i}"}, headers={"payment-signature": token}
+        )
+        statuses.append(answer.status_code)
+        if answer.status_code == 200 and i in (0, 3):
+            receipt = _decode(answer.headers["payment-response"])
+            assert receipt["success"] is True and receipt["orderTx"], receipt
+    assert statuses == [200] * 6 + [402]
+    assert "topped 6" not in paywall.served
+    assert int(buyer.plans.get_plan_balance(paywall.plan_id).balance) == 0
+    listed = [d for d in buyer.delegation.list_delegations() if d.id == delegation]
+    assert listed[0].spent_cents == 200
+
+
+def test_mcp_paywall_takes_a_v3_token_bound_to_the_tools_logical_uri(sdk: Sdk) -> None:
+    """Issue 19: the agent registers `mcp://<server>/tools/<name>` endpoints; a v3 token bound
+    to one tool pays for that tool through the SDK's MCP paywall, which verifies and settles
+    with the logical URL plus the call's arguments (`mcp/utils/logical_url.py`) and POST."""
+    plan_id = credits_plan(sdk, "MCP v3", credits=5, per_request=1)
+    api = AgentAPIAttributes.model_construct(
+        endpoints=[{"POST": "mcp://bound/tools/echo"}, {"POST": "mcp://bound/tools/shout"}],
+        auth_type=AuthType.NONE,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        agent_id = str(
+            sdk.builder.agents.register_agent(AgentMetadata(name="MCP v3"), api, [plan_id])[
+                "agentId"
+            ]
+        )
+    buyer, _ = sdk.account("mcp v3 buyer")
+    buyer.plans.order_plan(plan_id)
+    delegation = crypto_delegation(buyer)
+
+    def bound_to(tool: str) -> str:
+        options = X402TokenOptions(
+            delegation_config=DelegationConfig(delegation_id=delegation),
+            resource=f"mcp://bound/tools/{tool}",
+            http_verb="POST",
+            token_version=3,
+        )
+        token = buyer.x402.get_x402_access_token(plan_id, agent_id, token_options=options)
+        return str(token["accessToken"])
+
+    sdk.builder.mcp.configure({"agentId": agent_id, "serverName": "bound"})
+    calls: list[str] = []
+
+    async def echo(args: dict[str, str], extra: object = None) -> dict[str, object]:
+        calls.append(args["text"])
+        return {"content": [{"type": "text", "text": args["text"]}]}
+
+    tool = sdk.builder.mcp.with_paywall(
+        echo, {"kind": "tool", "name": "echo", "credits": 1, "planId": plan_id}
+    )
+
+    def call(token: str, text: str) -> object:
+        extra = {"requestInfo": {"headers": {"authorization": f"Bearer {token}"}}}
+        return asyncio.run(asyncio.wait_for(tool({"text": text}, extra), 30))
+
+    with pytest.raises(Exception):  # noqa: B017 - the paywall's own payment-required error
+        call(bound_to("shout"), "wrong tool")
+    assert calls == []
+    result = call(bound_to("echo"), "right tool")
+    assert calls == ["right tool"] and isinstance(result, dict)
+    verify = sdk.recorder.last("POST", "/x402/verify").body
+    assert verify["paymentRequired"]["resource"]["url"] == "mcp://bound/tools/echo?text=right+tool"
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 4
+
+
+def test_mcp_tool_priced_above_a_fixed_plan_settles_for_the_plans_credits(sdk: Sdk) -> None:
+    """A tool priced at 5 credits on a 1-credit fixed plan (the TS SDK's MCP e2e setup): the
+    service does not refuse it; an amount outside the plan's range counts as its minimum."""
+    plan_id = credits_plan(sdk, "MCP over-priced", credits=3, per_request=1)
+    agent_id = str(
+        sdk.builder.agents.register_agent(
+            AgentMetadata(name="MCP five"), AgentAPIAttributes(), [plan_id]
+        )["agentId"]
+    )
+    buyer, _ = sdk.account("mcp five buyer")
+    buyer.plans.order_plan(plan_id)
+    token = buyer.x402.get_x402_access_token(
+        plan_id,
+        agent_id,
+        token_options=X402TokenOptions(
+            delegation_config=DelegationConfig(
+                delegation_id=crypto_delegation(buyer, limit_cents=NO_TOPUP_CENTS)
+            )
+        ),
+    )["accessToken"]
+    sdk.builder.mcp.configure({"agentId": agent_id, "serverName": "five"})
+
+    async def work(args: dict[str, str], extra: object = None) -> dict[str, object]:
+        return {"content": [{"type": "text", "text": "done"}]}
+
+    tool = sdk.builder.mcp.with_paywall(
+        work, {"kind": "tool", "name": "work", "credits": 5, "planId": plan_id}
+    )
+    extra = {"requestInfo": {"headers": {"authorization": f"Bearer {token}"}}}
+    asyncio.run(asyncio.wait_for(tool({}, extra), 30))
+    assert sdk.recorder.last("POST", "/x402/settle").body["maxAmount"] == "5"
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 2

@@ -24,7 +24,7 @@ from payments_py.x402.types import (
     X402TokenOptions,
 )
 
-from .conftest import Sdk, credits_plan, crypto_delegation, dynamic_plan
+from .conftest import NO_TOPUP_CENTS, Sdk, credits_plan, crypto_delegation, dynamic_plan
 
 ENDPOINT = "http://127.0.0.1:9/agents/summarise"
 
@@ -277,7 +277,7 @@ def test_verify_refuses_more_than_the_balance(sdk: Sdk, shop: Shop) -> None:
     buyer, _ = sdk.account("poor")
     buyer.plans.order_plan(plan_id)
     wide = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
-    token = _token(buyer, wide, crypto_delegation(buyer))
+    token = _token(buyer, wide, crypto_delegation(buyer, limit_cents=NO_TOPUP_CENTS))
     verdict = sdk.builder.facilitator.verify_permissions(_required(wide), token, "6")
     assert verdict.is_valid is False
     assert verdict.invalid_reason
@@ -440,7 +440,7 @@ def test_settle_fails_when_the_balance_was_spent_after_verify(sdk: Sdk) -> None:
     buyer, _ = sdk.account("raced")
     buyer.plans.order_plan(plan_id)
     raced = Shop(plan_id, _agent_with_endpoint(sdk, plan_id, [{"POST": ENDPOINT}]))
-    token = _token(buyer, raced, crypto_delegation(buyer))
+    token = _token(buyer, raced, crypto_delegation(buyer, limit_cents=NO_TOPUP_CENTS))
     first = sdk.builder.facilitator.verify_permissions(_required(raced), token, "1")
     second = sdk.builder.facilitator.verify_permissions(_required(raced), token, "1")
     assert first.is_valid and second.is_valid
@@ -505,9 +505,9 @@ def test_an_expired_delegation_mints_nothing_and_its_tokens_stop_verifying(
     assert _balance(buyer, shop) == 100
 
 
-def test_settle_without_max_amount_on_a_dynamic_plan_burns_its_minimum(sdk: Sdk) -> None:
-    """The SDK leaves the default to the service; the sandbox documents minAmount
-    (`svc_gateway/sandbox/facilitator.py` module docstring)."""
+def test_settle_without_max_amount_on_a_dynamic_plan_burns_its_maximum(sdk: Sdk) -> None:
+    """The SDK leaves the default to the service, which reads it as the plan's max credits per
+    request (TS SDK commit 9c1148f); absent and "0" mean the same."""
     plan_id = dynamic_plan(sdk, low=2, high=5, credits=20)
     buyer, _ = sdk.account("dynamic default")
     buyer.plans.order_plan(plan_id)
@@ -519,8 +519,11 @@ def test_settle_without_max_amount_on_a_dynamic_plan_burns_its_minimum(sdk: Sdk)
         _required(wide), token, agent_request_id=verdict.agent_request_id
     )
     assert receipt.success, receipt.error_reason
-    assert receipt.credits_redeemed == "2"
-    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 18
+    assert receipt.credits_redeemed == "5"
+    zero = sdk.builder.facilitator.settle_permissions(_required(wide), token, "0")
+    assert zero.success and zero.credits_redeemed == "5"
+    assert sdk.recorder.last("POST", "/x402/settle").body["maxAmount"] == "0"
+    assert int(buyer.plans.get_plan_balance(plan_id).balance) == 10
 
 
 def test_a_v2_token_arms_no_endpoint_allow_list(sdk: Sdk, shop: Shop) -> None:

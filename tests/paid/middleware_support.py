@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,6 +40,7 @@ class Seller:
     origin: str = ""
     runner: web.AppRunner | None = None
     secrets: list[str] = field(default_factory=list)
+    queue_path: str = ""
 
     def settings(self, **extra: Any) -> dict[str, Any]:
         """The plugin config keys a builder passes to the middleware."""
@@ -46,6 +48,7 @@ class Seller:
             "svcApiKey": self.builder_key,
             "environment": "local",
             "baseUrl": self.sandbox.base_url,
+            "settleQueuePath": self.queue_path,
             **extra,
         }
 
@@ -87,7 +90,7 @@ SellerFactory = Callable[..., Any]
 
 @pytest.fixture(name="make_seller")
 async def make_seller_fixture(
-    sandbox: SandboxServer, all_logs: LogCollector
+    sandbox: SandboxServer, all_logs: LogCollector, tmp_path: Path
 ) -> AsyncIterator[SellerFactory]:
     made: list[Seller] = []
 
@@ -108,6 +111,7 @@ async def make_seller_fixture(
             sock=sock,
             origin=origin,
             secrets=[b["apiKey"], s["apiKey"]],
+            queue_path=str(tmp_path / f"settle-queue-{len(made)}.json"),
         )
         made.append(seller)
         allowed = endpoints(origin) if endpoints else None

@@ -71,6 +71,8 @@ class StubService:
         self.max_amount = max_amount
         self.expose_payer = expose
         self.balances: dict[str, int] = {}
+        #: credits a payer's delegation could still buy at settle (automatic top-up)
+        self.top_up: dict[str, int] = {}
         self.burned = 0
         self.settled: dict[str, dict[str, Any]] = {}
         self.nonces: dict[str, str] = {}
@@ -148,7 +150,24 @@ class StubService:
         payer, _nonce = _payer_of(body.get("x402AccessToken"))
         if payer is None:
             return web.json_response({"isValid": False, "invalidReason": "token unreadable"})
-        answer: dict[str, Any] = {"isValid": True, "agentRequestId": str(uuid.uuid4())}
+        # a dry run, as the service's: it checks the balance (plus what a top-up could buy)
+        # and reserves nothing
+        amount = int(body.get("maxAmount") or self.min_amount)
+        balance = self.balance_of(payer)
+        if balance + self.top_up.get(payer, 0) < amount:
+            return web.json_response(
+                {
+                    "isValid": False,
+                    "invalidReason": f"insufficient credits: {balance} available, "
+                    f"{amount} requested",
+                }
+            )
+        request_id = str(uuid.uuid4())
+        answer: dict[str, Any] = {
+            "isValid": True,
+            "agentRequestId": request_id,
+            "agentRequest": {"agentRequestId": request_id, "balance": {"balance": str(balance)}},
+        }
         if self.expose_payer:
             answer["payer"] = payer
         return web.json_response(answer)

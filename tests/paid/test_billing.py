@@ -127,23 +127,32 @@ async def test_a_payer_who_tops_up_is_admitted_again(
 async def test_a_settle_refused_for_credits_withholds_the_answer_and_rereads_the_balance(
     make_stub_market: StubMarketFactory,
 ) -> None:
-    handler = CountingHandler()
-    market = await make_stub_market(stub=StubService(balance=3), handler=handler)
+    stub = StubService(balance=3)
+
+    class SpentMeanwhile(CountingHandler):
+        async def __call__(self, request: dict[str, Any]) -> Any:
+            if request["prompt"] == "secret answer":
+                stub.balances[PAYER] = 0  # spent elsewhere while the agent worked
+            return await super().__call__(request)
+
+    handler = SpentMeanwhile()
+    market = await make_stub_market(stub=stub, handler=handler)
     token = make_token(PAYER)
     async with httpx.AsyncClient(timeout=30) as http:
         assert (await post(http, market.url, token)).status_code == 200
-        market.stub.balances[PAYER] = 0  # spent elsewhere; the book still says 2
-        withheld = await post(http, market.url, token, "secret answer")
+        withheld = await post(http, market.url, token, "secret answer")  # the book says 2
         assert withheld.status_code == 402
         assert "insufficient credits" in withheld.json()["reason"]
         assert "secret answer" not in withheld.text
         assert decode_b64_json(withheld.headers["payment-required"])["error"]
         reads = market.stub.calls["balance"]
+        stub.balances[PAYER] = 1  # bought one more
         again = await post(http, market.url, token)
-    assert again.status_code == 402
+    assert again.status_code == 200
     assert market.stub.calls["balance"] == reads + 1  # the refusal made the book read again
-    assert handler.calls == 2  # the third request was refused before the handler
+    assert handler.calls == 3
     assert market.endpoint.stats.settle_refused == 1
+    assert stub.burned == 2 and stub.balance_of(PAYER) == 0
 
 
 async def test_the_endpoint_charges_credits_per_request_within_a_wider_plan_range(

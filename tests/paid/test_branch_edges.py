@@ -178,11 +178,11 @@ async def test_a_deferred_settle_of_an_unmetered_payer_is_queued_then_given_up(
     response = await ask(market, OPAQUE_TOKEN)
     assert response.status_code == 200  # the answer exists: delivered, settle queued
     assert "payment-response" not in response.headers
-    assert "req-unmetered" in flow.queue.queue
+    assert "req-unmetered" in flow.queue
     assert flow.stats.settle_deferred == 1 and flow.stats.settle_queue == 1
     market.stub.faults["settle"] = (404, {"code": "BCK.X402.0404", "message": "unknown request"})
     assert await drain(market) == 0  # definitively refused: dropped, not retried forever
-    assert len(flow.queue.queue) == 0 and flow.stats.settle_queue == 0
+    assert len(flow.queue) == 0 and flow.stats.settle_queue == 0
     assert flow.stats.settle_lost == 1 and flow.stats.settle_recovered == 0
     assert market.stub.burned == 0
 
@@ -194,7 +194,7 @@ async def test_a_second_drain_while_one_runs_settles_nothing_twice(
     flow = market.endpoint.flow
     market.stub.faults["settle"] = OWN_KEY_REJECTED
     assert (await ask(market, make_token(PAYER))).status_code == 200
-    assert len(flow.queue.queue) == 1
+    assert len(flow.queue) == 1
     assert flow.book.known(PLAN_ID, PAYER) == (10, 1)  # still owed: the claim is kept
     del market.stub.faults["settle"]
     market.stub.hang_calls.add("settle")
@@ -209,7 +209,7 @@ async def test_a_second_drain_while_one_runs_settles_nothing_twice(
     market.stub.release.set()
     assert await asyncio.wait_for(first, 10) == 1
     assert market.stub.calls["settle"] == before + 1 and market.stub.burned == 1
-    assert flow.stats.settle_recovered == 1 and len(flow.queue.queue) == 0
+    assert flow.stats.settle_recovered == 1 and len(flow.queue) == 0
     assert flow.book.known(PLAN_ID, PAYER) == (9, 0)  # the claim closed with the receipt
 
 

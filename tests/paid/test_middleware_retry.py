@@ -5,6 +5,7 @@ loopback HTTP against the sandbox."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -15,7 +16,7 @@ from .support import MarketFactory
 
 
 async def test_svc_query_agent_gets_a_lost_answer_by_asking_once_more(
-    make_market: MarketFactory,
+    make_market: MarketFactory, tmp_path: Path
 ) -> None:
     market = await make_market(register_agent=False)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -45,6 +46,7 @@ async def test_svc_query_agent_gets_a_lost_answer_by_asking_once_more(
         "svcApiKey": market.builder_key,
         "environment": "local",
         "baseUrl": market.server.base_url,
+        "settleQueuePath": str(tmp_path / "settle-queue.json"),
     }
     routes = {"POST /ask": RouteConfig(plan_id=market.plan_id, agent_id=market.agent_id)}
     middleware = payment_middleware(routes, settings)

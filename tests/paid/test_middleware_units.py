@@ -207,7 +207,88 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
                 break
             await asyncio.sleep(0.02)
         assert middleware.stats.settle_recovered == 1 and stub.burned == 1
+        await middleware.start()  # started once: nothing is retried again
+        assert stub.calls["settle"] == 1
     finally:
         await runner.cleanup()
         await stub.close()
     await middleware.close()  # closing twice is harmless
+
+
+async def test_a_bare_middleware_starts_on_its_first_gated_request_and_sells_no_prompts(
+    tmp_path: Any,
+) -> None:
+    stub = StubService(balance=5)
+    await stub.start()
+    settings = {
+        "svcApiKey": BUILDER_KEY,
+        "environment": "local",
+        "baseUrl": stub.base_url,
+        "settleQueuePath": str(tmp_path / "queue.json"),
+        "planId": PLAN_ID,  # the flow's own plan, for its prompt entry below
+    }
+    middleware = payment_middleware({"POST /ask": RouteConfig(plan_id=PLAN_ID)}, settings)
+    app = web.Application(middlewares=[middleware])  # not installed: no startup hook
+
+    async def ask(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app.router.add_post("/ask", ask)
+    app.router.add_get("/free", ask)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/free")).status_code == 200
+            assert not middleware._started  # an ungated request opens nothing
+            paid = await http.post(
+                "/ask", json={}, headers={"payment-signature": make_token(PAYER)}
+            )
+        assert paid.status_code == 200 and "payment-response" in paid.headers
+        assert middleware._started and stub.burned == 1
+        # the flow behind the middleware sells routes; its prompt entry has no agent
+        flow = middleware.flow
+        refused = await flow.serve("a prompt", make_token(PAYER), base + "/ask")
+        assert refused.status == 500 and stub.burned == 1
+    finally:
+        await runner.cleanup()
+        await middleware.close()
+        await stub.close()
+
+
+def test_without_a_queue_path_each_set_of_plans_gets_its_own_settle_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("SVC_GATEWAY_CONFIG_DIR", str(tmp_path))
+    settings = {"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"}
+
+    def queue_file(*plans: str, **extra: Any) -> str:
+        routes = {f"POST /{p}": RouteConfig(plan_id=p) for p in plans}
+        middleware = payment_middleware(routes, {**settings, **extra})
+        middleware._runtime.close()
+        return str(middleware.core.config.settle_queue_path)
+
+    one, same, other = queue_file("a", "b"), queue_file("b", "a"), queue_file("c")
+    assert one == same and one != other
+    assert one.startswith(str(tmp_path)) and "settle-queue-routes-" in one
+    assert queue_file("a", settleQueuePath=str(tmp_path / "mine.json")) == str(
+        tmp_path / "mine.json"
+    )
+
+
+async def test_the_paid_endpoint_replays_a_settled_v3_tokens_answer_to_its_retry(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    token = make_token(PAYER, nonce="n-retry")
+    headers = {"payment-signature": token}
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = await http.post(market.url, json={"prompt": "same words"}, headers=headers)
+        retry = await http.post(market.url, json={"prompt": "same words"}, headers=headers)
+    assert first.status_code == retry.status_code == 200
+    assert retry.content == first.content
+    assert retry.headers["payment-response"] == first.headers["payment-response"]
+    assert market.stub.calls["settle"] == 1 and market.stub.burned == 1
+    assert market.endpoint.stats.replayed == 1

@@ -16,18 +16,27 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.client import ServiceClient
-from svc_gateway.config import PluginConfig
+from svc_gateway.config import ConfigError, PluginConfig
 from svc_gateway.embedded import DEMO_TOKEN
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.paid.handlers import SyncHandlerPool, default_handler
+from svc_gateway.paid.settle_journal import SettleJournal
 from svc_gateway.pricing import crypto_price, expirable_credits
 
 from .conftest import StubMarketFactory
 from .stub_service import StubService, make_token
-from .support import Market, MarketFactory, scripted_handler
+from .support import (
+    Market,
+    MarketFactory,
+    answer_lost_500,
+    refuse_500,
+    scripted_handler,
+)
 
 PAYER = "0x" + "aa" * 20
+#: the service rejects the seller's own key: settles are queued (retried without backoff)
+OWN_KEY_REJECTED = (401, {"code": "BCK.APIKEY.0004", "message": "invalid API key"})
 
 
 def redeemed(responses: list[httpx.Response]) -> int:
@@ -230,7 +239,7 @@ async def test_a_client_gone_while_settling_leaves_the_settle_owed_and_paid_once
             )
         await until(lambda: flow.stats.settle_deferred == 1)
         assert flow.stats.settle_queue == 1
-        (owed,) = flow.queue.queue.entries()
+        (owed,) = await flow.queue.entries()
         market.stub.release.set()  # the settle the cancelled request sent lands now
         market.stub.hang_calls.clear()
         assert await flow.core.runtime.run(flow.drain_queue()) == 1
@@ -359,3 +368,78 @@ async def test_a_call_whose_caller_left_before_a_thread_was_free_never_runs() ->
     assert ran == ["first", "next"]
     pool.shutdown()
     pool.shutdown()  # idempotent
+
+
+# -- 7. after a restart, settles still owed are credits in flight ----------------------------
+
+
+async def test_after_a_restart_6_credits_do_not_buy_9_answers(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    stub = StubService(balance=6)
+    first = await make_stub_market(stub=stub, store_dir="seller")
+    stub.faults["settle"] = OWN_KEY_REJECTED  # not the payer's fault: answers delivered, queued
+    async with httpx.AsyncClient(timeout=30) as http:
+        before = [await paid_post(http, first.url, f"q{i}") for i in range(3)]
+        assert [r.status_code for r in before] == [200] * 3
+        assert first.endpoint.stats.settle_queue == 3
+        await asyncio.to_thread(first.handle.close)  # the seller restarts, the outage goes on
+        second = await make_stub_market(stub=stub, store_dir="seller")
+        flow = second.endpoint.flow
+        assert flow.stats.settle_queue == 3
+        assert flow.book.known("plan-1", PAYER) == (0, 3)  # owed: in flight before any read
+        after = [await paid_post(http, second.url, f"r{i}") for i in range(6)]
+    statuses = Counter(r.status_code for r in after)
+    assert statuses == {200: 3, 402: 3}  # 6 credits, 3 of them owed: 3 more answers
+    del stub.faults["settle"]
+    for _ in range(50):  # bounded
+        if not flow.stats.settle_queue:
+            break
+        await flow.core.runtime.run(flow.drain_queue())
+    assert flow.stats.settle_queue == 0 and flow.stats.settle_lost == 0
+    assert flow.stats.settle_recovered == 6  # every delivered answer paid, from the queue
+    assert stub.burned == 6 and stub.balance_of(PAYER) == 0  # conservation: 6 = 0 + 6
+    assert flow.book.known("plan-1", PAYER) == (0, 0)
+
+
+# -- 8. a queued settle is retried with its original agentRequestId --------------------------
+
+
+async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charged_once(
+    make_market: MarketFactory, http: httpx.AsyncClient
+) -> None:
+    market = await make_market(faults=True)  # 10 credits, 2 per request, the real sandbox
+    flow = market.endpoint.flow
+    flow.settle_backoff = (0.0, 0.0)
+    await market.order()
+    assert market.transport is not None
+    # the first settle burns but its answer is lost; the in-flow retries find the service down
+    market.transport.faults["x402/settle"] = [answer_lost_500, refuse_500, refuse_500]
+    token = await market.token()
+    response = await http.post(
+        market.endpoint.url, json={"prompt": "pay once"}, headers={"payment-signature": token}
+    )
+    assert response.status_code == 200 and "payment-response" not in response.headers
+    assert flow.stats.settle_queue == 1 and await market.balance() == 8  # burned once already
+    (owed,) = await flow.queue.entries()
+    assert await flow.core.runtime.run(flow.drain_queue()) == 1
+    assert market.transport.calls["x402/settle"] == 4
+    receipt = flow.stats.receipts[-1]
+    assert receipt["creditsRedeemed"] == "2" and receipt["remainingBalance"] == "8"
+    balance = await market.balance()
+    assert balance == 8  # the v2 token was charged once for its one answer
+    assert flow.stats.settle_recovered == 1 and flow.stats.settle_queue == 0
+    assert owed.request_id not in flow.queue
+    assert balance + int(receipt["creditsRedeemed"]) == 10  # conservation
+
+
+# -- the settle journal is the flow's store: one endpoint per queue file ---------------------
+
+
+async def test_a_second_endpoint_on_the_same_queue_file_refuses_to_start(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    first = await make_stub_market(store_dir="one-dir")
+    assert isinstance(first.endpoint.flow.queue, SettleJournal)
+    with pytest.raises(ConfigError, match="already in use by process"):
+        await make_stub_market(stub=first.stub, store_dir="one-dir")

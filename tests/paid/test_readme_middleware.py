@@ -34,7 +34,7 @@ def free_port() -> int:
 
 
 async def test_the_readme_app_sells_two_routes_and_leaves_health_free(
-    make_seller: SellerFactory,
+    make_seller: SellerFactory, tmp_path: Path
 ) -> None:
     seller: Seller = await make_seller()
     port = free_port()
@@ -46,6 +46,7 @@ async def test_the_readme_app_sells_two_routes_and_leaves_health_free(
         "ASK_PLAN_ID": seller.fixed_plan,
         "SUMMARY_PLAN_ID": seller.dynamic_plan,
         "PORT": str(port),
+        "SVC_GATEWAY_CONFIG_DIR": str(tmp_path),  # its settle queue file goes here
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

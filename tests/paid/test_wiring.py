@@ -211,6 +211,7 @@ async def test_explicit_handler_and_credits_win_over_the_hosts(
         return {"who": "explicit"}
 
     async def attach() -> Any:
+        await market.endpoint.flow.aclose()  # one endpoint per settle queue file (its lock)
         return await attach_paid_endpoint(
             market.gateway, core, handler=mine, credits=lambda _r: 4, plan_id=PLAN_ID
         )

@@ -13,6 +13,8 @@ USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 REQUEST_TTL = 60.0
 CRYPTO = "svc:erc4337"
 CARD = "svc:card-delegation"
+#: A delegation budget (cents) below one order of a 1 USDC plan: such a token never tops up.
+NO_TOPUP = "99"
 
 
 #: The sandbox's own clock seam; tests move time with ``advance``.
@@ -123,11 +125,17 @@ class Api:
         return await self.http.post(f"/protocol/plans/{plan_id}/order", headers=buyer.headers)
 
     async def delegation(
-        self, buyer: Actor, provider: str = "erc4337", *, duration: int = 86400
+        self,
+        buyer: Actor,
+        provider: str = "erc4337",
+        *,
+        duration: int = 86400,
+        limit: str = "10000",
+        max_transactions: int | None = None,
     ) -> str:
         body: dict[str, Any] = {
             "provider": provider,
-            "spendingLimitCents": "10000",
+            "spendingLimitCents": limit,
             "durationSecs": str(duration),
             "currency": "usdc" if provider == "erc4337" else "usd",
         }
@@ -136,6 +144,8 @@ class Api:
                 "/payment-methods", params={"provider": provider}, headers=buyer.headers
             )
             body["providerPaymentMethodId"] = methods.json()[0]["id"]
+        if max_transactions is not None:
+            body["maxTransactions"] = max_transactions
         answer = await self.http.post("/delegation/create", json=body, headers=buyer.headers)
         assert answer.status_code == 201, answer.text
         return str(answer.json()["delegationId"])
@@ -163,9 +173,14 @@ class Api:
             body["resource"] = {"url": resource}
         return await self.http.post("/x402/permissions", json=body, headers=buyer.headers)
 
-    async def token(self, buyer: Actor, plan_id: str, **options: Any) -> str:
+    async def token(
+        self, buyer: Actor, plan_id: str, *, limit: str = "10000", **options: Any
+    ) -> str:
+        """A v2 token from a new delegation of ``limit`` cents (``NO_TOPUP``: never tops up)."""
         scheme = options.get("scheme", CRYPTO)
-        delegation_id = await self.delegation(buyer, "erc4337" if scheme == CRYPTO else "stripe")
+        delegation_id = await self.delegation(
+            buyer, "erc4337" if scheme == CRYPTO else "stripe", limit=limit
+        )
         answer = await self.token_answer(buyer, plan_id, delegation_id, **options)
         assert answer.status_code == 200, answer.text
         return str(answer.json()["accessToken"])

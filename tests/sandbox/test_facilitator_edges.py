@@ -109,14 +109,14 @@ async def mint_expiring(
 
 def expire_after_the_check(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, secs: float) -> None:
     """The balance check passes, then time moves on before the burn (the race)."""
-    checked = facilitator._credit_problem
+    checked = facilitator._assess
 
-    def check_then_tick(*args: Any) -> str | None:
+    def check_then_tick(*args: Any) -> Any:
         problem = checked(*args)
         clock.advance(secs)
         return problem
 
-    monkeypatch.setattr(facilitator, "_credit_problem", check_then_tick)
+    monkeypatch.setattr(facilitator, "_assess", check_then_tick)
 
 
 async def test_credits_expiring_between_check_and_burn_refuse_the_settle_and_burn_nothing(

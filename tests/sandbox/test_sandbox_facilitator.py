@@ -7,7 +7,7 @@ import asyncio
 import base64
 import json
 
-from .support import CARD, REQUEST_TTL, Actor, Api, FakeClock, envelope
+from .support import CARD, NO_TOPUP, REQUEST_TTL, Actor, Api, FakeClock, envelope
 
 
 async def funded(api: Api, owner: Actor, buyer: Actor, credits: int, **plan: object) -> str:
@@ -58,21 +58,19 @@ async def test_max_amount_is_optional_and_defaults_to_credits_per_request(
         "/x402/settle", json={**body, "agentRequestId": request_id}, headers=owner.headers
     )
     assert settled.status_code == 200, settled.text
-    assert settled.json()["creditsRedeemed"] == "2"  # the plan's minAmount
-    assert await api.credits(plan_id, buyer) == 3
+    assert settled.json()["creditsRedeemed"] == "4"  # the plan's default: its maxAmount
+    assert await api.credits(plan_id, buyer) == 1
 
 
 async def test_verify_reasons(api: Api, owner: Actor, buyer: Actor, clock: FakeClock) -> None:
     plan_id = await funded(api, owner, buyer, 3, low=2, high=4)
     other_plan = await api.plan(owner)
     agent_id = await api.agent(owner, [plan_id])
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     cases = {
         "other plan": (envelope(other_plan), "2", "no accepts entry"),
         "card scheme": (envelope(plan_id, CARD), "2", "no accepts entry"),
         "agent mismatch": (envelope(plan_id, agent_id=agent_id), "2", "different agent"),
-        "below min": (envelope(plan_id), "1", "outside the plan's range"),
-        "above max": (envelope(plan_id), "5", "outside the plan's range"),
         "more than the balance": (envelope(plan_id), "4", "insufficient credits: 3 available"),
         "within the balance": (envelope(plan_id), "3", None),
     }
@@ -196,17 +194,17 @@ async def test_concurrent_settles_never_spend_more_than_the_balance(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 5)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     verified = await asyncio.gather(*(api.verify(owner, token, plan_id) for _ in range(20)))
     assert all(v["isValid"] for v in verified)
     answers = await asyncio.gather(
         *(api.settle_answer(owner, token, plan_id, v["agentRequestId"]) for v in verified)
     )
-    bodies = [a.json() for a in answers]
-    assert sum(b["success"] for b in bodies) == 5
-    refused = [b for b in bodies if not b["success"]]
-    assert all("insufficient credits" in b["errorReason"] for b in refused)
-    assert all(b["transaction"] == "" for b in refused)
+    paid = [a.json() for a in answers if a.status_code == 200]
+    assert len(paid) == 5 and all(b["success"] and "orderTx" not in b for b in paid)
+    refused = [a.json() for a in answers if a.status_code != 200]
+    assert len(refused) == 15 and {r["code"] for r in refused} == {"BCK.X402.0023"}
+    assert all("insufficient credits: 0 available" in r["message"] for r in refused)
     ledger = await api.ledger(plan_id, buyer)
     assert (ledger["balance"], ledger["burned"]) == (0, 5)
 
@@ -215,7 +213,7 @@ async def test_settle_rechecks_the_balance_spent_since_verify(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 2, low=2, high=2)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     verified = await api.verify(owner, token, plan_id, "2")
     assert verified["isValid"] is True
     spent = await api.http.post(  # the buyer spends a credit between verify and settle
@@ -225,13 +223,12 @@ async def test_settle_rechecks_the_balance_spent_since_verify(
     )
     assert spent.status_code == 200, spent.text
     late = await api.settle_answer(owner, token, plan_id, verified["agentRequestId"], "2")
-    assert late.status_code == 200
-    assert late.json() == {
-        "success": False,
-        "errorReason": "insufficient credits: 1 available, 2 requested",
-        "transaction": "",
-        "payer": buyer.address,
-    }
+    assert late.status_code == 403
+    assert late.json()["code"] == "BCK.X402.0023"
+    assert late.json()["message"] == (
+        "Cannot order plan: the plan costs 100 cents and the delegation has 99 of its 99 cents "
+        "left (insufficient credits: 1 available, 2 requested)"
+    )
     assert await api.credits(plan_id, buyer) == 1
 
 
@@ -274,11 +271,6 @@ async def test_settle_errors(api: Api, owner: Actor, buyer: Actor) -> None:
     assert unknown.status_code == 404
     mismatch = await api.settle_answer(owner, other_token, plan_id, request_id, "2")
     assert mismatch.status_code == 400 and mismatch.json()["code"] == "BCK.X402.0041"
-    beyond_plan = (await api.settle_answer(owner, token, plan_id, request_id, "6")).json()
-    assert (
-        beyond_plan["success"] is False and "outside the plan's range" in beyond_plan["errorReason"]
-    )
-    assert await api.credits(plan_id, buyer) == 10
     less = await api.settle_answer(owner, token, plan_id, request_id, "1")
     assert less.json()["success"] is True and less.json()["creditsRedeemed"] == "1"
     assert await api.credits(plan_id, buyer) == 9
@@ -322,20 +314,20 @@ async def test_settle_without_request_id_verifies_and_burns(
     api: Api, owner: Actor, buyer: Actor
 ) -> None:
     plan_id = await funded(api, owner, buyer, 2)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     for expected in ("1", "0"):
         answer = (await api.settle_answer(owner, token, plan_id, None)).json()
         assert answer["success"] is True and answer["remainingBalance"] == expected
-    empty = (await api.settle_answer(owner, token, plan_id, None)).json()
-    assert empty["success"] is False and "insufficient" in empty["errorReason"]
-    assert empty["transaction"] == ""
+    empty = await api.settle_answer(owner, token, plan_id, None)
+    assert empty.status_code == 403 and "insufficient credits" in empty.json()["message"]
+    assert (await api.ledger(plan_id, buyer))["burned"] == 2
 
 
 async def test_time_plan_settles_for_zero_while_access_lasts(
     api: Api, owner: Actor, buyer: Actor, clock: FakeClock
 ) -> None:
     plan_id = await funded(api, owner, buyer, 1, duration=600)
-    token = await api.token(buyer, plan_id)
+    token = await api.token(buyer, plan_id, limit=NO_TOPUP)
     for _ in range(3):
         request_id = (await api.verify(owner, token, plan_id))["agentRequestId"]
         settled = (await api.settle_answer(owner, token, plan_id, request_id)).json()
@@ -380,3 +372,18 @@ async def test_conservation_after_a_mixed_run(
     assert ledger["burned"] == ledger["auditBurned"] == 3 * 2 + 1 + 2
     assert ledger["granted"] == ledger["balance"] + ledger["burned"]
     assert await api.credits(plan_id, buyer) == ledger["balance"] == 11
+
+
+async def test_an_amount_outside_the_plans_range_counts_as_its_minimum(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    """As the service documents for dynamic charges (facilitator module docstring): 7 on a
+    [2, 4] plan and 1 below it both burn 2; "0" or no maxAmount burns the default, 4."""
+    plan_id = await funded(api, owner, buyer, 20, low=2, high=4)
+    token = await api.token(buyer, plan_id)
+    for asked, burned in (("7", "2"), ("1", "2"), ("3", "3"), ("0", "4")):
+        verified = await api.verify(owner, token, plan_id, asked)
+        assert verified["isValid"] is True, asked
+        settled = await api.settle_answer(owner, token, plan_id, verified["agentRequestId"], asked)
+        assert settled.json()["creditsRedeemed"] == burned, asked
+    assert await api.credits(plan_id, buyer) == 20 - 11

@@ -123,7 +123,6 @@ async def test_v3_token_refused_for_another_url_or_verb(
     cases = {
         "other URL": paid(plan_id, agent_id, url=other),
         "other verb": paid(plan_id, agent_id, verb="GET"),
-        "no verb": envelope(plan_id, agent_id=agent_id, url=URL),
     }
     for name, envelope_ in cases.items():
         verified = await api.verify(owner, token, plan_id, paid=envelope_)
@@ -131,6 +130,12 @@ async def test_v3_token_refused_for_another_url_or_verb(
         assert "bound to another" in verified["invalidReason"], name
         settled = (await api.settle_answer(owner, token, plan_id, None, paid=envelope_)).json()
         assert settled["success"] is False, name
+    # An envelope naming no verb is not held to the token's (the SDK's MCP paywall verifies
+    # without one: payments_py mcp/core/auth.py); the URL binding still applies.
+    no_verb = await api.verify(
+        owner, token, plan_id, paid=envelope(plan_id, agent_id=agent_id, url=URL)
+    )
+    assert no_verb["isValid"] is True
     # The SDK's FastAPI paywall puts the request path in resource.url: that still matches.
     relative = await api.verify(owner, token, plan_id, paid=paid(plan_id, agent_id, "/svc/agent"))
     assert relative["isValid"] is True

@@ -43,7 +43,6 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from .. import errors
@@ -65,7 +64,6 @@ from .outcome import Outcome, PaidOutcome, PaidRequest
 from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
 from .refusals import GUIDANCE, RETRY_AFTER_SECS, RefusalMixin, error_answer
 from .replay import Paid, ReplayCache, digest
-from .settle_queue import QUEUE_FILE, SettleQueue
 from .settling import (
     REPLAYED_TOKEN,
     PaidCall,
@@ -73,8 +71,9 @@ from .settling import (
     SettleMixin,
     SettleOutcome,
     classify_settle_error,
+    default_queue_path,
 )
-from .state import AdmissionBook, LocalSettleStore, SettleStore
+from .state import AdmissionBook, SettleStore
 from .tracing import NullTrace, abbreviate, start_trace
 
 #: names other modules import from here (they moved to .settling and .refusals)
@@ -182,9 +181,10 @@ class PaidFlow(SettleMixin, RefusalMixin):
         self.queue_retry_secs = queue_retry_secs
         self.stats = PaidStats()
         self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
-        self.queue: SettleStore = (
-            queue if queue is not None else LocalSettleStore(SettleQueue(default_queue_path(core)))
-        )
+        #: the settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
+        #: the default one, the journal beside the credentials (it takes a lock: blocking I/O)
+        self.queue: SettleStore | None = queue
+        self._opening = asyncio.Lock()
         self._deferred: dict[str, Admission] = {}
         self.queued_listeners = []
         self.handler_pool = SyncHandlerPool()
@@ -531,13 +531,6 @@ class PaidFlow(SettleMixin, RefusalMixin):
             with contextlib.suppress(asyncio.CancelledError):
                 await drainer
         self.handler_pool.shutdown()
-        await self.queue.aclose()
+        if self.queue is not None:
+            await self.queue.aclose()
         await self.book.aclose()
-
-
-def default_queue_path(core: PluginCore) -> Path:
-    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
-    configured = core.config.settle_queue_path
-    if configured:
-        return Path(configured).expanduser()
-    return core.store.path.parent / QUEUE_FILE

@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -29,8 +30,7 @@ from ..models import SCHEME_CARD
 from ..redact import get_logger
 from .handlers import Answer, load_handler
 from .outcome import Outcome, PaidOutcome, PaidRequest
-from .settle_queue import SettleQueue
-from .state import LocalSettleStore
+from .settle_journal import SettleJournal
 
 if TYPE_CHECKING:
     from ..accounts import UserAccounts
@@ -105,6 +105,7 @@ class ToolMeter:
             self.prices[pattern] = price if isinstance(price, int) else load_handler(price)
         self._calls: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
         self._started = False
+        self._starting = asyncio.Lock()
         if receipts is not None:
             flow.queued_listeners.append(receipts.queued_ended)
 
@@ -118,11 +119,17 @@ class ToolMeter:
         """A meter with its own paid flow and settle queue (beside the endpoint's)."""
         from .flow import PaidFlow
 
-        path = operator.store.path.parent / TOOL_QUEUE_FILE
-        if operator.config.settle_queue_path:
-            path = path.with_name(f"{path.stem}.{TOOL_QUEUE_FILE}")
-        flow = PaidFlow(operator, handler=_no_prompts, queue=LocalSettleStore(SettleQueue(path)))
+        flow = PaidFlow(operator, handler=_no_prompts)
         return cls(operator, flow, accounts, receipts)
+
+    def queue_path(self) -> Path:
+        """The metered calls' own settle journal (one store per file): beside the endpoint's
+        ``settleQueuePath`` when set, else beside the credentials."""
+        configured = self.operator.config.settle_queue_path
+        if configured:
+            base = Path(configured).expanduser()
+            return base.with_name(f"{base.stem}.tools{base.suffix or '.json'}")
+        return self.operator.store.path.parent / TOOL_QUEUE_FILE
 
     # -- which calls are metered -------------------------------------------------------------
 
@@ -192,9 +199,12 @@ class ToolMeter:
         return result
 
     async def _meter(self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]]) -> Any:
-        if not self._started:
-            self._started = True
-            await self.flow.start()
+        async with self._starting:  # every call waits until the settle journal is open
+            if not self._started:
+                if self.flow.queue is None:
+                    self.flow.queue = await SettleJournal.open(self.queue_path())
+                await self.flow.start()
+                self._started = True
         name = ctx.tool_name
         plan_id = self.plan_id()
         if plan_id is None:

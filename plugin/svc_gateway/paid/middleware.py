@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ..config import load_config
 from ..core import PluginCore
-from ..login import CredentialStore
+from ..login import CredentialStore, default_config_dir
 from ..redact import get_logger, install
 from ..runtime import PluginRuntime
 from .flow import PaidFlow, PaidStats
@@ -63,7 +63,7 @@ class PaymentMiddleware:
 
     def __init__(self, routes: Routes, settings: Mapping[str, Any]) -> None:
         self.routes = RouteMap(routes)
-        config = load_config(settings)
+        config = load_config(_with_queue_path(settings, self.routes))
         install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
         self._runtime = PluginRuntime(name="svc-payments")
         self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
@@ -80,12 +80,27 @@ class PaymentMiddleware:
         return self.flow.stats
 
     def install(self, app: web.Application) -> None:
-        """Add the middleware to ``app`` (not started yet) and close it with the app."""
+        """Add the middleware to ``app`` (not started yet): its settle store opens when the app
+        starts (an app that cannot open it does not start) and closes with the app."""
         app.middlewares.append(self)
+        app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
+
+    async def _startup(self, _app: web.Application) -> None:
+        await self.start()
 
     async def _cleanup(self, _app: web.Application) -> None:
         await self.close()
+
+    async def start(self) -> None:
+        """Open the settle store and retry what a previous run left owed (once; the first
+        gated request does it when the app was not built with :meth:`install`)."""
+        if self._started:
+            return
+        self._started = True
+        owed = await self.flow.start()
+        if owed:
+            log.warning("%d paid request(s) of a previous run are not settled yet", owed)
 
     async def close(self) -> None:
         if self._closed:
@@ -100,10 +115,7 @@ class PaymentMiddleware:
         if route is None:
             return await handler(request)
         if not self._started:
-            self._started = True
-            owed = await self.flow.start()  # settles a previous run could not finish
-            if owed:
-                log.warning("%d paid request(s) of a previous run are not settled yet", owed)
+            await self.start()
         outcome = await self.sell(request, handler, route)
         return to_response(outcome.answer)
 
@@ -151,6 +163,17 @@ class PaymentMiddleware:
         return str(request.url.with_query(None).with_fragment(None))
 
 
+def _with_queue_path(settings: Mapping[str, Any], routes: RouteMap) -> Mapping[str, Any]:
+    """Without ``settleQueuePath``, the owed settles of these routes' plans get their own file
+    in the plugin's config directory (its lock keeps one store per file: the plugin's own paid
+    endpoint, or an app selling other plans, uses another one)."""
+    if settings.get("settleQueuePath"):
+        return settings
+    plans = sorted({route.config.plan_id for route in routes.routes})
+    name = f"settle-queue-routes-{digest(*plans)[:12]}.json"
+    return {**settings, "settleQueuePath": str(default_config_dir() / name)}
+
+
 def _price(config: RouteConfig, request: web.Request) -> Callable[[], Awaitable[int]]:
     async def price() -> int:
         return await config.price(request)
@@ -168,9 +191,7 @@ def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:
             # the status line is not written yet, but the shared writer was already set up
             # for the stream (chunking, compression): undo that for the answer we send instead
             writer: Any = request._payload_writer
-            writer.chunked, writer.length = False, None
-            if hasattr(writer, "_compress"):
-                writer._compress = None
+            writer.chunked, writer.length, writer._compress = False, None, None
             raise StreamingRefused(
                 f"{request.method} {request.path} is a paid route, and paid routes cannot "
                 "stream (the receipt header goes on a buffered answer): return a web.Response"

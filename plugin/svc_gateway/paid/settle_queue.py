@@ -5,14 +5,17 @@ Each entry is what a retry needs: the envelope, the access token, the amount and
 under the plugin's config directory with mode 0600, like the credential file, because it holds
 access tokens; it is rewritten atomically, so a crash leaves the old or the new list, never half
 of one. A second run of the endpoint reads it and finishes what the first left.
+
+:class:`SettleQueue` is the synchronous whole-file store the flow used first; the append-only,
+locked :class:`~.settle_journal.SettleJournal` replaces it (and reads its file once).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,48 @@ QUEUE_FILE = "settle-queue.json"
 MAX_ENTRIES = 10_000
 #: an access token older than this has expired anyway: its settle can no longer succeed
 MAX_AGE_SECS = 7 * 24 * 3600.0
+
+Fsync = Callable[[int], None]
+
+
+def _os_fsync(fd: int) -> None:
+    os.fsync(fd)  # looked up at call time, so a test can observe it
+
+
+def fsync_directory(directory: Path, fsync: Fsync = _os_fsync) -> None:
+    """Make a rename or a new file in ``directory`` durable (POSIX: sync the directory)."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_durably(path: Path, data: bytes, fsync: Fsync = _os_fsync) -> None:
+    """Write ``data`` to a 0600 temp file, sync it, rename it over ``path``, sync the
+    directory: after a crash or a power loss ``path`` holds the old or the new bytes."""
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent, fsync)
+
+
+def set_aside(path: Path, fsync: Fsync = _os_fsync) -> bool:
+    """Rename an unreadable file to ``<name>.bad`` (kept for a human); False if it cannot be."""
+    try:
+        os.replace(path, path.with_name(path.name + ".bad"))
+        fsync_directory(path.parent, fsync)
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -75,8 +120,10 @@ class SettleQueue:
         max_entries: int = MAX_ENTRIES,
         max_age_secs: float = MAX_AGE_SECS,
         clock: Any = time.time,
+        fsync: Fsync = _os_fsync,
     ) -> None:
         self.path = path
+        self._fsync = fsync
         self.max_entries = max_entries
         self.max_age_secs = max_age_secs
         self._clock = clock
@@ -148,21 +195,13 @@ class SettleQueue:
                 self._drop(entry.request_id, "too old to settle (its access token has expired)")
 
     def _set_aside(self) -> None:
-        with contextlib.suppress(OSError):
-            os.replace(self.path, self.path.with_name(self.path.name + ".bad"))
+        set_aside(self.path, self._fsync)
 
     def _save(self) -> None:
         """Write the whole list atomically, mode 0600 (it holds access tokens)."""
         data = json.dumps([asdict(e) for e in self._entries.values()], separators=(",", ":"))
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
+            replace_durably(self.path, data.encode("utf-8"), self._fsync)
         except OSError as exc:
             log.error(
                 "cannot write the settle queue %s (%s); %d unsettled request(s) are kept in "

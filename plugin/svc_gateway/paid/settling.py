@@ -13,6 +13,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -21,7 +22,8 @@ from ..encoding import to_int
 from ..models import PaymentRequirement, SettleResult
 from ..redact import get_logger
 from .billing import Admission
-from .settle_queue import PendingSettle
+from .settle_journal import SettleJournal
+from .settle_queue import QUEUE_FILE, PendingSettle
 from .state import AdmissionBook, SettleStore
 
 if TYPE_CHECKING:
@@ -80,7 +82,8 @@ class SettleMixin:
     core: PluginCore
     stats: PaidStats
     book: AdmissionBook
-    queue: SettleStore
+    queue: SettleStore | None
+    _opening: asyncio.Lock
     settle_backoff: tuple[float, ...]
     queue_retry_secs: float
     _deferred: dict[str, Admission]
@@ -178,7 +181,8 @@ class SettleMixin:
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
             self.stats.settle_deferred += 1
-            dropped = await self.queue.add(
+            store = await self._store()
+            dropped = await store.add(
                 PendingSettle(
                     request_id=call.request_id,
                     plan_id=plan_id,
@@ -195,7 +199,7 @@ class SettleMixin:
                 admission = self._deferred.pop(request_id, None)
                 if admission is not None:
                     await self.book.release(admission)
-            self.stats.settle_queue = await self.queue.count()
+            self.stats.settle_queue = await store.count()
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",
@@ -226,16 +230,34 @@ class SettleMixin:
             drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
+    async def _store(self) -> SettleStore:
+        """The settle store, opened on first use (a second endpoint on the same file refuses
+        to start: :class:`SettleQueueLocked`)."""
+        if self.queue is None:
+            async with self._opening:
+                if self.queue is None:
+                    self.queue = await SettleJournal.open(default_queue_path(self.core))
+        return self.queue
+
     async def start(self) -> int:
-        """Start retrying the settles a previous run left owed. Returns how many are owed."""
-        owed = await self.queue.entries()
+        """Count the settles a previous run left owed as in flight for their payers (until
+        they settle or are given up: those credits are not for sale again) and start retrying
+        them. Returns how many are owed."""
+        store = await self._store()
+        owed = await store.entries()
+        for entry in owed:
+            if entry.payer and entry.request_id not in self._deferred:
+                self._deferred[entry.request_id] = await self.book.restore(
+                    entry.plan_id, entry.payer, entry.amount, entry.request_id
+                )
         self.stats.settle_queue = len(owed)
         if owed:
             self.kick_queue()
         return len(owed)
 
     async def _drain_loop(self, delay: float) -> None:
-        while await self.queue.count():
+        store = await self._store()
+        while await store.count():
             if delay > 0:
                 await asyncio.sleep(delay)
             await self.drain_queue()
@@ -246,13 +268,12 @@ class SettleMixin:
         first outage. Returns how many were settled."""
         if self._draining:
             return 0
+        store = await self._store()
         self._draining = True
         done = 0
         seen: set[str] = set()
         try:
-            while batch := [
-                e for e in await self.queue.claim(DRAIN_BATCH) if e.request_id not in seen
-            ]:
+            while batch := [e for e in await store.claim(DRAIN_BATCH) if e.request_id not in seen]:
                 for entry in batch:
                     seen.add(entry.request_id)
                     outcome = await self._retry_queued(entry)
@@ -261,7 +282,7 @@ class SettleMixin:
                     done += outcome
         finally:
             self._draining = False
-            self.stats.settle_queue = await self.queue.count()
+            self.stats.settle_queue = await store.count()
         return done
 
     async def _retry_queued(self, entry: PendingSettle) -> int | None:
@@ -292,7 +313,8 @@ class SettleMixin:
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
-        await self.queue.remove(entry.request_id)
+        store = await self._store()
+        await store.remove(entry.request_id)
         self._queued_ended(entry.request_id, "settled", receipt)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
@@ -307,7 +329,8 @@ class SettleMixin:
         admission = self._deferred.pop(entry.request_id, None)
         if admission is not None:
             await self.book.release(admission)
-        await self.queue.remove(entry.request_id)
+        store = await self._store()
+        await store.remove(entry.request_id)
         self._queued_ended(entry.request_id, "lost", None)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
@@ -318,3 +341,11 @@ class SettleMixin:
             reason,
         )
         return 0
+
+
+def default_queue_path(core: PluginCore) -> Path:
+    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
+    configured = core.config.settle_queue_path
+    if configured:
+        return Path(configured).expanduser()
+    return core.store.path.parent / QUEUE_FILE

@@ -114,8 +114,7 @@ class RequestTrace(NullTrace):
             finally:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 span.set_attribute(timing, elapsed)
-                if self._parent is not None:
-                    self._parent.set_attribute(timing, elapsed)
+                self._parent.set_attribute(timing, elapsed)  # children open inside request()
                 self._child = None
 
     def set(self, **attrs: str | int | float | bool | None) -> None:

@@ -6,6 +6,11 @@ allow-list, as on the service: it reads each item as ``Object.entries(ep)[0]``, 
 registration but never matches, and an agent whose endpoints all look like that refuses
 every ``resource.url`` with ``BCK.PROTOCOL.0031`` (payments_py ``common/types.py``
 ``Endpoint``). Credentials given for calling the agent are checked, never stored.
+
+An endpoint may be an MCP logical URI, ``mcp://<serverName>/tools/<name>`` (or
+``resources``/``prompts``, or a final ``*``): the SDKs' MCP paywall verifies a tool call
+with that URI plus the call's arguments as a query (``payments_py/mcp/utils/logical_url.py``),
+which matches on scheme, server and path, the query ignored.
 """
 
 from __future__ import annotations

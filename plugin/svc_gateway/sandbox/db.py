@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS delegations (
     id TEXT PRIMARY KEY, owner TEXT NOT NULL, provider TEXT NOT NULL,
     payment_method_id TEXT NOT NULL, currency TEXT NOT NULL, spending_limit_cents TEXT NOT NULL,
     plan_id TEXT, max_transactions INTEGER, transaction_count INTEGER NOT NULL DEFAULT 0,
+    spent_cents TEXT NOT NULL DEFAULT '0',
     created_at REAL NOT NULL, expires_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS delegations_owner ON delegations(owner);
 CREATE TABLE IF NOT EXISTS balances (
@@ -85,7 +86,7 @@ Row = sqlite3.Row
 #: bounds how late a seller may settle (for instance retrying after an outage).
 REQUEST_TTL_SECS = 86400.0
 #: Bumped when the schema changes in a way an old file cannot follow.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 log = logging.getLogger("svc_gateway.sandbox")
 
 

@@ -43,6 +43,7 @@ class Delegation:
     transaction_count: int
     created_at: float
     expires_at: float
+    spent_cents: int = 0
 
     @classmethod
     def from_row(cls, row: Row) -> Delegation:
@@ -58,7 +59,12 @@ class Delegation:
             row["transaction_count"],
             row["created_at"],
             row["expires_at"],
+            int(row["spent_cents"]),
         )
+
+    @property
+    def remaining_cents(self) -> int:
+        return max(self.spending_limit_cents - self.spent_cents, 0)
 
     @property
     def scheme(self) -> str:
@@ -164,10 +170,27 @@ def usable_delegation(store: Store, owner: str, delegation_id: str) -> Delegatio
     return delegation
 
 
+def transactions_left(delegation: Delegation) -> int | float:
+    """Settles the delegation may still pay for (``inf`` without ``maxTransactions``)."""
+    if delegation.max_transactions is None:
+        return float("inf")
+    return delegation.max_transactions - delegation.transaction_count
+
+
 def count_transaction(store: Store, delegation_id: str) -> None:
+    """One settle paid through the delegation (a top-up order inside it included)."""
     store.run(
         "UPDATE delegations SET transaction_count = transaction_count + 1 WHERE id = ?",
         (delegation_id,),
+    )
+
+
+def charge(store: Store, delegation_id: str, cents: int) -> None:
+    """Spend ``cents`` of the delegation's budget (a top-up order); the caller checked it."""
+    row = store.one("SELECT spent_cents FROM delegations WHERE id = ?", (delegation_id,))
+    spent = int(row["spent_cents"]) if row is not None else 0
+    store.run(
+        "UPDATE delegations SET spent_cents = ? WHERE id = ?", (str(spent + cents), delegation_id)
     )
 
 
@@ -181,10 +204,10 @@ def delegation_item(store: Store, delegation: Delegation) -> dict[str, Any]:
         "providerPaymentMethodId": delegation.payment_method_id,
         "status": "Active" if active else "Expired",
         "spendingLimitCents": str(delegation.spending_limit_cents),
-        "amountSpentCents": "0",
-        "spentCents": "0",
+        "amountSpentCents": str(delegation.spent_cents),
+        "spentCents": str(delegation.spent_cents),
         "durationSecs": round(delegation.expires_at - delegation.created_at),
-        "remainingBudgetCents": str(delegation.spending_limit_cents),
+        "remainingBudgetCents": str(delegation.remaining_cents),
         "currency": delegation.currency,
         "transactionCount": delegation.transaction_count,
         "maxTransactions": delegation.max_transactions,

@@ -17,6 +17,8 @@ PRECISION_LOST = "BCK.COMMON.0026"
 FIAT_PRICE_TOO_LOW = "BCK.PROTOCOL.0047"
 DELEGATION_EXPIRED = "BCK.X402.0013"
 DELEGATION_MISSING = "BCK.X402.0030"
+#: The delegation cannot pay (spending limit, maxTransactions, currency) (WIRE.md §4, 403).
+DELEGATION_BUDGET = "BCK.X402.0023"
 #: An agent endpoint allow-list that matches no ``resource.url`` (Python SDK 1.18 ``Endpoint``).
 ENDPOINT_NOT_ALLOWED = "BCK.PROTOCOL.0031"
 #: A v3 (single-use) access token settled a second time (``payments_py/x402/errors.py``).

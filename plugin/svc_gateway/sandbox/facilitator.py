@@ -11,8 +11,20 @@ later settle under another ``agentRequestId`` fails with ``BCK.X402.0059``. Veri
 consults the spent nonces (as on the service, payments_py ``x402/fastapi/middleware.py``):
 a replayed v3 token passes verify and the seller learns it was spent at settle.
 
-``maxAmount`` is optional on both (as in the SDK); when absent the plan's credits per
-request (``creditsConfig.minAmount``, which equals ``maxAmount`` on fixed plans) is used.
+A payer short of credits is topped up (:mod:`.topup`): verify counts one order through the
+token's delegation, settle records it inside the burn's transaction and answers its
+``orderTx``. Every settle counts one transaction on the delegation (its ``maxTransactions``);
+one it cannot pay is refused with 403 ``BCK.X402.0023``, nothing ordered or burned.
+
+``maxAmount`` is optional on both (as in the SDK). ``"0"`` means the plan's default, its
+maximum credits per request (payments TS SDK commit 9c1148f: "the backend interpreted
+maxAmount=0 as 'use plan default', burning maxCreditsPerRequest"); an absent ``maxAmount``
+is read the same way (the SDKs send nothing else for "default"). On fixed plans min = max.
+An amount outside the plan's ``[minAmount, maxAmount]`` is not refused: it counts as the
+plan's minimum, as the service documents for dynamic charges ("if the service returns a
+number outside this range, the credits charged will be the minimum of that range",
+nevermined app_docs ``tutorials/advanced/20-dynamic-charge-credits.md``), which is what lets
+an MCP tool priced above a fixed plan's credits settle (payments TS SDK MCP e2e tests).
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ from ..encoding import decode_b64_json
 from . import validation as v
 from .agents import Agent, get_agent, is_associated
 from .db import Store
-from .delegations import count_transaction, get_delegation
+from .delegations import Delegation, count_transaction, get_delegation, transactions_left
 from .errors import (
     ENDPOINT_NOT_ALLOWED,
     ENVELOPE_INVALID,
@@ -41,6 +53,7 @@ from .ledger import balance_view, burn, holding
 from .permissions import InvalidToken, TokenInfo, read_token
 from .plans import Plan, get_plan
 from .tokens import time_ordered_uuid
+from .topup import Shortfall, shortfall, top_up
 
 
 @dataclass(frozen=True)
@@ -91,13 +104,17 @@ def _resource_url(envelope: dict[str, Any]) -> str | None:
 
 
 def _same_resource(bound: str, url: str) -> bool:
-    """A v3 token's URL against the envelope's (a relative envelope URL compares paths)."""
+    """A v3 token's URL against the envelope's: origin and path, the query ignored (the
+    service's rule, payments TS SDK docs), so ``mcp://server/tools/name?args`` (the logical
+    URL the SDKs' MCP paywall sends) is the tool ``mcp://server/tools/name``. A relative
+    envelope URL compares paths."""
     if bound == url:
         return True
-    got = urlsplit(url)
+    want, got = urlsplit(bound), urlsplit(url)
     if got.scheme or got.netloc:
-        return bound.rstrip("/") == url.rstrip("/")
-    return (urlsplit(bound).path or "/").rstrip("/") == (got.path or "/").rstrip("/")
+        same_origin = (want.scheme, want.netloc.lower()) == (got.scheme, got.netloc.lower())
+        return same_origin and want.path.rstrip("/") == got.path.rstrip("/")
+    return (want.path or "/").rstrip("/") == (got.path or "/").rstrip("/")
 
 
 def _check_binding(info: TokenInfo, url: str | None, verb: object) -> None:
@@ -106,6 +123,11 @@ def _check_binding(info: TokenInfo, url: str | None, verb: object) -> None:
         return
     if url is None or info.resource_url is None or not _same_resource(info.resource_url, url):
         raise InvalidToken("the access token is bound to another resource URL")
+    # An envelope that names no verb is not checked against the token's: the SDKs' own MCP
+    # paywall verifies without one (payments_py ``mcp/core/auth.py``), and a v3 token bound to
+    # an MCP tool's logical URI must still pay for that tool. A named verb must match.
+    if verb is None:
+        return
     if not isinstance(verb, str) or verb.upper() != (info.http_verb or "").upper():
         raise InvalidToken("the access token is bound to another HTTP verb")
 
@@ -163,23 +185,33 @@ def approve(store: Store, info: TokenInfo, call: PaymentCall, *, fresh: bool) ->
                 'Register the endpoint as {"POST": "<url>"} or send the registered URL',
             )
     _check_binding(info, url, verb)
-    amount = plan.min_amount if call.amount is None else call.amount
+    # Absent or "0" is the plan's default, its max credits per request (see module docstring).
+    amount = plan.max_amount if not call.amount else call.amount
     if not plan.min_amount <= amount <= plan.max_amount:
-        raise InvalidToken(
-            f"maxAmount {amount} is outside the plan's range [{plan.min_amount}, {plan.max_amount}]"
-        )
+        amount = plan.min_amount  # out of range: the plan's minimum (module docstring)
     return Approval(info, plan, agent, amount, *(matched or (None, None)))
 
 
-def _credit_problem(store: Store, approval: Approval) -> str | None:
-    """Why the payer cannot pay ``approval.amount`` now, or ``None`` when they can."""
-    plan, payer = approval.plan, approval.info.payer
-    state = holding(store, plan, payer)
-    if plan.is_time:
-        return None if state.active else "no active access to this time plan: order it first"
-    if state.balance < approval.amount:
-        return f"insufficient credits: {state.balance} available, {approval.amount} requested"
-    return None
+def _assess(store: Store, approval: Approval) -> tuple[Delegation, Shortfall | None, bool]:
+    """The token's delegation, why the payer cannot pay ``approval.amount`` (or ``None``),
+    and whether paying takes a top-up order through the delegation (:mod:`.topup`)."""
+    delegation = get_delegation(store, approval.info.delegation_id)
+    assert delegation is not None  # approve() checked it exists
+    if transactions_left(delegation) <= 0:
+        reason = f"the delegation reached its maxTransactions ({delegation.max_transactions})"
+        return delegation, Shortfall("budget", reason), False
+    problem, needs_order = shortfall(
+        store, approval.plan, approval.info.payer, approval.amount, delegation
+    )
+    return delegation, problem, needs_order
+
+
+class _Rollback(Exception):
+    """Undo a settle's top-up order when its burn fails; carries the failure answer."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__("settle rolled back")
+        self.answer = answer
 
 
 def _nonce_spent(store: Store, info: TokenInfo) -> bool:
@@ -199,9 +231,9 @@ def verify(store: Store, body: dict[str, Any]) -> dict[str, Any]:
     with store.tx():
         try:
             approval = approve(store, info, call, fresh=True)
-            problem = _credit_problem(store, approval)
+            problem = _assess(store, approval)[1]
             if problem is not None:
-                raise InvalidToken(problem)
+                raise InvalidToken(problem.invalid_reason)
         except InvalidToken as error:
             return {"isValid": False, "invalidReason": str(error), "payer": info.payer}
         request_id = time_ordered_uuid(now)
@@ -248,6 +280,14 @@ def settle(store: Store, caller: str, body: dict[str, Any]) -> dict[str, Any]:
         return _failure("the token's plan no longer exists", info.payer)
     if plan.owner != caller:
         raise not_owner("plan (only the plan owner settles its requests)")
+    try:
+        return _settle_once(store, info, call)
+    except _Rollback as undone:
+        return undone.answer
+
+
+def _settle_once(store: Store, info: TokenInfo, call: PaymentCall) -> dict[str, Any]:
+    """One settle in one transaction: check, top up when short, burn, remember the answer."""
     with store.tx():
         request = None
         if call.agent_request_id is not None:
@@ -266,16 +306,20 @@ def settle(store: Store, caller: str, body: dict[str, Any]) -> dict[str, Any]:
             raise ApiError(
                 403,
                 TOKEN_ALREADY_USED,
-                "This access token was already settled (version 3 tokens are single use)",
-                "Withhold the answer; the buyer must mint a new access token",
+                "This access token was already settled (version 3 tokens are single use): "
+                "mint a new token",
+                "Withhold the answer; the buyer must mint a new token",
             )
-        problem = _credit_problem(store, approval)
+        delegation, problem, needs_order = _assess(store, approval)
         if problem is not None:
-            return _failure(problem, info.payer)
+            if problem.kind in ("budget", "expired"):
+                raise problem.refusal()  # rolls back: nothing ordered, nothing burned
+            return _failure(problem.invalid_reason, info.payer)
+        order_tx = top_up(store, approval.plan, info.payer, delegation) if needs_order else None
         try:
-            answer = _burn(store, approval, call.agent_request_id)
-        except ValueError:  # a bucket expired between the check and the burn
-            return _failure("insufficient credits", info.payer)
+            answer = _burn(store, approval, call.agent_request_id, order_tx)
+        except ValueError as error:  # a bucket expired between the check and the burn
+            raise _Rollback(_failure("insufficient credits", info.payer)) from error
         if call.agent_request_id is not None:
             store.run(
                 "UPDATE agent_requests SET answer = ? WHERE id = ?",
@@ -301,7 +345,9 @@ def _known_request(store: Store, info: TokenInfo, request_id: str) -> Any:
     return request
 
 
-def _burn(store: Store, approval: Approval, request_id: str | None) -> dict[str, Any]:
+def _burn(
+    store: Store, approval: Approval, request_id: str | None, order_tx: str | None
+) -> dict[str, Any]:
     plan, info = approval.plan, approval.info
     redeemed = 0 if plan.is_time else approval.amount
     tx = burn(store, plan, info.payer, redeemed, request_id)
@@ -311,7 +357,7 @@ def _burn(store: Store, approval: Approval, request_id: str | None) -> dict[str,
             "INSERT INTO spent_nonces (nonce, agent_request_id, spent_at) VALUES (?, ?, ?)",
             (info.nonce, request_id, store.now()),
         )
-    return {
+    answer = {
         "success": True,
         "payer": info.payer,
         "network": info.network,
@@ -319,3 +365,6 @@ def _burn(store: Store, approval: Approval, request_id: str | None) -> dict[str,
         "creditsRedeemed": str(redeemed),
         "remainingBalance": str(holding(store, plan, info.payer).balance),
     }
+    if order_tx is not None:
+        answer["orderTx"] = order_tx
+    return answer

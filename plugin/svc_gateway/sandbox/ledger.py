@@ -240,7 +240,7 @@ def burn(store: Store, plan: Plan, holder: str, amount: int, request_id: str | N
     return tx
 
 
-def _check_orderable(store: Store, plan: Plan, buyer: str) -> None:
+def check_orderable(store: Store, plan: Plan, buyer: str) -> None:
     """SPEC.md limits: one purchase per user on trial plans, at most ``maxOrders`` orders."""
     if plan.is_trial and store.one(
         "SELECT 1 FROM orders WHERE plan_id = ? AND buyer = ?", (plan.id, buyer)
@@ -262,8 +262,8 @@ def _check_orderable(store: Store, plan: Plan, buyer: str) -> None:
         )
 
 
-def _record_order(store: Store, plan: Plan, buyer: str, kind: str) -> str:
-    _check_orderable(store, plan, buyer)
+def record_order(store: Store, plan: Plan, buyer: str, kind: str) -> str:
+    check_orderable(store, plan, buyer)
     tx = grant(store, plan, buyer, plan.credits_amount, kind, plan.duration_secs or None)
     store.run(
         "INSERT INTO orders (plan_id, buyer, kind, tx, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -282,7 +282,7 @@ def order_plan(store: Store, plan: Plan, buyer: str) -> str:
             code=FIAT_PLAN_NEEDS_CHECKOUT,
         )
     with store.tx():
-        return _record_order(store, plan, buyer, "crypto")
+        return record_order(store, plan, buyer, "crypto")
 
 
 def create_checkout(store: Store, plan: Plan, buyer: str, origin: str) -> dict[str, Any]:
@@ -293,7 +293,7 @@ def create_checkout(store: Store, plan: Plan, buyer: str, origin: str) -> dict[s
             "Order it with POST /protocol/plans/{planId}/order (svc_orderPlan)",
             code=CRYPTO_PLAN_NOT_FIAT,
         )
-    _check_orderable(store, plan, buyer)
+    check_orderable(store, plan, buyer)
     session_id = "cs_test_" + random_hex(16)
     now = store.now()
     reference = str(uuid.uuid4())
@@ -324,7 +324,7 @@ def complete_checkout(store: Store, session_id: str) -> tuple[Plan, bool]:
     if row["expires_at"] <= store.now():
         raise ApiError(410, CHECKOUT_EXPIRED, "This checkout link expired", "Order the plan again")
     with store.tx():
-        tx = _record_order(store, plan, row["buyer"], "fiat")
+        tx = record_order(store, plan, row["buyer"], "fiat")
         store.run(
             "UPDATE checkouts SET completed_at = ?, tx = ? WHERE id = ?",
             (store.now(), tx, session_id),

@@ -239,8 +239,10 @@ def issue_token(store: Store, payer: str, body: dict[str, Any]) -> str:
         "validAfter": str(int(now)),
         "validBefore": str(expires),
     }
-    if version == 3:
+    if version == 3:  # the binding, signed with the rest (payments TS e2e reads these three)
         authorization["nonce"] = "0x" + random_hex(32)
+        authorization["resourceUrl"] = resource_url
+        authorization["httpVerb"] = verb
     payload: dict[str, Any] = {"authorization": authorization}
     if scheme == "svc:card-delegation":
         payload["token"] = sign(
