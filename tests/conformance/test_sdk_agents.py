@@ -112,3 +112,25 @@ def test_sdk_pagination_offset_is_the_page_size(sdk: Sdk) -> None:
         "offset": "1",
         "sortOrder": "desc",
     }
+
+
+def test_update_agent_metadata_replaces_it_for_the_owner_only(sdk: Sdk) -> None:
+    plan_id = credits_plan(sdk, "Updatable")
+    agent_id = str(
+        sdk.builder.agents.register_agent(
+            AgentMetadata(name="Before"), AgentAPIAttributes(), [plan_id]
+        )["agentId"]
+    )
+    api = AgentAPIAttributes(agent_definition_url="http://127.0.0.1:9/openapi.json")
+    answer = sdk.builder.agents.update_agent_metadata(
+        agent_id, AgentMetadata(name="After", tags=["updated"]), api
+    )
+    assert answer["success"] is True
+    sent = sdk.recorder.last("PUT", f"/protocol/agents/{agent_id}")
+    assert sent.body["metadataAttributes"]["name"] == "After"
+    agent = sdk.builder.agents.get_agent(agent_id)
+    assert agent["metadata"]["main"]["name"] == "After"
+    assert agent["agentDefinitionUrl"] == "http://127.0.0.1:9/openapi.json"
+    with pytest.raises(PaymentsError):
+        sdk.subscriber.agents.update_agent_metadata(agent_id, AgentMetadata(name="Stolen"), api)
+    assert sdk.builder.agents.get_agent(agent_id)["metadata"]["main"]["name"] == "After"

@@ -288,3 +288,20 @@ def test_each_sdk_price_helper_registers_a_plan_that_reads_back(sdk: Sdk, helper
     assert registry["price"]["templateAddress"].lower() == sent["templateAddress"].lower()
     if helper == "pay_as_you_go":
         assert sent["templateAddress"] == sdk.builder.contracts.pay_as_you_go_template
+
+
+def test_a_128_bit_duration_as_the_sdks_e2e_suites_send_is_kept_exactly(sdk: Sdk) -> None:
+    import secrets
+
+    from .conftest import usdc_price
+
+    duration = secrets.randbits(128) | (1 << 127)
+    answer = sdk.builder.plans.register_time_plan(
+        PlanMetadata(name="Unique by duration"),
+        usdc_price(sdk),
+        get_expirable_duration_config(duration),
+    )
+    sent = sdk.recorder.last("POST", "/protocol/plans").body
+    assert sent["creditsConfig"]["durationSecs"] == str(duration)
+    plan = sdk.builder.plans.get_plan(str(answer["planId"]))
+    assert plan["registry"]["credits"]["durationSecs"] == str(duration)

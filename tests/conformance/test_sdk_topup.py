@@ -136,3 +136,52 @@ def test_max_transactions_caps_the_settles_a_delegation_pays(sdk: Sdk) -> None:
             sdk.builder.facilitator.settle_permissions(_required(plan_id), token, "1")
         assert refused.value.code == "BCK.X402.0023"
     assert _ledger(sdk, plan_id, address) == {"granted": 10, "burned": 1, "balance": 9}
+
+
+def test_a_braintree_card_delegation_tops_up_a_fiat_plan_as_in_the_sdks_e2e_suite(
+    sdk: Sdk,
+) -> None:
+    """payments-py ``tests/e2e/test_x402_card_delegation_braintree_e2e.py``: the seeded
+    Braintree card backs a delegation; a $1.00 fiat plan (10 credits, 1..2) is never
+    ordered, and verify + settle "2" through the braintree network leave 8 credits."""
+    from payments_py.plans import get_fiat_price_config
+
+    answer = sdk.builder.plans.register_credits_plan(
+        PlanMetadata(name="Braintree calls"),
+        get_fiat_price_config(1_000_000, sdk.builder_address),
+        get_dynamic_credits_config(10, 1, 2),
+    )
+    plan_id = str(answer["planId"])
+    buyer, address = sdk.account("braintree buyer")
+    card = next(m for m in buyer.delegation.list_payment_methods() if m.provider == "braintree")
+    delegation = buyer.delegation.create_delegation(
+        CreateDelegationPayload(
+            provider="braintree",
+            provider_payment_method_id=card.id,
+            spending_limit_cents=10_000,
+            duration_secs=604_800,
+            currency="usd",
+        )
+    ).delegation_id
+    token = buyer.x402.get_x402_access_token(
+        plan_id,
+        token_options=X402TokenOptions(
+            scheme="nvm:card-delegation",
+            network="braintree",
+            delegation_config=DelegationConfig(delegation_id=delegation),
+        ),
+    )["accessToken"]
+    required = build_payment_required(
+        plan_id=plan_id,
+        endpoint="/test/endpoint",
+        scheme="nvm:card-delegation",
+        network="braintree",
+    )
+    verdict = sdk.builder.facilitator.verify_permissions(required, token, "2")
+    assert verdict.is_valid and verdict.network == "braintree"
+    receipt = sdk.builder.facilitator.settle_permissions(required, token, "2")
+    assert receipt.success and receipt.credits_redeemed == "2" and receipt.network == "braintree"
+    assert receipt.order_tx
+    assert _balance(buyer, plan_id) == 8
+    assert _spent(buyer, delegation) == 100
+    assert _ledger(sdk, plan_id, address) == {"granted": 10, "burned": 2, "balance": 8}

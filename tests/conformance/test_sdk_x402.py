@@ -537,3 +537,31 @@ def test_a_v2_token_arms_no_endpoint_allow_list(sdk: Sdk, shop: Shop) -> None:
         _required(shop, "http://127.0.0.1:9/not-registered"), token, "1"
     )
     assert verdict.is_valid, verdict.invalid_reason
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("resource", "url", "http://127.0.0.1:9/elsewhere"),
+        ("accepted", "planId", "1"),
+        ("payload", "authorization", "nonce", "0x" + "3" * 64),
+    ],
+    ids=["resource.url", "accepted.planId", "authorization.nonce"],
+)
+def test_a_v3_token_rewritten_through_the_sdks_codec_fails_its_signature(
+    sdk: Sdk, shop: Shop, edit: tuple[str, ...]
+) -> None:
+    from payments_py.x402.token import encode_access_token
+
+    buyer, _, delegation = _buyer(sdk, shop)
+    decoded = decode_access_token(_token(buyer, shop, delegation, v3=True))
+    assert decoded is not None
+    node = decoded
+    for key in edit[:-2]:
+        node = node[key]
+    node[edit[-2]] = edit[-1]
+    verdict = sdk.builder.facilitator.verify_permissions(
+        _required(shop), encode_access_token(decoded), "1"
+    )
+    assert verdict.is_valid is False
+    assert verdict.invalid_reason == "invalid access token: signature check failed"

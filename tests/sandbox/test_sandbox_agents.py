@@ -113,3 +113,28 @@ async def test_delete_association_statuses(api: Api, owner: Actor, buyer: Actor)
         f"/protocol/agents/{agent_id}/plan/abc", headers=owner.headers
     )
     assert not_integer.status_code == 400
+
+
+async def test_put_agent_replaces_metadata_and_endpoints_for_the_owner_only(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    plan_id = await api.plan(owner)
+    agent_id = await api.agent(owner, [plan_id], endpoints=[{"POST": "https://old.example/a"}])
+    body = {
+        "metadataAttributes": {"name": "Renamed", "description": "new", "tags": ["x"]},
+        "agentApiAttributes": {"endpoints": [{"GET": "mcp://srv/tools/*"}], "authType": "none"},
+    }
+    path = f"/protocol/agents/{agent_id}"
+    assert (await api.http.put(path, json=body)).status_code == 401
+    stranger = await api.http.put(path, json=body, headers=buyer.headers)
+    assert stranger.status_code == 403 and stranger.json()["code"] == "BCK.PROTOCOL.0003"
+    missing = await api.http.put("/protocol/agents/did:svc:none", json=body, headers=owner.headers)
+    assert missing.status_code == 404 and missing.json()["code"] == "BCK.PROTOCOL.0002"
+    bad = await api.http.put(path, json={"agentApiAttributes": {}}, headers=owner.headers)
+    assert bad.status_code == 400 and "metadataAttributes" in bad.json()["message"]
+    done = await api.http.put(path, json=body, headers=owner.headers)
+    assert done.status_code == 200 and done.json()["success"] is True
+    agent = (await api.http.get(path)).json()
+    assert agent["metadata"]["main"]["name"] == "Renamed"
+    assert agent["endpoints"] == [{"GET": "mcp://srv/tools/*"}]
+    assert agent["registry"]["plans"] == [plan_id]

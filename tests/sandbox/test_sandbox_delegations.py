@@ -12,8 +12,10 @@ from .support import Actor, Api, FakeClock
 async def test_every_account_has_a_test_card_and_its_wallet(api: Api, buyer: Actor) -> None:
     answer = await api.http.get("/payment-methods", headers=buyer.headers)
     assert answer.status_code == 200
-    card, wallet = answer.json()
+    card, braintree, wallet = answer.json()
     assert card["id"].startswith("pm_sandbox_")
+    assert braintree["id"].startswith("bt_sandbox_") and braintree["provider"] == "braintree"
+    assert (braintree["type"], braintree["last4"]) == ("card", "1111")
     assert {k: card[k] for k in ("type", "brand", "last4", "expMonth", "expYear", "provider")} == {
         "type": "card",
         "brand": "visa",
@@ -29,6 +31,10 @@ async def test_every_account_has_a_test_card_and_its_wallet(api: Api, buyer: Act
         "/payment-methods", params={"provider": "stripe"}, headers=buyer.headers
     )
     assert [m["type"] for m in only_cards.json()] == ["card"]
+    only_braintree = await api.http.get(
+        "/payment-methods", params={"provider": "braintree"}, headers=buyer.headers
+    )
+    assert [m["id"] for m in only_braintree.json()] == [braintree["id"]]
     assert (await api.http.get("/payment-methods")).status_code == 401
     bad = await api.http.get("/payment-methods", params={"provider": "cash"}, headers=buyer.headers)
     assert bad.status_code == 400
@@ -116,3 +122,32 @@ async def test_create_and_list_delegations(api: Api, buyer: Actor, clock: FakeCl
     assert {d["status"] for d in expired} == {"Expired"}
     other = await api.account("other")
     assert (await api.http.get("/delegation", headers=other.headers)).json() == []
+
+
+async def test_a_braintree_delegation_takes_the_braintree_card_only(
+    api: Api, owner: Actor, buyer: Actor
+) -> None:
+    methods = (await api.http.get("/payment-methods", headers=buyer.headers)).json()
+    ids = {m["provider"]: m["id"] for m in methods}
+    body = {
+        "provider": "braintree",
+        "spendingLimitCents": "5000",
+        "durationSecs": "3600",
+        "currency": "usd",
+    }
+    stripe_card = await api.http.post(
+        "/delegation/create",
+        json={**body, "providerPaymentMethodId": ids["stripe"]},
+        headers=buyer.headers,
+    )
+    assert stripe_card.status_code == 400
+    made = await api.http.post(
+        "/delegation/create",
+        json={**body, "providerPaymentMethodId": ids["braintree"]},
+        headers=buyer.headers,
+    )
+    assert made.status_code == 201, made.text
+    renamed = await api.http.patch(
+        f"/payment-methods/{ids['braintree']}", json={"alias": "BT"}, headers=buyer.headers
+    )
+    assert renamed.json()["alias"] == "BT" and renamed.json()["provider"] == "braintree"

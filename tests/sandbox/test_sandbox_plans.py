@@ -369,3 +369,32 @@ async def test_balance_rejects_bad_address_and_unknown_plan(
     assert bad.status_code == 400
     unknown = await api.http.get(f"/protocol/plans/42/balance/{buyer.address}")
     assert unknown.status_code == 404 and unknown.json()["code"] == "BCK.PROTOCOL.0001"
+
+
+async def test_durations_up_to_uint256_are_stored_exactly_and_never_lapse(
+    api: Api, owner: Actor, buyer: Actor, clock: FakeClock
+) -> None:
+    """Both SDKs send a random 128-bit durationSecs to make a plan unique; uint256 is the
+    service's type, so the largest one is kept to the digit."""
+    biggest = 2**256 - 1
+    for duration in (2**128 + 12345, biggest):
+        plan_id = await api.plan(owner, duration=duration)
+        plan = (await api.http.get(f"/protocol/plans/{plan_id}")).json()
+        assert plan["registry"]["credits"]["durationSecs"] == str(duration)
+        assert (await api.order(buyer, plan_id)).status_code == 200
+        clock.advance(10 * 365 * 86400)
+        assert (await api.balance(plan_id, buyer))["isSubscriber"] is True
+    too_big = plan_body(owner, duration=0)
+    too_big["creditsConfig"]["durationSecs"] = str(biggest + 1)
+    refused = await api.http.post("/protocol/plans", json=too_big, headers=owner.headers)
+    assert refused.status_code == 400 and "durationSecs" in refused.json()["message"]
+    credits_plan = await api.plan(owner, credits=5)
+    mint = {
+        "planId": credits_plan,
+        "creditsAmount": "3",
+        "creditsReceiver": buyer.address,
+        "creditsDuration": str(biggest),
+    }
+    minted = await api.http.post("/protocol/plans/mintExpirable", json=mint, headers=owner.headers)
+    assert minted.status_code == 200, minted.text
+    assert await api.credits(credits_plan, buyer) == 3

@@ -282,3 +282,32 @@ async def test_browser_login_redirects_a_new_key_to_the_loopback_callback(api: A
             assert "svc_api_key" not in refused.headers.get("location", "")
         login = await browser.get(f"{origin}/login")
         assert login.status_code == 200 and "text/html" in login.headers["content-type"]
+
+
+async def test_every_error_says_what_to_do_next(api: Api, owner: Actor, buyer: Actor) -> None:
+    """Issue 14: each error envelope carries a non-empty hint, whichever path raised it."""
+    plan_id = await api.plan(owner)
+    agent_id = await api.agent(owner, [plan_id])
+    h = owner.headers
+    answers = [
+        await api.http.get("/no/such/route"),
+        await api.http.patch("/protocol/plans", headers=h),
+        await api.http.post("/protocol/plans", content=b"{", headers=h),
+        await api.http.post("/protocol/plans", json={}, headers=h),
+        await api.http.get("/protocol/plans/123"),
+        await api.http.get("/protocol/agents/did:svc:none"),
+        await api.http.delete(f"/protocol/agents/{agent_id}/plan/{plan_id}", headers=buyer.headers),
+        await api.http.get("/protocol/plans"),
+        await api.http.post("/x402/settle", json={}, headers=h),
+        await api.http.post("/mpp/verify", json={}),
+    ]
+    for answer in answers:
+        body = answer.json()
+        assert answer.status_code >= 400 and body["code"].startswith("BCK."), answer.text
+        assert isinstance(body["hint"], str) and len(body["hint"]) > 10, answer.text
+
+
+async def test_the_login_page_tells_to_paste_the_key_as_issued(api: Api) -> None:
+    page = await api.http.get(api.server.origin + "/login")
+    assert "/svc_login &lt;API_KEY&gt;" in page.text
+    assert "/svc_login local:" not in page.text  # the key already starts with local:

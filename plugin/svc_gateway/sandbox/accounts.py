@@ -29,8 +29,14 @@ class Account:
     pinned_version: str
 
 
-def create_account(store: Store, label: str = "", api_version: str | None = None) -> dict[str, str]:
-    """A new account with one key (pinned to ``api_version`` or the current version)."""
+def create_account(
+    store: Store, label: str = "", api_version: str | None = None, *, kind: str = "owner"
+) -> dict[str, str]:
+    """A new account with one key (pinned to ``api_version`` or the current version).
+
+    ``kind`` is ``owner`` for an account a person opens (it administers its own
+    organization), ``customer`` or ``member`` for one an organization enrols.
+    """
     pinned = CURRENT
     if api_version is not None:
         normalized = known_version(api_version)
@@ -41,11 +47,24 @@ def create_account(store: Store, label: str = "", api_version: str | None = None
     now = store.now()
     with store.tx():
         store.run(
-            "INSERT INTO accounts (address, label, card_id, created_at) VALUES (?, ?, ?, ?)",
-            (address, label, "pm_sandbox_" + random_hex(12), now),
+            "INSERT INTO accounts (address, label, card_id, bt_card_id, kind, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                address,
+                label,
+                "pm_sandbox_" + random_hex(12),
+                "bt_sandbox_" + random_hex(12),
+                kind,
+                now,
+            ),
         )
         key = _issue_key(store, address, pinned, now)
     return {"apiKey": key, "address": address}
+
+
+def issue_key(store: Store, address: str) -> str:
+    """Another key for an existing account (pinned to the current version)."""
+    return _issue_key(store, address, CURRENT, store.now())
 
 
 def _issue_key(store: Store, address: str, pinned: str, now: float) -> str:
@@ -88,6 +107,7 @@ def authenticate(store: Store, authorization: str | None) -> Account | None:
 
 
 def _card(row: Row) -> dict[str, Any]:
+    """The Stripe test card (Visa 4242)."""
     return {
         "id": row["card_id"],
         "type": "card",
@@ -97,6 +117,22 @@ def _card(row: Row) -> dict[str, Any]:
         "expYear": 2030,
         "alias": row["card_alias"],
         "provider": "stripe",
+        "status": "Active",
+        "allowedApiKeyIds": None,
+    }
+
+
+def _braintree_card(row: Row) -> dict[str, Any]:
+    """The Braintree test card (Braintree's sandbox Visa 4111 1111 1111 1111), vaulted."""
+    return {
+        "id": row["bt_card_id"],
+        "type": "card",
+        "brand": "visa",
+        "last4": "1111",
+        "expMonth": 12,
+        "expYear": 2030,
+        "alias": row["bt_alias"],
+        "provider": "braintree",
         "status": "Active",
         "allowedApiKeyIds": None,
     }
@@ -118,19 +154,23 @@ def _wallet(row: Row) -> dict[str, Any]:
 
 
 def payment_methods(store: Store, address: str, provider: str | None) -> list[dict[str, Any]]:
-    """The test card and the crypto wallet every account has, optionally filtered."""
+    """The test cards (Stripe, Braintree) and the crypto wallet every account has,
+    optionally filtered by provider."""
     if provider is not None and provider not in PAYMENT_PROVIDERS:
         raise bad_request(f"provider must be one of {', '.join(PAYMENT_PROVIDERS)}")
     row = store.one("SELECT * FROM accounts WHERE address = ?", (address,))
     if row is None:
         return []
-    items = [_card(row), _wallet(row)]
+    items = [_card(row), _braintree_card(row), _wallet(row)]
     return [i for i in items if provider is None or i["provider"] == provider]
 
 
-def card_id(store: Store, address: str) -> str | None:
-    row = store.one("SELECT card_id FROM accounts WHERE address = ?", (address,))
-    return None if row is None else str(row["card_id"])
+def card_id(store: Store, address: str, provider: str = "stripe") -> str | None:
+    """The id of the account's test card of ``provider`` (``stripe`` or ``braintree``)."""
+    row = store.one("SELECT card_id, bt_card_id FROM accounts WHERE address = ?", (address,))
+    if row is None:
+        return None
+    return str(row["bt_card_id"] if provider == "braintree" else row["card_id"])
 
 
 def update_payment_method(
@@ -146,12 +186,26 @@ def update_payment_method(
     ):
         raise bad_request("allowedApiKeyIds must be a list of strings or null")
     row = store.one("SELECT * FROM accounts WHERE address = ?", (address,))
-    if row is None or method_id not in (row["card_id"], row["address"]):
-        raise ApiError(404, PAYMENT_METHOD_NOT_FOUND, "No such payment method on your account")
-    column = "card_alias" if method_id == row["card_id"] else "wallet_alias"
+    columns = (
+        {}
+        if row is None
+        else {
+            row["card_id"]: ("card_alias", _card),
+            row["bt_card_id"]: ("bt_alias", _braintree_card),
+            row["address"]: ("wallet_alias", _wallet),
+        }
+    )
+    if method_id not in columns:
+        raise ApiError(
+            404,
+            PAYMENT_METHOD_NOT_FOUND,
+            "No such payment method on your account",
+            "List yours with GET /payment-methods",
+        )
+    column, view = columns[method_id]
     if "alias" in body:
         with store.tx():
             store.run(f"UPDATE accounts SET {column} = ? WHERE address = ?", (alias, address))
     fresh = store.one("SELECT * FROM accounts WHERE address = ?", (address,))
     assert fresh is not None
-    return _card(fresh) if column == "card_alias" else _wallet(fresh)
+    return view(fresh)

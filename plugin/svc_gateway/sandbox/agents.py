@@ -169,11 +169,16 @@ def owned_plans(store: Store, owner: str, raw: object, name: str) -> list[str]:
 
 
 def insert_agent(
-    store: Store, owner: str, meta: dict[str, Any], api: dict[str, Any], plan_ids: list[str]
+    store: Store,
+    owner: str,
+    meta: dict[str, Any],
+    api: dict[str, Any],
+    plan_ids: list[str],
+    org_id: str | None = None,
 ) -> str:
     agent_id = "did:svc:" + random_hex(16)
     now = store.now()
-    doc = {"metadata": meta, "api": api}
+    doc = {"metadata": meta, "api": api, "orgId": org_id}
     with store.tx():
         store.run(
             "INSERT INTO agents (id, owner, name, doc, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -224,6 +229,7 @@ def agent_view(store: Store, agent: Agent) -> dict[str, Any]:
         "id": agent.id,
         "agentId": agent.id,
         "owner": agent.owner,
+        "orgId": agent.doc.get("orgId"),
         "metadata": {"main": dict(agent.doc["metadata"])},
         "registry": {"owner": agent.owner, "plans": plan_ids_of(store, agent.id)},
         "endpoints": list(api["endpoints"]),
@@ -264,6 +270,21 @@ def plans_of_agent(store: Store, agent_id: str, paging: Paging) -> tuple[int, li
         (agent_id, paging.size, paging.skip),
     )
     return (int(total["n"]) if total else 0), [Plan.from_row(r) for r in rows]
+
+
+def update_agent(
+    store: Store, caller: str, agent_id: str, meta: dict[str, Any], api: dict[str, Any]
+) -> None:
+    """``PUT /protocol/agents/{agentId}``: replace the metadata and API attributes (owner only;
+    404 unknown, 403 not yours). Plan associations are kept."""
+    agent = require_agent(store, agent_id)
+    if agent.owner != caller:
+        raise not_owner("agent")
+    with store.tx():
+        store.run(
+            "UPDATE agents SET name = ?, doc = ? WHERE id = ?",
+            (meta["name"], json.dumps({**agent.doc, "metadata": meta, "api": api}), agent.id),
+        )
 
 
 def remove_plan(store: Store, caller: str, agent_id: str, plan_id: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from . import frontend, openapi, routes_payments, routes_protocol
+from . import frontend, openapi, routes_orgs, routes_payments, routes_protocol
 from .accounts import authenticate
 from .context import (
     API_PREFIX,
@@ -88,6 +88,7 @@ def create_app(
     app.on_cleanup.append(_close_store)
     app.add_routes(routes_protocol.routes)
     app.add_routes(routes_payments.routes)
+    app.add_routes(routes_orgs.routes)
     app.add_routes(frontend.routes)
     openapi.install(app)  # /api/v1/openapi.json and /docs, built from the live router
     return app

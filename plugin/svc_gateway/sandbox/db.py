@@ -25,7 +25,9 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS accounts (
     address TEXT PRIMARY KEY, label TEXT NOT NULL, card_id TEXT NOT NULL UNIQUE,
-    card_alias TEXT, wallet_alias TEXT, created_at REAL NOT NULL);
+    card_alias TEXT, wallet_alias TEXT, bt_card_id TEXT, bt_alias TEXT,
+    kind TEXT NOT NULL DEFAULT 'owner',
+    created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS api_keys (
     jti TEXT PRIMARY KEY, address TEXT NOT NULL REFERENCES accounts(address),
     pinned_version TEXT NOT NULL, created_at REAL NOT NULL);
@@ -76,6 +78,20 @@ CREATE TABLE IF NOT EXISTS agent_requests (
     created_at REAL NOT NULL, expires_at REAL NOT NULL, answer TEXT);
 CREATE TABLE IF NOT EXISTS spent_nonces (
     nonce TEXT PRIMARY KEY, agent_request_id TEXT, spent_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS organizations (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, org_type TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memberships (
+    org_id TEXT NOT NULL REFERENCES organizations(id), address TEXT NOT NULL,
+    role TEXT NOT NULL, is_active INTEGER NOT NULL, external_id TEXT, created_at REAL NOT NULL,
+    PRIMARY KEY (org_id, address));
+CREATE INDEX IF NOT EXISTS memberships_address ON memberships(address);
+CREATE TABLE IF NOT EXISTS org_customers (
+    email TEXT PRIMARY KEY, org_id TEXT NOT NULL, address TEXT NOT NULL,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS org_events (
+    id TEXT PRIMARY KEY, org_id TEXT NOT NULL, event_type TEXT NOT NULL, actor_user_id TEXT,
+    subject TEXT NOT NULL, metadata TEXT, occurred_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS org_events_org ON org_events(org_id, occurred_at);
 CREATE TABLE IF NOT EXISTS redemptions (
     agent_request_id TEXT PRIMARY KEY, plan_id TEXT NOT NULL, holder TEXT NOT NULL,
     answer TEXT NOT NULL);

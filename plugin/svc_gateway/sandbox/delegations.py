@@ -108,7 +108,7 @@ def create_delegation(store: Store, owner: str, body: dict[str, Any]) -> str:
                 "List your cards with GET /payment-methods and send the card's id",
                 code=DELEGATION_INVALID,
             )
-        if method != card_id(store, owner):
+        if method != card_id(store, owner, provider):
             raise bad_request(
                 "providerPaymentMethodId is not one of your enrolled cards",
                 "List your cards with GET /payment-methods",

@@ -23,6 +23,8 @@ DELEGATION_BUDGET = "BCK.X402.0023"
 ENDPOINT_NOT_ALLOWED = "BCK.PROTOCOL.0031"
 #: A v3 (single-use) access token settled a second time (``payments_py/x402/errors.py``).
 TOKEN_ALREADY_USED = "BCK.X402.0059"
+#: MPP is not configured on this deployment (payments_py ``mpp/errors.py``; 501 in the TS SDK).
+MPP_NOT_CONFIGURED = "BCK.MPP.0002"
 
 # -- codes of this sandbox (the hosted list is "not shown"; same naming scheme) -------------
 MALFORMED_JSON = "BCK.COMMON.0001"
@@ -71,14 +73,41 @@ class ApiError(Exception):
         self.hint = hint
 
     def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.hint:
-            out["hint"] = self.hint
-        out["httpStatus"] = self.status
-        return out
+        """``{code, message, hint, httpStatus}``: every error says what to do next."""
+        hint = self.hint or DEFAULT_HINTS.get(self.code) or _status_hint(self.status)
+        return {"code": self.code, "message": self.message, "hint": hint, "httpStatus": self.status}
 
     def response(self) -> web.Response:
         return web.json_response(self.body(), status=self.status)
+
+
+#: The next step for errors raised without a hint of their own, by code.
+DEFAULT_HINTS: dict[str, str] = {
+    ROUTE_NOT_FOUND: "See GET /docs for the routes this sandbox serves",
+    METHOD_NOT_ALLOWED: "See GET /docs for the methods this route takes",
+    BODY_TOO_LARGE: "Send a body under 1 MiB",
+    INTERNAL: "A sandbox bug: retry once, then report the request that caused it",
+    PLAN_NOT_FOUND: "Check the plan id: GET /protocol/plans lists yours, "
+    "GET /protocol/agents/{agentId}/plans an agent's",
+    AGENT_NOT_FOUND: "Check the agent id: GET /protocol/agents lists yours",
+    NOT_OWNER: "Use the API key of the account that owns it",
+    PLAN_NOT_ASSOCIATED: "GET /protocol/agents/{agentId}/plans lists the agent's plans",
+    DELEGATION_NOT_YOURS: "Use one of your own delegations (GET /delegation)",
+    DELEGATION_OTHER_PLAN: "Create a delegation without planId, or one for this plan",
+    REQUEST_MISMATCH: "Send the agentRequestId verify returned for this token",
+}
+
+
+def _status_hint(status: int) -> str:
+    if status == 401:
+        return "Send 'Authorization: Bearer <API key>'"
+    if status == 403:
+        return "This account may not do that; use the key of an account that may"
+    if status == 404:
+        return "Check the id in the path"
+    if status >= 500:
+        return "Retry later"
+    return "Fix the field the message names and send the request again (GET /docs)"
 
 
 def bad_request(message: str, hint: str | None = None, code: str = INVALID_FIELD) -> ApiError:

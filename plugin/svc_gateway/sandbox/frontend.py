@@ -100,9 +100,10 @@ async def login(request: web.Request) -> web.Response:
         "Sandbox login",
         [
             "This local sandbox has no passwords.",
-            f"<a href='{KEYS_PATH}'>Create an API key</a> here, then send "
-            "<code>/svc_login local:&lt;API_KEY&gt;</code> in your chat (and delete that "
-            "message), or use the browser login of your chat plugin (<code>/svc_login</code>).",
+            f"<a href='{KEYS_PATH}'>Create an API key</a> here (it starts with "
+            "<code>local:</code>), then send <code>/svc_login &lt;API_KEY&gt;</code> in your "
+            "chat, pasting the whole key (and delete that message), or use the browser login "
+            "of your chat plugin (<code>/svc_login</code>).",
             "Calling the REST API yourself? <a href='/docs'>API reference</a> "
             "(<a href='/api/v1/openapi.json'>OpenAPI document</a>); "
             "<code>POST /api/v1/sandbox/accounts</code> also issues keys.",

@@ -173,10 +173,11 @@ def grant(
         plain, granted, burned, access_until = _row(store, plan.id, holder)
         expires: float | None = None
         if duration:
-            expires = now + duration
+            # A uint256 duration is kept exact in the plan; its expiry stops at FOREVER.
+            expires = min(now + duration, FOREVER)
             if plan.is_time:
                 if access_until is not None and access_until > now:
-                    expires = access_until + duration
+                    expires = min(access_until + duration, FOREVER)
                 access_until = expires
             else:
                 store.run(

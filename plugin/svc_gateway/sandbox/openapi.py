@@ -65,6 +65,54 @@ _PAYMENT_CALL: dict[str, Any] = {
         "maxAmount": BIGINT,
     },
 }
+_ENVELOPE_EXAMPLE = {
+    "x402Version": 2,
+    "resource": {"url": "<the endpoint URL the agent registered>"},
+    "accepts": [
+        {
+            "scheme": "svc:erc4337",
+            "network": "eip155:84532",
+            "planId": "<planId>",
+            "extra": {"version": "1", "agentId": "<agentId>", "httpVerb": "POST"},
+        }
+    ],
+    "extensions": {},
+}
+_VERIFY_EXAMPLE = {
+    "paymentRequired": _ENVELOPE_EXAMPLE,
+    "x402AccessToken": "<accessToken>",
+    "maxAmount": "1",
+}
+_VERIFY_ANSWER = {
+    "type": "object",
+    "required": ["isValid"],
+    "properties": {
+        "isValid": {"type": "boolean"},
+        "invalidReason": {"type": "string", "description": "why not, when isValid is false"},
+        "payer": ADDRESS,
+        "network": {"type": "string"},
+        "agentRequestId": {"type": "string", "description": "send it back to settle"},
+        "urlMatching": {"type": ["string", "null"]},
+        "agentRequest": {"type": "object"},
+    },
+}
+_SETTLE_ANSWER = {
+    "type": "object",
+    "required": ["success", "transaction"],
+    "properties": {
+        "success": {"type": "boolean", "description": "check it: a 200 can still be a refusal"},
+        "errorReason": {"type": "string"},
+        "payer": ADDRESS,
+        "network": {"type": "string"},
+        "transaction": {"type": "string", "description": "the burn's hash; empty on failure"},
+        "creditsRedeemed": BIGINT,
+        "remainingBalance": BIGINT,
+        "orderTx": {
+            "type": "string",
+            "description": "the order of an automatic top-up through the token's delegation",
+        },
+    },
+}
 _METADATA = {
     "type": "object",
     "required": ["name"],
@@ -130,6 +178,9 @@ class RouteDoc:
     status: int = 200
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the success answer: its schema and an example (shown on /docs)
+    answer: dict[str, Any] | None = None
+    answer_example: dict[str, Any] | None = None
 
 
 _P = API_PREFIX + "/protocol"
@@ -277,6 +328,15 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         "List your agents", tag="agents", query=("page", "offset", "sortBy", "sortOrder")
     ),
     ("GET", _P + "/agents/{agentId}"): RouteDoc("Get an agent", auth=OPTIONAL, tag="agents"),
+    ("PUT", _P + "/agents/{agentId}"): RouteDoc(
+        "Owner only: replace your agent's metadata and API attributes (plans are kept)",
+        tag="agents",
+        body={
+            "type": "object",
+            "required": ["metadataAttributes"],
+            "properties": {"metadataAttributes": _METADATA, "agentApiAttributes": _AGENT_API},
+        },
+    ),
     ("GET", _P + "/agents/{agentId}/plans"): RouteDoc(
         "Plans an agent sells", auth=OPTIONAL, tag="agents", query=("page", "offset")
     ),
@@ -376,17 +436,83 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         },
     ),
     ("POST", _A + "/x402/verify"): RouteDoc(
-        "Seller: check a token can pay maxAmount credits (burns nothing)",
+        "Seller: check a token can pay maxAmount credits (burns and reserves nothing; "
+        "counts one automatic top-up order when the balance is short)",
         tag="x402",
         body=_PAYMENT_CALL,
+        example=_VERIFY_EXAMPLE,
+        answer=_VERIFY_ANSWER,
+        answer_example={
+            "isValid": True,
+            "payer": "0x<payer>",
+            "network": "eip155:84532",
+            "agentRequestId": "<agentRequestId>",
+            "urlMatching": "<the endpoint URL the agent registered>",
+            "agentRequest": {"agentRequestId": "<agentRequestId>", "agentId": "<agentId>"},
+        },
     ),
     ("POST", _A + "/x402/settle"): RouteDoc(
-        "Seller: burn the credits of a verified request (idempotent on agentRequestId)",
+        "Seller: burn the credits of a verified request (idempotent on agentRequestId); "
+        "a short balance is topped up through the token's delegation (orderTx)",
         tag="x402",
         body={
             **_PAYMENT_CALL,
             "properties": {**_PAYMENT_CALL["properties"], "agentRequestId": {"type": "string"}},
         },
+        example={**_VERIFY_EXAMPLE, "agentRequestId": "<agentRequestId from verify>"},
+        answer=_SETTLE_ANSWER,
+        answer_example={
+            "success": True,
+            "payer": "0x<payer>",
+            "network": "eip155:84532",
+            "transaction": "0x<burn hash>",
+            "creditsRedeemed": "1",
+            "remainingBalance": "99",
+            "orderTx": "0x<order hash: only after an automatic top-up>",
+        },
+    ),
+    **{
+        ("POST", f"{_A}/mpp/{name}"): RouteDoc(
+            "MPP (not configured here): always 501 BCK.MPP.0002", auth=PUBLIC, tag="mpp"
+        )
+        for name in ("permissions", "challenge", "verify", "settle")
+    },
+    ("GET", _A + "/organizations/my-memberships"): RouteDoc(
+        "Organizations you belong to (your own is created on first use)", tag="organizations"
+    ),
+    ("POST", _A + "/organizations/members"): RouteDoc(
+        "Admin: list your organization's members (X-Current-Org-Id picks the organization)",
+        tag="organizations",
+        body={
+            "type": "object",
+            "properties": {
+                "page": {"type": "integer"},
+                "offset": {"type": "integer"},
+                "role": {"enum": ["Admin", "Member", "Client"]},
+                "isActive": {"type": "boolean"},
+            },
+        },
+    ),
+    ("POST", _A + "/organizations/account"): RouteDoc(
+        "Admin: onboard a white-label customer or enrol a member; returns its own API key "
+        "(walletResult.hash)",
+        tag="organizations",
+        body={
+            "type": "object",
+            "properties": {
+                "email": {"type": "string"},
+                "as": {"const": "customer"},
+                "uniqueExternalId": {"type": "string"},
+                "role": {"enum": ["Admin", "Member"]},
+            },
+        },
+        example={"email": "customer@example.com", "as": "customer"},
+        status=201,
+    ),
+    ("GET", _A + "/organizations/{orgId}/activity"): RouteDoc(
+        "Your organization's activity feed, newest first",
+        tag="organizations",
+        query=("eventType", "actorUserId", "page", "limit"),
     ),
     ("GET", "/"): RouteDoc(
         "Deployment info: the sandbox's (made-up) contract addresses", auth=PUBLIC, tag="meta"
@@ -445,6 +571,16 @@ def doc_for(method: str, path: str, handler: Any = None) -> RouteDoc:
     return RouteDoc(summary, auth=UNKNOWN, tag="other") if summary else GENERIC
 
 
+def _success(doc: RouteDoc) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": "success"}
+    if doc.answer is not None:
+        content: dict[str, Any] = {"schema": doc.answer}
+        if doc.answer_example is not None:
+            content["example"] = doc.answer_example
+        answer["content"] = {"application/json": content}
+    return answer
+
+
 def _operation(method: str, path: str, handler: Any = None) -> dict[str, Any]:
     doc = doc_for(method, path, handler)
     params: list[dict[str, Any]] = [
@@ -460,7 +596,7 @@ def _operation(method: str, path: str, handler: Any = None) -> dict[str, Any]:
         "operationId": f"{method.lower()}_{re.sub(r'[^A-Za-z0-9]+', '_', path).strip('_')}",
         "tags": [doc.tag],
         "responses": {
-            str(doc.status): {"description": "success"},
+            str(doc.status): _success(doc),
             "4XX": {
                 "description": "error envelope",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
@@ -509,11 +645,12 @@ def build_document(app: web.Application) -> dict[str, Any]:
             "schemas": {
                 "Error": {
                     "type": "object",
-                    "required": ["code", "message"],
+                    "required": ["code", "message", "hint"],
                     "properties": {
                         "code": {"type": "string"},
                         "message": {"type": "string"},
-                        "hint": {"type": "string"},
+                        "hint": {"type": "string", "description": "what to do next"},
+                        "httpStatus": {"type": "integer"},
                     },
                 }
             },
@@ -552,10 +689,18 @@ def render_docs(document: dict[str, Any]) -> str:
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
             sample = body.get("example")
             shown = (
-                f"<pre>{esc(json.dumps(sample, indent=2))}</pre>"
+                f"<p>Body:</p><pre>{esc(json.dumps(sample, indent=2))}</pre>"
                 if sample is not None
                 else (f"<p>Body: JSON, see {esc(OPENAPI_PATH)}</p>" if body else "")
             )
+            for answer in op["responses"].values():
+                content = answer.get("content", {}).get("application/json", {})
+                if "example" in content and "schema" in content and "$ref" not in content["schema"]:
+                    fields = ", ".join(content["schema"].get("properties", {}))
+                    shown += (
+                        f"<p>Answer ({esc(fields)}):</p>"
+                        f"<pre>{esc(json.dumps(content['example'], indent=2))}</pre>"
+                    )
             groups.setdefault(op["tags"][0], []).append(
                 f"<li id='{esc(op['operationId'])}'><code><b>{esc(method.upper())}</b> "
                 f"{esc(path)}</code> <small>({esc(_AUTH_TEXT[auth])})</small>"

@@ -99,7 +99,7 @@ def _credits(body: dict[str, Any], where: str) -> dict[str, Any]:
     at = f"{where}creditsConfig."
     fixed = v.flag(credits, "isRedemptionAmountFixed", at, default=None)
     redemption_type = v.bigint(credits, "redemptionType", at, high=4)
-    duration = v.bigint(credits, "durationSecs", at, default=0, high=2**63 - 1)
+    duration = v.bigint(credits, "durationSecs", at, default=0)  # uint256, kept exact
     amount = v.bigint(credits, "amount", at)
     low = v.bigint(credits, "minAmount", at)
     high = v.bigint(credits, "maxAmount", at)

@@ -198,6 +198,7 @@ def plan_view(plan: Plan) -> dict[str, Any]:
         "id": plan.id,
         "planId": plan.id,
         "owner": plan.owner,
+        "orgId": plan.doc.get("orgId"),
         "metadata": {"main": main, "plan": plan_meta},
         "registry": {
             "owner": plan.owner,

@@ -10,7 +10,7 @@ from . import accounts
 from . import delegations as dg
 from . import validation as v
 from .context import API_PREFIX, caller, ok, origin_of, resolution_of, store_of
-from .errors import bad_request
+from .errors import MPP_NOT_CONFIGURED, ApiError, bad_request
 from .facilitator import settle, verify
 from .ledger import create_checkout, ledger_view
 from .permissions import issue_token
@@ -87,6 +87,25 @@ async def settle_permissions(request: web.Request) -> web.Response:
     account = caller(request)
     body = await v.read_json(request)
     return ok(settle(store_of(request), account.address, body))
+
+
+#: The MPP routes the SDKs call (payments_py ``api/nvm_api.py``); this sandbox has no MPP.
+MPP_ROUTES = ("permissions", "challenge", "verify", "settle")
+
+
+async def mpp_not_configured(request: web.Request) -> web.Response:
+    """A deployment without MPP answers every MPP route with ``BCK.MPP.0002`` (status 501,
+    as the TS SDK's own tests stub it); the SDKs raise ``MppNotConfiguredError``."""
+    raise ApiError(
+        501,
+        MPP_NOT_CONFIGURED,
+        "MPP is not configured on this environment",
+        "This sandbox speaks x402 only: use POST /x402/permissions, /x402/verify, /x402/settle",
+    )
+
+
+for _name in MPP_ROUTES:
+    routes.post(f"{A}/mpp/{_name}")(mpp_not_configured)
 
 
 @routes.get("/")

@@ -12,8 +12,10 @@ from aiohttp import web
 
 from . import agents as ag
 from . import ledger
+from . import organizations as orgs
 from . import validation as v
 from .context import API_PREFIX, caller, ok, store_of
+from .db import Store
 from .errors import bad_request
 from .plan_input import plan_document
 from .plans import insert_plan, list_plans, plan_view, require_plan
@@ -30,11 +32,26 @@ def _plan_id(request: web.Request) -> str:
 # -- plans -----------------------------------------------------------------------------------
 
 
+def _workspace(request: web.Request, address: str) -> str | None:
+    """The organization a publish lands in (``X-Current-Org-Id``, else the caller's own)."""
+    header = request.headers.get(orgs.ORG_HEADER) or None
+    return orgs.active_org(store_of(request), address, header)
+
+
+def _published(store: Store, org_id: str | None, actor: str, kind: str, item_id: str) -> None:
+    with store.tx():
+        orgs.record(store, org_id, f"{kind}.created", actor, {"kind": kind, "id": item_id})
+
+
 @routes.post(P + "/plans")
 async def register_plan(request: web.Request) -> web.Response:
     account = caller(request)
     body = await v.read_json(request)
-    plan_id = insert_plan(store_of(request), account.address, plan_document(body))
+    doc = plan_document(body)
+    store = store_of(request)
+    doc["orgId"] = _workspace(request, account.address)
+    plan_id = insert_plan(store, account.address, doc)
+    _published(store, doc["orgId"], account.address, "plan", plan_id)
     return ok({"planId": plan_id}, status=201)
 
 
@@ -90,7 +107,7 @@ async def mint_expirable(request: web.Request) -> web.Response:
     plan_id = _body_plan(body)
     amount = v.bigint(body, "creditsAmount", low=1)
     receiver = v.address(body.get("creditsReceiver"), "creditsReceiver")
-    duration = v.bigint(body, "creditsDuration", default=0, high=2**63 - 1)
+    duration = v.bigint(body, "creditsDuration", default=0)  # uint256
     plan = require_plan(store, plan_id)
     tx = ledger.mint(store, plan, account.address, receiver, amount, duration or None)
     return ok({"success": True, "txHash": tx})
@@ -150,7 +167,9 @@ async def register_agent(request: web.Request) -> web.Response:
     store = store_of(request)
     meta, api = ag.agent_document(body)
     plan_ids = ag.owned_plans(store, account.address, body.get("plans", []), "plans")
-    agent_id = ag.insert_agent(store, account.address, meta, api, plan_ids)
+    org_id = _workspace(request, account.address)
+    agent_id = ag.insert_agent(store, account.address, meta, api, plan_ids, org_id)
+    _published(store, org_id, account.address, "agent", agent_id)
     return ok({"data": {"agentId": agent_id}, "txHash": tx_hash()}, status=201)
 
 
@@ -163,9 +182,12 @@ async def register_agent_and_plan(request: web.Request) -> web.Response:
     agent_body = v.obj(body, "agent", "")
     doc = plan_document(plan_body, where="plan.", standalone=False)
     meta, api = ag.agent_document(agent_body, "agent.")
+    doc["orgId"] = org_id = _workspace(request, account.address)
     with store.tx():
         plan_id = insert_plan(store, account.address, doc)
-        agent_id = ag.insert_agent(store, account.address, meta, api, [plan_id])
+        agent_id = ag.insert_agent(store, account.address, meta, api, [plan_id], org_id)
+        _published(store, org_id, account.address, "plan", plan_id)
+        _published(store, org_id, account.address, "agent", agent_id)
     return ok({"data": {"agentId": agent_id, "planId": plan_id}, "txHash": tx_hash()}, status=201)
 
 
@@ -183,6 +205,16 @@ async def get_agent(request: web.Request) -> web.Response:
     store = store_of(request)
     agent = ag.require_agent(store, request.match_info["agentId"])
     return ok(ag.agent_view(store, agent))
+
+
+@routes.put(P + "/agents/{agentId}")
+async def update_agent(request: web.Request) -> web.Response:
+    """``{metadataAttributes, agentApiAttributes}`` (payments_py ``update_agent_metadata``)."""
+    account = caller(request)
+    body = await v.read_json(request)
+    meta, api = ag.agent_document(body)
+    ag.update_agent(store_of(request), account.address, request.match_info["agentId"], meta, api)
+    return ok({"success": True, "txHash": tx_hash()})
 
 
 @routes.get(P + "/agents/{agentId}/plans")
