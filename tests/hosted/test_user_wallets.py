@@ -158,3 +158,17 @@ async def test_reference_chat_lines_speak_as_users(
     assert answer is not None and address_in(answer) == address_in(opened)
     other = await gateway.handle_line("@frank svc_checkBalance {}")
     assert other is not None and "not_logged_in" in other
+
+
+async def test_another_organizations_customer_is_not_handed_over(
+    make_host: HostFactory, sandbox: SandboxServer, builder: dict[str, str], plan_id: str
+) -> None:
+    """The same chat identity onboarded by a second operator's organization: the service asks
+    the account's owner to consent (202) and issues no key; nothing is stored."""
+    first, _ = await make_host(builder["apiKey"], perUserAccounts=True, planId=plan_id)
+    other = await sandbox.create_account("another operator")
+    second, _ = await make_host(other["apiKey"], perUserAccounts=True, planId=plan_id)
+    assert "account is open" in await first.run_command("svc_login", "new", sender="alice")
+    reply = await second.run_command("svc_login", "new", sender="alice")
+    assert "consent" in reply and not ADDRESS.search(reply)
+    err(await second.call_tool("svc_checkBalance", {}, sender="alice"), "not_logged_in")
