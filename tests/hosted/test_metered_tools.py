@@ -19,6 +19,7 @@ from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.models import PlanMetadata
 from svc_gateway.pricing import crypto_price, dynamic_credits
 from tests.conftest import USDC, CountingTransport, HostFactory
+from tests.hosted.test_user_wallets import address_in
 from tests.test_tools import ok
 
 pytestmark = pytest.mark.asyncio
@@ -41,12 +42,14 @@ class Tools:
     def __init__(self, gateway: ReferenceGateway) -> None:
         self.runs: dict[str, int] = {}
         self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
         for name in ("image_gen", "search_web", "flaky", "broken", "free_tool"):
             gateway.add_host_tool(name, self._tool(name))
 
     def _tool(self, name: str) -> Any:
         async def run(arguments: dict[str, Any]) -> Any:
             self.runs[name] = self.runs.get(name, 0) + 1
+            self.started.set()
             if self.gate is not None:
                 await self.gate.wait()
             if name == "flaky":
@@ -65,8 +68,9 @@ async def balance(client: ServiceClient, plan: str, holder: str) -> int:
 async def user_with_credits(gateway: ReferenceGateway, name: str, plan: str) -> str:
     opened = await gateway.run_command("svc_login", "new", sender=name)
     assert "account is open" in opened, opened
-    if plan:
-        ok(await gateway.call_tool("svc_orderPlan", {"planId": plan, "confirm": True}, sender=name))
+    if not plan:
+        return address_in(opened)
+    ok(await gateway.call_tool("svc_orderPlan", {"planId": plan, "confirm": True}, sender=name))
     result = ok(await gateway.call_tool("svc_checkBalance", {"planId": plan}, sender=name))
     return str(result["address"]).lower()
 
@@ -83,6 +87,8 @@ async def setup(
             perUserAccounts=True,
             planId=plan,
             meteredTools={"image_gen": 3, "search_*": 1, "flaky": 2, "broken": 2},
+            # no automatic top-up: the delegation a token is minted from cannot buy the plan
+            defaultSpendingLimitCents=1,
         )
         return gateway, handle, Tools(gateway), plan
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..host import Caller, CallNext, ToolCallContext, ToolResult
 from ..models import SCHEME_CARD
+from ..receipts import ReceiptBook
 from ..redact import get_logger
 from .handlers import Answer, load_handler
 from .outcome import Outcome, PaidOutcome, PaidRequest
@@ -35,7 +36,6 @@ from .settle_journal import SettleJournal
 if TYPE_CHECKING:
     from ..accounts import UserAccounts
     from ..core import PluginCore
-    from ..receipts import ReceiptBook
     from .flow import PaidFlow
 
 log = get_logger("svc_gateway.metering")
@@ -98,7 +98,7 @@ class ToolMeter:
         self.operator = operator
         self.flow = flow
         self.accounts = accounts
-        self.receipts = receipts
+        self.receipts = receipts if receipts is not None else ReceiptBook()
         self.failed = failed
         self.prices: dict[str, int | Callable[..., Any]] = {}
         for pattern, price in operator.config.metered_tools.items():
@@ -106,8 +106,7 @@ class ToolMeter:
         self._calls: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
         self._started = False
         self._starting = asyncio.Lock()
-        if receipts is not None:
-            flow.queued_listeners.append(receipts.queued_ended)
+        flow.queued_listeners.append(self.receipts.queued_ended)
 
     @classmethod
     def create(
@@ -173,10 +172,14 @@ class ToolMeter:
     async def meter(self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]]) -> Any:
         """The tool's result, the block result, or :class:`ToolFailed` (never raises)."""
         key = _call_key(ctx)
-        seen = self._calls.get(key) if key else None
-        if seen is not None:
+        while key and (seen := self._calls.get(key)) is not None:
             log.info("tool call %s was already handled; not run or charged again", ctx.call_id)
-            return await asyncio.shield(seen)
+            try:
+                return await asyncio.shield(seen)
+            except asyncio.CancelledError:
+                if not seen.cancelled():
+                    raise  # this call itself was cancelled
+                # the first run was cancelled (nothing charged): this one runs the call
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if key:
             self._calls[key] = future
@@ -338,7 +341,7 @@ class ToolMeter:
         price: int,
         outcome: PaidOutcome,
     ) -> None:
-        if self.receipts is None or outcome.settle is None or outcome.settle == "refused":
+        if outcome.settle in (None, "refused"):
             return
         receipt = outcome.receipt or {}
         self.receipts.add(
@@ -363,10 +366,7 @@ def _call_key(ctx: ToolCallContext) -> str:
     may repeat across users or turns; a retry of one call never changes them)."""
     if not ctx.call_id:
         return ""
-    try:
-        arguments = json.dumps(ctx.arguments, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        arguments = repr(ctx.arguments)
+    arguments = json.dumps(ctx.arguments, sort_keys=True, default=repr)
     return "\x00".join((_who(ctx.caller) or "", ctx.tool_name, ctx.call_id, arguments))
 
 
