@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 log = get_logger("svc_gateway.commands")
 
+NO_SENDER_NOTE = (
+    "(Each chat user has their own account on this gateway, but this command came without a "
+    "sender, so it acts on the gateway's own account.)"
+)
 USER_LOGIN_USAGE = (
     "Send /svc_login new to let this gateway's operator open a payments account for you, "
     "/svc_login <env>:<API_KEY> to link your own, or /svc_login status."
@@ -83,6 +87,8 @@ class Commands:
         if caller is not None:
             return await self._user_login(caller, args)
         if args.lower() == "status":
+            if self.accounts is not None and self.accounts.enabled and not ctx.sender_id:
+                return f"{self.status()} {NO_SENDER_NOTE}"
             return self.status()
         if match := _ENV_VAR.fullmatch(args):
             return await self._login_from_env(match.group(1))

@@ -190,6 +190,25 @@ async def test_a_metering_bug_blocks_and_a_cancelled_call_can_be_retried(
     assert await balance(builder_client, plan, alice) == GRANTED - 3  # charged once
 
 
+async def test_a_tool_over_its_deadline_is_cut_off_uncharged(
+    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+) -> None:
+    plan = await metering_plan(builder_client, builder["address"])
+    gateway, _ = await make_host(
+        builder["apiKey"],
+        perUserAccounts=True,
+        planId=plan,
+        meteredTools={"image_gen": 3},
+        handlerTimeoutSecs=0.2,
+    )
+    tools = Tools(gateway)
+    tools.gate = asyncio.Event()  # never set: the tool hangs
+    alice = await user_with_credits(gateway, "alice", plan)
+    late = await gateway.call_host_tool("image_gen", {}, sender="alice")
+    assert code(late) == "tool_timeout" and tools.runs == {"image_gen": 1}
+    assert await balance(builder_client, plan, alice) == GRANTED
+
+
 async def test_a_host_on_the_plugin_loop_and_the_failure_test(
     make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
 ) -> None:

@@ -146,6 +146,9 @@ async def test_a_user_links_their_own_key_and_the_operator_stays_the_operator(
     assert "operator" in await gateway.run_command("svc_login", "env:SVC_API_KEY", sender="dan")
     assert "/svc_login new" in await gateway.run_command("svc_login", "", sender="dan")
     assert handle.core.session is not None
+    # a command without a sender acts on the gateway's own account, and says so
+    status = await gateway.run_command("svc_login", "status")
+    assert builder["address"].lower() in status.lower() and "without a sender" in status
 
 
 async def test_reference_chat_lines_speak_as_users(

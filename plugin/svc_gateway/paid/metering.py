@@ -82,6 +82,7 @@ class _Call:
 
     result: Any = None
     ran: bool = False
+    finished: bool = False  # the tool returned or raised (not cut off by the deadline)
 
 
 class ToolMeter:
@@ -243,7 +244,9 @@ class ToolMeter:
                 call.result = await run_tool()
             except Exception as exc:
                 call.result = ToolFailed(exc)
+                call.finished = True
                 raise
+            call.finished = True
             if self.failed(call.result):
                 return Answer.json(500, {"error": "the tool failed"})
             return Answer.json(200, {"ok": True})
@@ -262,8 +265,15 @@ class ToolMeter:
         self._record(ctx, payer, plan_id, price, outcome)
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
             return call.result
-        if outcome.kind is Outcome.WORK_FAILED and call.ran:
+        if outcome.kind is Outcome.WORK_FAILED and call.finished:
             return call.result  # the tool's own failure, uncharged
+        if outcome.kind is Outcome.WORK_FAILED and call.ran:
+            return block(
+                "tool_timeout",
+                f"{name} did not finish within {self.operator.config.handler_timeout_secs:g} s; "
+                "nothing was charged",
+                "Try again, perhaps with a smaller request.",
+            )
         if outcome.kind is Outcome.REFUSED:
             return await self._short(ctx, payer, plan_id, price, outcome.reason)
         if outcome.kind is Outcome.WITHHELD:
