@@ -138,6 +138,17 @@ async def market(make_market: MarketFactory) -> Market:
     return await make_market()
 
 
+def no_top_up(_market: Market) -> dict[str, Any]:
+    """Subscriber config whose delegations cannot pay for the plan (1 cent): no top-up."""
+    return {"defaultSpendingLimitCents": 1}
+
+
+@pytest.fixture
+async def market_without_top_up(make_market: MarketFactory) -> Market:
+    """A market whose subscriber's tokens cannot top up: too few credits stay too few."""
+    return await make_market(subscriber_config=no_top_up)
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=30) as client:

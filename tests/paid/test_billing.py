@@ -111,9 +111,8 @@ async def test_credits_spent_elsewhere_lower_the_known_balance_from_the_receipt(
 
 
 async def test_a_payer_who_tops_up_is_admitted_again(
-    make_stub_market: StubMarketFactory, monkeypatch: pytest.MonkeyPatch
+    make_stub_market: StubMarketFactory,
 ) -> None:
-    monkeypatch.setattr(billing, "REFUSAL_REFRESH_SECS", 0.0)
     market = await make_stub_market(stub=StubService(balance=1))
     token = make_token(PAYER)
     async with httpx.AsyncClient(timeout=30) as http:
@@ -332,19 +331,47 @@ async def test_book_rereads_a_balance_exactly_at_its_ttl() -> None:
     assert book.known("p", PAYER) == (2, 1)
 
 
-async def test_book_a_refusal_rereads_once_the_refresh_interval_has_passed() -> None:
-    now = [0.0]
-    reads = Reads(0, 3)
-    book = CreditBook(reads, clock=lambda: now[0])
-    refusal = await book.admit("p", PAYER, 1)
-    assert isinstance(refusal, Refusal)  # read just now: not again
-    assert refusal.reason == (
+async def test_book_a_short_payer_with_nothing_in_flight_is_admitted_one_at_a_time() -> None:
+    reads = Reads(0)
+    book = CreditBook(reads)
+    # verify passed with 0 credits: the token's delegation tops up at settle
+    first = await book.admit("p", PAYER, 1, verified_balance=0)
+    assert isinstance(first, Admission)
+    second = await book.admit("p", PAYER, 1, verified_balance=0)
+    assert isinstance(second, Refusal)  # one at a time until a settle shows the balance
+    assert second.reason == (
         "insufficient credits: 0 available after the requests already in progress, 1 requested"
     )
+    assert isinstance(await book.admit("p", PAYER, 1), Refusal)  # unreported: the same
     assert reads.calls == 1
-    now[0] = billing.REFUSAL_REFRESH_SECS  # the payer may have topped up since
-    assert isinstance(await book.admit("p", PAYER, 1), Admission)
-    assert reads.calls == 2 == book.reads
+
+
+async def test_book_a_receipt_showing_more_than_known_makes_the_next_admission_read() -> None:
+    reads = Reads(0, 1)
+    book = CreditBook(reads)
+    topped = await book.admit("p", PAYER, 1, verified_balance=0)
+    assert isinstance(topped, Admission)
+    await book.settled(topped, 1, 1)  # the top-up bought 2, 1 burned: 1 left
+    assert reads.calls == 1
+    again = await book.admit("p", PAYER, 1, verified_balance=1)
+    assert isinstance(again, Admission)  # covered by the figure read again, not by top-up
+    assert reads.calls == 2 and book.known("p", PAYER) == (1, 1)
+    assert isinstance(await book.admit("p", PAYER, 1, verified_balance=1), Refusal)
+
+
+async def test_book_short_of_what_verify_saw_reads_again_unless_it_just_read() -> None:
+    reads = Reads(1, 5)
+    book = CreditBook(reads)
+    a = await book.admit("p", PAYER, 1)
+    assert isinstance(a, Admission)
+    await book.settled(a, 1, None)  # the book: 0 left
+    # verify saw 5 (the payer bought more): the book's 0 is old, read again
+    assert isinstance(await book.admit("p", PAYER, 1, verified_balance=5), Admission)
+    assert reads.calls == 2 and book.known("p", PAYER) == (5, 1)
+    fresh = CreditBook(Reads(0))
+    # read during this very call: fresher than verify's figure, so refused without a re-read
+    refusal = await fresh.admit("p", PAYER, 1, verified_balance=3)
+    assert isinstance(refusal, Refusal) and fresh.reads == 1
 
 
 async def test_book_forgets_only_as_many_idle_payers_as_it_must() -> None:

@@ -11,6 +11,7 @@ import httpx
 from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_b64_json
 
+from .conftest import no_top_up
 from .support import MarketFactory
 
 REQUESTS = 200
@@ -18,7 +19,7 @@ CREDITS = 150
 
 
 async def test_200_concurrent_requests_with_credits_for_150(make_market: MarketFactory) -> None:
-    market = await make_market(credits=CREDITS, per_request=1)
+    market = await make_market(credits=CREDITS, per_request=1, subscriber_config=no_top_up)
     await market.order()
     token = await market.token()
     observer = ServiceClient(market.server.base_url)

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -131,10 +131,12 @@ class Stalling:
     cancelled, and says so) and ``cancel`` (it raises CancelledError itself)."""
 
     def __init__(self) -> None:
+        self.stalling = 0
         self.cancelled = 0
 
     async def __call__(self, request: dict[str, Any]) -> Any:
         if request["prompt"] == "stall":
+            self.stalling += 1
             try:
                 await asyncio.sleep(60)
             except asyncio.CancelledError:
@@ -165,6 +167,17 @@ async def until(condition: Callable[[], bool]) -> None:
     raise AssertionError("the condition never became true")
 
 
+async def give_up_when(request: Awaitable[httpx.Response], condition: Callable[[], bool]) -> None:
+    """Send ``request`` and hang up (close the connection) once ``condition`` holds."""
+    sending = asyncio.ensure_future(request)
+    try:
+        await until(condition)
+    finally:
+        sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+
+
 async def paid_post(
     http: httpx.AsyncClient, url: str, prompt: str = "hi", payer: str = PAYER
 ) -> httpx.Response:
@@ -180,13 +193,7 @@ async def test_a_client_gone_mid_handler_on_a_cancelling_host_does_not_lock_the_
     market = await make_stub_market(stub=StubService(balance=1), handler=handler, http_app=app)
     async with host_app_serving(app) as origin, httpx.AsyncClient(timeout=30) as http:
         url = origin + market.url
-        with pytest.raises(httpx.ReadTimeout):
-            await http.post(
-                url,
-                json={"prompt": "stall"},
-                headers={"payment-signature": make_token(PAYER)},
-                timeout=0.5,
-            )
+        await give_up_when(paid_post(http, url, "stall"), lambda: handler.stalling == 1)
         await until(lambda: handler.cancelled == 1)  # the host cancelled the paid work
         after = await paid_post(http, url)
     assert after.status_code == 200, after.text  # one credit, nothing in flight: served
@@ -225,18 +232,13 @@ async def test_a_client_gone_while_settling_leaves_the_settle_owed_and_paid_once
     make_stub_market: StubMarketFactory,
 ) -> None:
     app = web.Application()
-    market = await make_stub_market(stub=StubService(balance=2), http_app=app)
+    stub = StubService(balance=2)
+    market = await make_stub_market(stub=stub, http_app=app)
     flow = market.endpoint.flow
     market.stub.hang_calls.add("settle")
     async with host_app_serving(app) as origin, httpx.AsyncClient(timeout=30) as http:
         url = origin + market.url
-        with pytest.raises(httpx.ReadTimeout):
-            await http.post(
-                url,
-                json={"prompt": "hi"},
-                headers={"payment-signature": make_token(PAYER)},
-                timeout=0.5,
-            )
+        await give_up_when(paid_post(http, url), lambda: stub.calls["settle"] == 1)
         await until(lambda: flow.stats.settle_deferred == 1)
         assert flow.stats.settle_queue == 1
         (owed,) = await flow.queue.entries()
@@ -443,3 +445,60 @@ async def test_a_second_endpoint_on_the_same_queue_file_refuses_to_start(
     assert isinstance(first.endpoint.flow.queue, SettleJournal)
     with pytest.raises(ConfigError, match="already in use by process"):
         await make_stub_market(stub=first.stub, store_dir="one-dir")
+
+
+# -- issue 15: a payer whose delegation tops up at settle ------------------------------------
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, request: dict[str, Any]) -> Any:
+        self.calls += 1
+        await asyncio.sleep(0.05)  # long enough for the requests of a wave to overlap
+        return await default_handler(request)
+
+
+async def test_a_payer_with_0_credits_is_served_as_often_as_the_delegation_can_pay(
+    make_market: MarketFactory, http: httpx.AsyncClient
+) -> None:
+    handler = Counting()
+    market = await make_market(
+        credits=2,  # one order of the plan: 2 credits for 1 USDC (100 cents)
+        per_request=1,
+        configure_builder=lambda gw: setattr(gw, "agent_handler", handler),
+        scripted=False,
+        subscriber_config=lambda _m: {"defaultSpendingLimitCents": 300},  # three orders
+    )
+    token = await market.token()  # never ordered: 0 credits, a delegation behind the token
+    assert await market.balance() == 0
+    responses: list[httpx.Response] = []
+    for _wave in range(20):  # bounded: concurrent waves until the delegation is spent
+        wave = await asyncio.gather(
+            *(
+                http.post(
+                    market.endpoint.url,
+                    json={"prompt": f"question {len(responses) + i}"},
+                    headers={"payment-signature": token},
+                )
+                for i in range(4)
+            )
+        )
+        responses.extend(wave)
+        if all("cannot be ordered" in r.json().get("reason", "") for r in wave):
+            break
+    else:
+        raise AssertionError("the delegation was never spent")
+    answered = [r for r in responses if r.status_code == 200]
+    refused = [r for r in responses if r.status_code == 402]
+    assert len(answered) + len(refused) == len(responses)
+    assert len(answered) == 6  # 3 orders of 2 credits, 1 credit per answer
+    assert all("payment-response" in r.headers for r in answered)  # no answer unpaid
+    assert handler.calls == 6  # and no work done for a request that could not pay
+    assert market.endpoint.stats.settle_refused == 0
+    plan = (await http.get(f"{market.server.base_url}/protocol/plans/{market.plan_id}")).json()
+    granted = int(plan["ordersCount"]) * 2  # every credit came from a top-up order
+    balance, burned = await market.balance(), redeemed(answered)
+    assert (granted, balance, burned) == (6, 0, 6)
+    assert granted == balance + burned  # conservation

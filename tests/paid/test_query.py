@@ -175,7 +175,8 @@ async def test_the_token_is_single_use_and_bound_to_agent_url_and_verb(
     assert not any("reusable (v2)" in w for w in data["warnings"])
 
 
-async def test_a_402_becomes_guidance(market: Market) -> None:
+async def test_a_402_becomes_guidance(market_without_top_up: Market) -> None:
+    market = market_without_top_up
     failed, data = await query(market, market.endpoint.url, agentId=market.agent_id)
     assert failed
     error = data["error"]

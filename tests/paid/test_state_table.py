@@ -72,8 +72,11 @@ async def test_tampered_token_is_402(market: Market, http: httpx.AsyncClient) ->
     assert await market.balance() == 10
 
 
-async def test_too_few_credits_is_402(market: Market, http: httpx.AsyncClient) -> None:
-    token = await market.token()  # never ordered: balance 0
+async def test_too_few_credits_is_402(
+    market_without_top_up: Market, http: httpx.AsyncClient
+) -> None:
+    market = market_without_top_up
+    token = await market.token()  # never ordered: balance 0, and no top-up
     response = await ask(http, market, "hello", token)
     assert response.status_code == 402
     assert "insufficient credits" in response.json()["reason"]

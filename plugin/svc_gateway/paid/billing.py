@@ -3,15 +3,20 @@
 Verify is a dry run that reserves nothing (WIRE.md §4), so N concurrent requests can all pass
 it and then overdraw. The endpoint keeps, per (plan, payer), the payer's balance as it last
 knew it and the credits of the requests it has admitted but not yet settled; a request is
-admitted only when ``balance - in_flight >= amount``.
+admitted when ``balance - in_flight >= amount``, or when nothing is in flight for that payer:
+verify, which the request has passed, is authoritative for one request (a token backed by a
+delegation pays for the plan at settle when the payer is short: automatic top-up, issue 15).
+So a payer short of known credits is served one request at a time until a settle shows the
+new balance; an answer whose settle is refused is withheld either way.
 
 The balance is read from the balance endpoint once (concurrent misses share the read), then
 kept current from settle receipts: each success subtracts what it burned, and a
 ``remainingBalance`` lower than any ordering of our own settles can explain (someone spent
-elsewhere) lowers it. A settle refused for want of credits zeroes what is available until the
-in-flight requests are done; the balance is then read again. So is a balance that was last
-read long ago, or one that would refuse a request while nothing is in flight (the payer may
-have bought more).
+elsewhere) lowers it; one higher than the book knows with nothing in flight (a top-up, a
+purchase) makes the next admission read the balance again. A settle refused for want of
+credits zeroes what is available until the in-flight requests are done; the balance is then
+read again. So is a balance that was last read long ago, or one that falls short of a request
+verify saw enough credits for.
 """
 
 from __future__ import annotations
@@ -24,8 +29,6 @@ from dataclasses import dataclass
 
 #: a balance read this long ago is read again before the next admission with nothing in flight
 BALANCE_TTL_SECS = 60.0
-#: a refusal with nothing in flight re-reads a balance older than this (the payer may top up)
-REFUSAL_REFRESH_SECS = 1.0
 #: payers remembered; idle ones (nothing in flight) are forgotten first
 MAX_ACCOUNTS = 10_000
 
@@ -96,20 +99,31 @@ class CreditBook:
             return None
         return account.balance, account.in_flight
 
-    async def admit(self, plan_id: str, payer: str, amount: int) -> Admission | Refusal:
-        """Claim ``amount`` credits for one request, or say why not. Service errors of the
-        balance read propagate (the caller answers 503, nothing charged)."""
+    async def admit(
+        self, plan_id: str, payer: str, amount: int, verified_balance: int | None = None
+    ) -> Admission | Refusal:
+        """Claim ``amount`` credits for one verified request, or say why not.
+
+        ``verified_balance`` is the balance verify reported (``None``: not reported). When the
+        known balance falls short with nothing in flight for the payer, verify decides: it
+        passed although the payer held too few credits (or did not say how many), so the
+        payer's delegation will top up at settle: admitted, one request at a time. When verify
+        saw enough credits, one of the two figures is old: the balance is read again, unless
+        it was read during this very call. Service errors of a balance read propagate (the
+        caller answers 503, nothing charged)."""
         key = (plan_id, payer.lower())
         account = self._account(key)
-        now = self._clock()
+        reads = self.reads
         if not account.loaded or (
             account.in_flight == 0
-            and (account.read_at is None or now - account.read_at >= BALANCE_TTL_SECS)
+            and (account.read_at is None or self._clock() - account.read_at >= BALANCE_TTL_SECS)
         ):
             await self._load(key, account)
         if account.available < amount and account.in_flight == 0:
-            read_at = account.read_at
-            if read_at is None or self._clock() - read_at >= REFUSAL_REFRESH_SECS:
+            if verified_balance is None or verified_balance < amount:
+                account.in_flight += amount  # top-up: verify is authoritative for this one
+                return Admission(key[0], key[1], amount)
+            if self.reads == reads:
                 await self._load(key, account)
         if account.available < amount:
             return Refusal(account.available, amount)
@@ -134,6 +148,10 @@ class CreditBook:
             # lower than any order of our own settles explains: credits were spent elsewhere.
             # Assume every settle still in flight is already inside ``remaining``.
             account.balance = remaining + account.in_flight
+        elif remaining is not None and remaining > account.balance and account.in_flight == 0:
+            # more than we knew: a top-up or a purchase (or receipts that crossed): the next
+            # admission reads the balance instead of trusting either figure
+            account.read_at = None
 
     async def release(self, admission: Admission) -> None:
         """Nothing was burned (the work failed, or the settle is deferred to the queue)."""

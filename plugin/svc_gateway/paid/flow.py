@@ -48,7 +48,7 @@ from typing import Any
 from .. import errors
 from ..core import PluginCore
 from ..encoding import b64_json, decode_access_token, decode_b64_json, to_int, token_authorization
-from ..models import PaymentRequirement
+from ..models import PaymentRequirement, VerifyResult
 from ..redact import get_logger
 from .billing import Admission, CreditBook, Refusal
 from .handlers import (
@@ -149,6 +149,16 @@ def token_payer(token: str) -> str | None:
         return None
     payer = token_authorization(decoded).get("from")
     return payer if isinstance(payer, str) and payer else None
+
+
+def verified_balance(verdict: VerifyResult) -> int | None:
+    """``agentRequest.balance.balance`` of a verify answer (WIRE.md §4), when it reads."""
+    balance = (verdict.agent_request or {}).get("balance")
+    value = balance.get("balance") if isinstance(balance, dict) else None
+    try:
+        return int(value) if isinstance(value, int | str) and not isinstance(value, bool) else None
+    except ValueError:
+        return None
 
 
 class PaidFlow(SettleMixin, RefusalMixin):
@@ -346,7 +356,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
         admission: Admission | None = None
         if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
-                claim = await self.book.admit(plan_id, payer, amount)
+                claim = await self.book.admit(plan_id, payer, amount, verified_balance(verdict))
             except OUTAGE_ERRORS as exc:
                 return self._unavailable(exc, "read the payer's balance")
             except errors.ServiceError as exc:

@@ -41,9 +41,14 @@ __all__ = [
 class AdmissionBook(Protocol):
     """Per (plan, payer): the known balance and the credits in flight."""
 
-    async def admit(self, plan_id: str, payer: str, amount: int) -> Admission | Refusal:
-        """Claim ``amount`` credits for one verified request, or say why not. Service errors
-        of a balance read propagate (the flow answers 503, nothing charged)."""
+    async def admit(
+        self, plan_id: str, payer: str, amount: int, verified_balance: int | None = None
+    ) -> Admission | Refusal:
+        """Claim ``amount`` credits for one verified request, or say why not. Rule: admitted
+        when ``balance - in_flight >= amount``; else, with nothing in flight for the payer,
+        admitted when ``verified_balance`` (what verify reported; ``None``: not reported) is
+        ``None`` or short of ``amount`` (verify passed through top-up: authoritative for one
+        request). Service errors of a balance read propagate (the flow answers 503)."""
         ...
 
     async def restore(
