@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,9 @@ class UserAccounts:
         self._users: dict[str, PluginCore] = {}
         self._contexts: dict[str, BalanceContext] = {}
         self._onboarding: dict[str, asyncio.Lock] = {}
+        #: hosts call from their own threads and loops: one core per identity, never two
+        self._lock = threading.Lock()
+        operator.runtime.add_closer(self.aclose)
 
     @property
     def enabled(self) -> bool:
@@ -75,22 +79,22 @@ class UserAccounts:
         if not self.enabled or caller is None or self.is_operator(caller):
             return self.operator
         identity = caller.identity
-        core = self._users.get(identity)
-        if core is None:
-            op = self.operator
-            core = PluginCore(
-                op.config,
-                op.runtime,
-                store=op.store.for_user(identity, identity_digest(identity)),
-                session_factory=op.session_factory,
-                clock=op.clock,
-                identity=identity,
-            )
-            core.restore_session()
-            if len(self._users) >= MAX_USERS:
-                self._forget_one()
-            self._users[identity] = core
-            op.runtime.add_closer(core.aclose)
+        with self._lock:
+            core = self._users.get(identity)
+            if core is None:
+                op = self.operator
+                core = PluginCore(
+                    op.config,
+                    op.runtime,
+                    store=op.store.for_user(identity, identity_digest(identity)),
+                    session_factory=op.session_factory,
+                    clock=op.clock,
+                    identity=identity,
+                )
+                core.restore_session()
+                if len(self._users) >= MAX_USERS:
+                    self._forget_one()
+                self._users[identity] = core
         return core
 
     def context_for(self, caller: Caller | None) -> BalanceContext | None:
@@ -98,16 +102,24 @@ class UserAccounts:
         core = self.core_for(caller)
         if core is self.operator or self._make_context is None or core.identity is None:
             return None
-        context = self._contexts.get(core.identity)
-        if context is None:
-            context = self._contexts[core.identity] = self._make_context(core)
+        with self._lock:
+            context = self._contexts.get(core.identity)
+            if context is None:
+                context = self._contexts[core.identity] = self._make_context(core)
         return context
 
     def _forget_one(self) -> None:
+        """Forget the user seen first (their key stays stored; a later call restores it)."""
         identity = next(iter(self._users))
         core = self._users.pop(identity)
         self._contexts.pop(identity, None)
         self.operator.runtime.submit(core.aclose())
+
+    async def aclose(self) -> None:
+        with self._lock:
+            cores, self._users = list(self._users.values()), {}
+        for core in cores:
+            await core.aclose()
 
     async def onboard(self, caller: Caller) -> str:
         """``/svc_login new``: the operator's organization opens a white-label customer account

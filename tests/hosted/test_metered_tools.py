@@ -235,3 +235,25 @@ async def test_a_call_id_reused_by_another_user_is_their_own_call(
     earnings = await gateway.run_command("svc_earnings")
     for payer in (alice, bob):
         assert f"{payer}: 1 call(s), 3 settled, 0 queued, 0 lost" in earnings.lower()
+
+
+async def test_a_delegation_that_can_top_up_pays_for_the_call(
+    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+) -> None:
+    """A user with no credits whose token's delegation can buy the plan (the service's automatic
+    top-up) is served: the settle buys the plan once, within the delegation's limit, then burns
+    the call's price (granted = balance + burned)."""
+    plan = await metering_plan(builder_client, builder["address"])
+    gateway, handle = await make_host(
+        builder["apiKey"],
+        perUserAccounts=True,
+        planId=plan,
+        meteredTools={"image_gen": 3},
+        defaultSpendingLimitCents=150,  # one purchase of the 1 USDC plan, not two
+    )
+    tools = Tools(gateway)
+    dana = await user_with_credits(gateway, "dana", "")
+    served = await gateway.call_host_tool("image_gen", {}, sender="dana")
+    assert served["tool"] == "image_gen" and tools.runs == {"image_gen": 1}
+    assert await balance(builder_client, plan, dana) == GRANTED - 3
+    assert handle.extras["meter"].flow.stats.credits_settled == 3

@@ -67,7 +67,11 @@ async def test_no_plan_blocks_and_a_fiat_plan_points_to_its_checkout(
     )
     fiat = await make_plan(builder_client, builder["address"], fiat=True, credits=5)
     gateway2, _ = await make_host(
-        builder["apiKey"], perUserAccounts=True, meteringPlanId=fiat, meteredTools={"image_gen": 1}
+        builder["apiKey"],
+        perUserAccounts=True,
+        meteringPlanId=fiat,
+        meteredTools={"image_gen": 1},
+        defaultSpendingLimitCents=1,  # the card delegation cannot buy the plan (no top-up)
     )
     Tools(gateway2)
     await user_with_credits(gateway2, "bob", "")

@@ -51,6 +51,7 @@ async def test_two_users_onboard_buy_and_see_only_their_own(
 ) -> None:
     gateway, handle = await make_host(builder["apiKey"], perUserAccounts=True, planId=plan_id)
     # a user without an account is told how to get one, and nothing runs as the operator
+    assert "/svc_login new" in await gateway.context_text(sender="alice")  # the model is told
     nobody = err(await gateway.call_tool("svc_checkBalance", {}, sender="alice"), "not_logged_in")
     assert "/svc_login new" in nobody["hint"]
     assert "account" in nobody["message"]
