@@ -53,8 +53,12 @@ class Seller:
         }
 
     async def token(self, plan: str, agent: str, url: str | None = None) -> str:
-        """A v2 token, or a v3 one bound to ``url`` (POST) when given."""
-        token = await self.buyer.get_access_token(plan, agent_id=agent, resource_url=url)
+        """A v2 token, or a v3 one bound to ``url`` (POST) when given. Its delegation holds
+        one cent, so it cannot buy the plan at settle (no automatic top-up): too few credits
+        stay too few."""
+        token = await self.buyer.get_access_token(
+            plan, agent_id=agent, resource_url=url, spending_limit_cents=1
+        )
         self.secrets.append(token)
         return token
 
