@@ -196,7 +196,8 @@ async def test_access_token_fiat_uses_card_delegation(
 async def test_list_payment_methods(make_host: HostFactory, subscriber: dict[str, str]) -> None:
     gateway, _ = await make_host(subscriber["apiKey"])
     data = ok(await gateway.call_tool("svc_listPaymentMethods", {}))
-    assert data["count"] == 1
+    assert data["count"] == 2  # the sandbox's Stripe and Braintree test cards
+    assert [c["provider"] for c in data["cards"]] == ["stripe", "braintree"]
     card = data["cards"][0]
     assert (card["brand"], card["last4"], card["expiry"]) == ("visa", "4242", "12/2030")
     err(await gateway.call_tool("svc_listPaymentMethods", {"extra": 1}), "invalid_params")
