@@ -52,12 +52,14 @@ class Seller:
             **extra,
         }
 
-    async def token(self, plan: str, agent: str, url: str | None = None) -> str:
-        """A v2 token, or a v3 one bound to ``url`` (POST) when given. Its delegation holds
-        one cent, so it cannot buy the plan at settle (no automatic top-up): too few credits
-        stay too few."""
+    async def token(
+        self, plan: str, agent: str, url: str | None = None, *, top_up: bool = True
+    ) -> str:
+        """A v2 token, or a v3 one bound to ``url`` (POST) when given. ``top_up=False``: its
+        delegation (1 cent) cannot buy more credits at settle."""
+        limit = 10_000 if top_up else 1
         token = await self.buyer.get_access_token(
-            plan, agent_id=agent, resource_url=url, spending_limit_cents=1
+            plan, agent_id=agent, resource_url=url, spending_limit_cents=limit
         )
         self.secrets.append(token)
         return token

@@ -5,6 +5,7 @@ not depend on the HTTP library the client uses."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import Counter
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 
@@ -24,6 +26,8 @@ from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.paid import PaidEndpoint
 from svc_gateway.paid.handlers import default_handler
 from svc_gateway.sandbox import SandboxServer, start_sandbox
+
+from .stub_service import make_token
 
 #: a fault answers one proxied call: it may forward it (``call.forward()``) and then lie
 Fault = Callable[["ProxyCall"], Awaitable[web.StreamResponse]]
@@ -256,3 +260,37 @@ async def sandbox() -> AsyncIterator[SandboxServer]:
     server = await start_sandbox()
     yield server
     await server.close()
+
+
+# -- helpers of the money-safety tests ---------------------------------------------------------
+
+#: the payer of the stub's tokens in the money-safety tests
+STUB_PAYER = "0x" + "aa" * 20
+#: the service rejects the seller's own key: settles are queued (retried without backoff)
+OWN_KEY_REJECTED = (401, {"code": "BCK.APIKEY.0004", "message": "invalid API key"})
+
+
+def redeemed(responses: list[httpx.Response]) -> int:
+    """Credits burned, as the receipts the buyer holds say."""
+    total = 0
+    for response in responses:
+        receipt = decode_b64_json(response.headers.get("payment-response"))
+        if receipt is not None:
+            total += int(receipt["creditsRedeemed"])
+    return total
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(500):  # bounded: 10 s
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the condition never became true")
+
+
+async def paid_post(
+    http: httpx.AsyncClient, url: str, prompt: str = "hi", payer: str = STUB_PAYER
+) -> httpx.Response:
+    return await http.post(
+        url, json={"prompt": prompt}, headers={"payment-signature": make_token(payer)}
+    )

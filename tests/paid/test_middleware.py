@@ -165,7 +165,7 @@ async def test_a_tampered_token_is_402_and_the_handler_never_runs(
 
 async def test_too_few_credits_is_402(make_seller: SellerFactory) -> None:
     seller, _app = await started(make_seller)
-    token = await seller.token(seller.fixed_plan, seller.fixed_agent)
+    token = await seller.token(seller.fixed_plan, seller.fixed_agent, top_up=False)
     async with httpx.AsyncClient(base_url=seller.origin) as http:
         answers = [
             await http.post("/runs/wait", json={"n": i}, headers=paid(token)) for i in range(6)

@@ -29,6 +29,8 @@ from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 from .conftest import StubMarketFactory
 from .stub_service import BUILDER_KEY, PLAN_ID, StubService, make_token
 
+now = time.time
+
 PAYER = "0x" + "ee" * 20
 
 
@@ -183,9 +185,10 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
     await stub.start()
     queue_file = tmp_path / "queue.json"
     envelope = build_envelope(PlanFacts.fallback(PLAN_ID, "local"), None, "http://x/ask")
-    SettleQueue(queue_file).add(
-        PendingSettle("req-old", PLAN_ID, PAYER, 1, make_token(PAYER), envelope.wire(), time.time())
-    )
+    old = SettleQueue(queue_file)
+    old.add(PendingSettle("req-old", PLAN_ID, PAYER, 1, make_token(PAYER), envelope.wire(), now()))
+    # an owed settle whose payer was never known: retried all the same, nothing to restore
+    old.add(PendingSettle("req-anon", PLAN_ID, None, 1, make_token(PAYER), envelope.wire(), now()))
     settings = {
         "svcApiKey": BUILDER_KEY,
         "environment": "local",
@@ -203,12 +206,14 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
             url = f"http://127.0.0.1:{runner.addresses[0][1]}/ask"
             assert (await http.post(url, json={})).status_code == 402
         for _ in range(100):
-            if middleware.stats.settle_recovered:
+            if middleware.stats.settle_recovered == 2:
                 break
             await asyncio.sleep(0.02)
-        assert middleware.stats.settle_recovered == 1 and stub.burned == 1
+        assert middleware.stats.settle_recovered == 2 and stub.burned == 2
         await middleware.start()  # started once: nothing is retried again
-        assert stub.calls["settle"] == 1
+        assert stub.calls["settle"] == 2
+        known = middleware.flow.book.known(PLAN_ID, PAYER)
+        assert known is not None and known[1] == 0  # the restored claim was closed by settling
     finally:
         await runner.cleanup()
         await stub.close()
@@ -292,3 +297,17 @@ async def test_the_paid_endpoint_replays_a_settled_v3_tokens_answer_to_its_retry
     assert retry.headers["payment-response"] == first.headers["payment-response"]
     assert market.stub.calls["settle"] == 1 and market.stub.burned == 1
     assert market.endpoint.stats.replayed == 1
+
+
+async def test_concurrent_first_uses_open_one_settle_store(tmp_path: Any) -> None:
+    settings = {
+        "environment": "local",
+        "baseUrl": "http://127.0.0.1:9/api/v1",
+        "settleQueuePath": str(tmp_path / "queue.json"),
+    }
+    middleware = payment_middleware({"POST /x": RouteConfig(plan_id="p")}, settings)
+    try:
+        first, second = await asyncio.gather(middleware.flow._store(), middleware.flow._store())
+        assert first is second is middleware.flow.queue
+    finally:
+        await middleware.close()

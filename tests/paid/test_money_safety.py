@@ -1,6 +1,7 @@
-"""Issue 16, the seller's items: time plans, cancellations, disconnects, stuck sync handlers,
-restarts with queued settles. Over real loopback HTTP against the sandbox (or the stub
-facilitator where a fault must be injected); each fault test ends with conservation."""
+"""Issue 16 #1-#4, the seller's items: time plans, cancellations, disconnects and stuck sync
+handlers. Over real loopback HTTP against the sandbox (or the stub facilitator where a fault
+must be injected); each fault test ends with conservation. #7, #8 and top-up:
+``test_owed_and_topup.py``."""
 
 from __future__ import annotations
 
@@ -16,37 +17,17 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.client import ServiceClient
-from svc_gateway.config import ConfigError, PluginConfig
+from svc_gateway.config import PluginConfig
 from svc_gateway.embedded import DEMO_TOKEN
-from svc_gateway.encoding import decode_b64_json
 from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.paid.handlers import SyncHandlerPool, default_handler
-from svc_gateway.paid.settle_journal import SettleJournal
 from svc_gateway.pricing import crypto_price, expirable_credits
 
 from .conftest import StubMarketFactory
 from .stub_service import StubService, make_token
-from .support import (
-    Market,
-    MarketFactory,
-    answer_lost_500,
-    refuse_500,
-    scripted_handler,
-)
+from .support import Market, MarketFactory, paid_post, redeemed, scripted_handler, until
 
 PAYER = "0x" + "aa" * 20
-#: the service rejects the seller's own key: settles are queued (retried without backoff)
-OWN_KEY_REJECTED = (401, {"code": "BCK.APIKEY.0004", "message": "invalid API key"})
-
-
-def redeemed(responses: list[httpx.Response]) -> int:
-    """Credits burned, as the receipts the buyer holds say."""
-    total = 0
-    for response in responses:
-        receipt = decode_b64_json(response.headers.get("payment-response"))
-        if receipt is not None:
-            total += int(receipt["creditsRedeemed"])
-    return total
 
 
 class Gate:
@@ -159,14 +140,6 @@ async def host_app_serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(500):  # bounded: 10 s
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the condition never became true")
-
-
 async def give_up_when(request: Awaitable[httpx.Response], condition: Callable[[], bool]) -> None:
     """Send ``request`` and hang up (close the connection) once ``condition`` holds."""
     sending = asyncio.ensure_future(request)
@@ -176,14 +149,6 @@ async def give_up_when(request: Awaitable[httpx.Response], condition: Callable[[
         sending.cancel()
     with pytest.raises(asyncio.CancelledError):
         await sending
-
-
-async def paid_post(
-    http: httpx.AsyncClient, url: str, prompt: str = "hi", payer: str = PAYER
-) -> httpx.Response:
-    return await http.post(
-        url, json={"prompt": prompt}, headers={"payment-signature": make_token(payer)}
-    )
 
 
 async def test_a_client_gone_mid_handler_on_a_cancelling_host_does_not_lock_the_payer_out(
@@ -370,135 +335,3 @@ async def test_a_call_whose_caller_left_before_a_thread_was_free_never_runs() ->
     assert ran == ["first", "next"]
     pool.shutdown()
     pool.shutdown()  # idempotent
-
-
-# -- 7. after a restart, settles still owed are credits in flight ----------------------------
-
-
-async def test_after_a_restart_6_credits_do_not_buy_9_answers(
-    make_stub_market: StubMarketFactory,
-) -> None:
-    stub = StubService(balance=6)
-    first = await make_stub_market(stub=stub, store_dir="seller")
-    stub.faults["settle"] = OWN_KEY_REJECTED  # not the payer's fault: answers delivered, queued
-    async with httpx.AsyncClient(timeout=30) as http:
-        before = [await paid_post(http, first.url, f"q{i}") for i in range(3)]
-        assert [r.status_code for r in before] == [200] * 3
-        assert first.endpoint.stats.settle_queue == 3
-        await asyncio.to_thread(first.handle.close)  # the seller restarts, the outage goes on
-        second = await make_stub_market(stub=stub, store_dir="seller")
-        flow = second.endpoint.flow
-        assert flow.stats.settle_queue == 3
-        assert flow.book.known("plan-1", PAYER) == (0, 3)  # owed: in flight before any read
-        after = [await paid_post(http, second.url, f"r{i}") for i in range(6)]
-    statuses = Counter(r.status_code for r in after)
-    assert statuses == {200: 3, 402: 3}  # 6 credits, 3 of them owed: 3 more answers
-    del stub.faults["settle"]
-    for _ in range(50):  # bounded
-        if not flow.stats.settle_queue:
-            break
-        await flow.core.runtime.run(flow.drain_queue())
-    assert flow.stats.settle_queue == 0 and flow.stats.settle_lost == 0
-    assert flow.stats.settle_recovered == 6  # every delivered answer paid, from the queue
-    assert stub.burned == 6 and stub.balance_of(PAYER) == 0  # conservation: 6 = 0 + 6
-    assert flow.book.known("plan-1", PAYER) == (0, 0)
-
-
-# -- 8. a queued settle is retried with its original agentRequestId --------------------------
-
-
-async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charged_once(
-    make_market: MarketFactory, http: httpx.AsyncClient
-) -> None:
-    market = await make_market(faults=True)  # 10 credits, 2 per request, the real sandbox
-    flow = market.endpoint.flow
-    flow.settle_backoff = (0.0, 0.0)
-    await market.order()
-    assert market.transport is not None
-    # the first settle burns but its answer is lost; the in-flow retries find the service down
-    market.transport.faults["x402/settle"] = [answer_lost_500, refuse_500, refuse_500]
-    token = await market.token()
-    response = await http.post(
-        market.endpoint.url, json={"prompt": "pay once"}, headers={"payment-signature": token}
-    )
-    assert response.status_code == 200 and "payment-response" not in response.headers
-    assert flow.stats.settle_queue == 1 and await market.balance() == 8  # burned once already
-    (owed,) = await flow.queue.entries()
-    assert await flow.core.runtime.run(flow.drain_queue()) == 1
-    assert market.transport.calls["x402/settle"] == 4
-    receipt = flow.stats.receipts[-1]
-    assert receipt["creditsRedeemed"] == "2" and receipt["remainingBalance"] == "8"
-    balance = await market.balance()
-    assert balance == 8  # the v2 token was charged once for its one answer
-    assert flow.stats.settle_recovered == 1 and flow.stats.settle_queue == 0
-    assert owed.request_id not in flow.queue
-    assert balance + int(receipt["creditsRedeemed"]) == 10  # conservation
-
-
-# -- the settle journal is the flow's store: one endpoint per queue file ---------------------
-
-
-async def test_a_second_endpoint_on_the_same_queue_file_refuses_to_start(
-    make_stub_market: StubMarketFactory,
-) -> None:
-    first = await make_stub_market(store_dir="one-dir")
-    assert isinstance(first.endpoint.flow.queue, SettleJournal)
-    with pytest.raises(ConfigError, match="already in use by process"):
-        await make_stub_market(stub=first.stub, store_dir="one-dir")
-
-
-# -- issue 15: a payer whose delegation tops up at settle ------------------------------------
-
-
-class Counting:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def __call__(self, request: dict[str, Any]) -> Any:
-        self.calls += 1
-        await asyncio.sleep(0.05)  # long enough for the requests of a wave to overlap
-        return await default_handler(request)
-
-
-async def test_a_payer_with_0_credits_is_served_as_often_as_the_delegation_can_pay(
-    make_market: MarketFactory, http: httpx.AsyncClient
-) -> None:
-    handler = Counting()
-    market = await make_market(
-        credits=2,  # one order of the plan: 2 credits for 1 USDC (100 cents)
-        per_request=1,
-        configure_builder=lambda gw: setattr(gw, "agent_handler", handler),
-        scripted=False,
-        subscriber_config=lambda _m: {"defaultSpendingLimitCents": 300},  # three orders
-    )
-    token = await market.token()  # never ordered: 0 credits, a delegation behind the token
-    assert await market.balance() == 0
-    responses: list[httpx.Response] = []
-    for _wave in range(20):  # bounded: concurrent waves until the delegation is spent
-        wave = await asyncio.gather(
-            *(
-                http.post(
-                    market.endpoint.url,
-                    json={"prompt": f"question {len(responses) + i}"},
-                    headers={"payment-signature": token},
-                )
-                for i in range(4)
-            )
-        )
-        responses.extend(wave)
-        if all("cannot be ordered" in r.json().get("reason", "") for r in wave):
-            break
-    else:
-        raise AssertionError("the delegation was never spent")
-    answered = [r for r in responses if r.status_code == 200]
-    refused = [r for r in responses if r.status_code == 402]
-    assert len(answered) + len(refused) == len(responses)
-    assert len(answered) == 6  # 3 orders of 2 credits, 1 credit per answer
-    assert all("payment-response" in r.headers for r in answered)  # no answer unpaid
-    assert handler.calls == 6  # and no work done for a request that could not pay
-    assert market.endpoint.stats.settle_refused == 0
-    plan = (await http.get(f"{market.server.base_url}/protocol/plans/{market.plan_id}")).json()
-    granted = int(plan["ordersCount"]) * 2  # every credit came from a top-up order
-    balance, burned = await market.balance(), redeemed(answered)
-    assert (granted, balance, burned) == (6, 0, 6)
-    assert granted == balance + burned  # conservation

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from svc_gateway.models import VerifyResult
 from svc_gateway.paid.billing import Admission, CreditBook, Refusal
+from svc_gateway.paid.flow import verified_balance
 from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
 from svc_gateway.paid.state import AdmissionBook, LocalSettleStore, SettleStore
 
@@ -83,3 +85,15 @@ async def test_the_local_store_names_what_a_full_queue_evicted(tmp_path: Path) -
     assert [e.request_id for e in await store.claim()] == ["r3"]
     await store.aclose()
     assert "pending=1" in repr(store) and "tok" not in repr(store)
+
+
+def test_the_balance_verify_reports_is_read_only_when_it_is_a_number() -> None:
+    def verdict(agent_request: object) -> VerifyResult:
+        return VerifyResult.model_validate({"isValid": True, "agentRequest": agent_request})
+
+    assert verified_balance(verdict({"balance": {"balance": "7"}})) == 7
+    assert verified_balance(verdict({"balance": {"balance": 3}})) == 3
+    assert verified_balance(verdict({"balance": {"balance": "seven"}})) is None
+    assert verified_balance(verdict({"balance": {"balance": True}})) is None
+    assert verified_balance(verdict({"balance": "7"})) is None
+    assert verified_balance(verdict(None)) is None

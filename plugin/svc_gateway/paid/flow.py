@@ -91,6 +91,7 @@ __all__ = [
     "default_queue_path",
     "error_answer",
     "token_payer",
+    "verified_balance",
 ]
 
 log = get_logger("svc_gateway.paid")

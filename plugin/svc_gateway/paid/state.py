@@ -3,11 +3,17 @@
 :class:`AdmissionBook` holds, per (plan, payer), the known balance and the credits in flight;
 :class:`SettleStore` holds the settles owed after an outage, each retried with its own
 ``agentRequestId``. The in-process implementations are :class:`~.billing.CreditBook` and
-:class:`LocalSettleStore` (over the settle-queue file); a shared store (Redis) implements the
-same protocols so several replicas admit and settle as one.
+:class:`~.settle_journal.SettleJournal` (:class:`LocalSettleStore` adapts the older whole-file
+queue); a shared store (Redis) implements the same protocols so several replicas admit and
+settle as one.
 
 Contract for implementations:
 
+* ``admit`` is called only for a request verify accepted: covered (``balance - in_flight >=
+  amount``) → admitted; short with nothing in flight for the payer → admitted when
+  ``verified_balance`` is ``None`` or short too (the delegation tops up at settle; one request
+  at a time), else the balance is read again before deciding; short with credits in flight →
+  refused;
 * every :class:`Admission` returned by ``admit`` or ``restore`` is closed by exactly one of
   ``settled``, ``release``, ``refused`` (an implementation may also let an unclosed claim
   expire, for a process that died; ``Admission.claim_id`` names it then);
