@@ -10,6 +10,7 @@ is blocked and never runs). Imported by ``hermes_child.py``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -17,6 +18,25 @@ from typing import Any
 from hermes_child import discovery, gateway_command, hermes, run_section
 
 FINAL = "Here is your image."
+_runners: dict[str, Any] = {}
+
+
+def gateway_message(text: str, user_id: str) -> str | None:
+    """``text`` sent by Telegram user ``user_id`` through ``GatewayRunner._handle_message``."""
+    config = hermes("gateway.config")
+    runner = _runners.get("runner")
+    if runner is None:  # one gateway per process, as in a real deployment
+        runner = _runners["runner"] = hermes("gateway.run").GatewayRunner(config.GatewayConfig())
+    source = hermes("gateway.session").SessionSource(
+        platform=config.Platform.TELEGRAM,
+        chat_id=f"chat-{user_id}",
+        chat_type="dm",
+        user_id=user_id,
+        user_name=f"user {user_id}",
+    )
+    event = hermes("gateway.platforms.base").MessageEvent(text=text, source=source)
+    reply: str | None = asyncio.run(runner._handle_message(event))
+    return reply
 
 
 def register_host_tool(runs: list[dict[str, Any]]) -> None:
@@ -98,6 +118,19 @@ def scenario_hosted(params: dict[str, Any], report: dict[str, Any]) -> None:
         return out
 
     run_section(report, "blocked_turn", blocked_turn)
+
+    def onboarded_turn() -> dict[str, Any]:
+        """User 77 consents in the chat (the real gateway pipeline names them), then tries
+        again: an account of their own, but no credits: blocked with the price."""
+        opened = gateway_message("/svc_login new", "77")
+        before = len(runs)
+        out = turn("77")
+        out["opened"] = opened
+        out["ran"] = len(runs) - before
+        out["status_77"] = gateway_message("/svc_login status", "77")
+        return out
+
+    run_section(report, "onboarded_turn", onboarded_turn)
 
     def receipts() -> dict[str, Any]:
         from hermes_cli.plugins import get_plugin_command_handler, resolve_plugin_command_result

@@ -39,6 +39,7 @@ def test_a_host_tool_is_metered_per_chat_user_inside_hermes(
         "planId": plan_id,
         "perUserAccounts": True,
         "meteredTools": {"image_*": 1},
+        "defaultSpendingLimitCents": 1,  # no automatic top-up: a user without credits is short
     }
     run = run_child("hosted", tmp_path, settings, {"userKey": hermes_sandbox.subscriber.api_key})
     plugin = section(run, "discovery")["plugin"]
@@ -59,6 +60,15 @@ def test_a_host_tool_is_metered_per_chat_user_inside_hermes(
     assert blocked["ran"] == 0  # user 77 has no account: the tool never ran
     assert "not_logged_in" in blocked["tool_messages"][0]
     assert "/svc_login new" in blocked["tool_messages"][0]
+
+    onboarded = section(run, "onboarded_turn")
+    assert "account is open" in onboarded["opened"]
+    assert onboarded["ran"] == 0  # their own account, but no credits: blocked with the price
+    assert '"insufficient_credits"' in onboarded["tool_messages"][0]
+    assert '"price": 1' in onboarded["tool_messages"][0]
+    new_address = onboarded["opened"].split("open: ", 1)[1].split(" ", 1)[0].lower()
+    assert new_address in onboarded["status_77"].lower()
+    assert new_address != user.lower()
 
     receipts = section(run, "receipts")
     assert "You paid 1 credits for 1 call(s)" in receipts["spend_42"]

@@ -61,6 +61,11 @@ class Tools:
         return run
 
 
+def code_of(result: Any) -> str:
+    assert isinstance(result, ToolResult) and result.isError, result
+    return str(result.structuredContent["error"]["code"])
+
+
 async def balance(client: ServiceClient, plan: str, holder: str) -> int:
     return (await client.get_plan_balance(plan, holder)).balance
 
@@ -152,6 +157,13 @@ async def test_blocked_with_price_balance_and_how_to_buy_when_short(
     assert "/svc_login new" in nobody.structuredContent["error"]["hint"]
     assert tools.runs == {}
     assert await balance(builder_client, plan, bob) == 0
+    # the same call id, retried once bob has credits: a blocked call never ran, so it runs now
+    first = await gateway.call_host_tool("image_gen", {}, sender="bob", call_id="retry-1")
+    assert code_of(first) == "insufficient_credits"
+    ok(await gateway.call_tool("svc_orderPlan", {"planId": plan, "confirm": True}, sender="bob"))
+    again = await gateway.call_host_tool("image_gen", {}, sender="bob", call_id="retry-1")
+    assert again["tool"] == "image_gen" and tools.runs == {"image_gen": 1}
+    assert await balance(builder_client, plan, bob) == GRANTED - 3
 
 
 async def test_exact_under_20_parallel_calls_with_credits_for_12(

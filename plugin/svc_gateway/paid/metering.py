@@ -186,8 +186,9 @@ class ToolMeter:
             self._calls[key] = future
             while len(self._calls) > CALLS_KEPT:
                 self._calls.popitem(last=False)
+        call = _Call()
         try:
-            result = await self._meter(ctx, run_tool)
+            result = await self._meter(ctx, run_tool, call)
         except Exception as exc:  # a bug here must block, never run the tool unpaid
             log.exception("metering %s failed", ctx.tool_name)
             result = block(
@@ -200,9 +201,13 @@ class ToolMeter:
             self._calls.pop(key, None)
             raise
         future.set_result(result)
+        if not call.ran:  # blocked: a retry of this call (after buying credits) runs it
+            self._calls.pop(key, None)
         return result
 
-    async def _meter(self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]]) -> Any:
+    async def _meter(
+        self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]], call: _Call
+    ) -> Any:
         async with self._starting:  # every call waits until the settle journal is open
             if not self._started:
                 if self.flow.queue is None:
@@ -236,7 +241,6 @@ class ToolMeter:
         except errors.ServiceError as exc:
             log.info("no payment for %s: %s", name, exc.code)
             return await self._short(ctx, payer, plan_id, credits, exc.message)
-        call = _Call()
 
         async def work() -> Answer:
             call.ran = True
