@@ -26,8 +26,9 @@ Hermes imports this module and calls :func:`register` once per process, inside
   ``tool_execution`` middleware metering the host's own tools (:mod:`.hermes_users`). Tool and
   hook adapters live in :mod:`.hermes_adapters`.
 
-0.19.0 gives command handlers only the argument string: no sender, chat or platform, so
-:class:`~svc_gateway.host.CommandContext` carries ``args`` only. Hermes dispatches a plugin command
+0.19.0 gives command handlers only the argument string: no sender, chat or platform. The
+:class:`~svc_gateway.host.CommandContext` carries the sender ``pre_gateway_dispatch`` saw for the
+gateway message being handled, and none for a CLI command. Hermes dispatches a plugin command
 only after its own gateway authorisation check has passed, hence ``is_authorized_sender`` keeps
 its default ``True``.
 """
