@@ -252,7 +252,7 @@ def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
         f"Fix it in {where}, then restart the gateway. The svc tools stay unavailable until then."
     )
 
-    async def tool_handler(_params: dict[str, Any], _caller: Caller | None = None) -> ToolResult:
+    async def tool_handler(_params: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
         return ToolResult.error("plugin_misconfigured", message, hint)
 
     async def command_handler(_ctx: CommandContext) -> str:

@@ -75,10 +75,10 @@ class Caller:
 
 
 class ToolHandler(Protocol):
-    """``await handler(params)`` or ``await handler(params, caller)``."""
+    """``await handler(params)``, or ``await handler(params, caller)`` (also ``caller=...``)."""
 
     def __call__(
-        self, params: dict[str, Any], caller: Caller | None = None, /
+        self, params: dict[str, Any], /, caller: Caller | None = None
     ) -> Awaitable[ToolResult]: ...
 
 

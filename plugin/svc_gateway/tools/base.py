@@ -199,7 +199,7 @@ def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = N
 
     With ``accounts`` (a hosted gateway), the call runs as the ``caller`` the host names."""
 
-    async def handler(raw: dict[str, Any], caller: Caller | None = None) -> ToolResult:
+    async def handler(raw: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
         target = core if accounts is None else accounts.core_for(caller)
         try:
             return await core.runtime.run(execute(target, spec, raw))
