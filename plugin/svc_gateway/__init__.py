@@ -197,6 +197,7 @@ def register(
             runtime=runtime, core=core, commands=commands, context=context, accounts=accounts
         )
         handle.extras["receipts"] = commands.receipts
+        core.receipt_sink = commands.receipts.add  # user cores are made later, with the sink
         if config.metered_tools:
             from .host import AROUND_TOOL_CALL
             from .paid.metering import ToolMeter

@@ -91,6 +91,7 @@ class UserAccounts:
                     clock=op.clock,
                     identity=identity,
                 )
+                core.receipt_sink = op.receipt_sink
                 core.restore_session()
                 if len(self._users) >= MAX_USERS:
                     self._forget_one()

@@ -7,6 +7,7 @@ through one :class:`PluginCore`, which lives on the plugin loop.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -104,6 +105,8 @@ class PluginCore:
         self._listeners: list[Callable[[], None]] = []
         self._spend_listeners: list[Callable[[str], None]] = []
         self._balance_listeners: list[Callable[[str, PlanBalance], None]] = []
+        #: where a receipt of something this account paid for goes (``/svc_spend``)
+        self.receipt_sink: Callable[..., None] | None = None
         self._lock = asyncio.Lock()
 
     # -- session -----------------------------------------------------------------------------
@@ -161,6 +164,26 @@ class PluginCore:
             self.used_plans = {**self.used_plans, plan_id: None}
         for listener in self._spend_listeners:
             listener(plan_id)
+
+    def paid_for(self, what: str, plan_id: str, receipt: object) -> None:
+        """Keep the receipt of something this account paid (an agent's answer): never raises."""
+        if self.receipt_sink is None or not isinstance(receipt, dict) or self.session is None:
+            return
+        try:
+            credits = int(str(receipt.get("creditsRedeemed", "0")))
+        except ValueError:
+            credits = 0
+        transaction = receipt.get("transaction")
+        self.receipt_sink(
+            what=what,
+            payer=self.session.address,
+            identity=self.identity,
+            plan_id=plan_id,
+            credits=credits,
+            transaction=str(transaction) if transaction else None,
+            status="settled",
+            at=time.time(),
+        )
 
     def on_balance(self, listener: Callable[[str, PlanBalance], None]) -> None:
         """Called with a plan id and the balance whenever a tool read the account's balance."""
