@@ -8,6 +8,7 @@ each ends with conservation (granted = balance + burned) checked on the service'
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import aiohttp
@@ -269,3 +270,24 @@ async def test_a_delegation_that_can_top_up_pays_for_the_call(
     assert served["tool"] == "image_gen" and tools.runs == {"image_gen": 1}
     assert await balance(builder_client, plan, dana) == GRANTED - 3
     assert handle.extras["meter"].flow.stats.credits_settled == 3
+
+
+async def test_spend_and_earnings_agree_with_the_services_balances(
+    setup: Any, builder_client: ServiceClient
+) -> None:
+    gateway, _, _tools, plan = await setup()
+    payers = {name: await user_with_credits(gateway, name, plan) for name in ("ann", "ben")}
+    for name, tool in (("ann", "image_gen"), ("ann", "search_web"), ("ben", "image_gen")):
+        await gateway.call_host_tool(tool, {}, sender=name)
+    await gateway.call_host_tool("flaky", {}, sender="ben")  # failed: not charged, not listed
+    earnings = (await gateway.run_command("svc_earnings")).lower()
+    total = 0
+    for name, address in payers.items():
+        burned = GRANTED - await balance(builder_client, plan, address)  # the service's figure
+        total += burned
+        row = re.search(rf"{address}: (\d+) call\(s\), (\d+) settled, 0 queued, 0 lost", earnings)
+        assert row is not None and int(row.group(2)) == burned, earnings
+        spend = await gateway.run_command("svc_spend", sender=name)
+        assert f"You paid {burned} credits" in spend
+    assert earnings.startswith(f"earned {total} credits settled, 0 queued")
+    assert total == 7
