@@ -68,11 +68,13 @@ class UserAccounts:
         return self.config.per_user_accounts
 
     def is_operator(self, caller: Caller | None) -> bool:
-        """The host named nobody, or the caller is listed in ``operatorIds``."""
+        """The host named nobody, or the caller is listed in ``operatorIds`` as
+        ``channel:sender`` (a bare sender id only matches a caller without a channel: the same
+        number on another platform is somebody else)."""
         if caller is None:
             return True
         ids = self.config.operator_ids
-        return caller.sender_id in ids or caller.identity in ids
+        return caller.identity in ids or (not caller.channel and caller.sender_id in ids)
 
     def core_for(self, caller: Caller | None) -> PluginCore:
         """The core a call of ``caller`` runs on: their own with ``perUserAccounts``."""

@@ -255,8 +255,8 @@ class PluginConfig(BaseModel):
     operator_ids: list[str] = Field(
         default_factory=list,
         alias="operatorIds",
-        description="Chat users (sender id, or channel:sender) who act as the operator: the "
-        "gateway's own account, /svc_earnings",
+        description="Chat users (channel:sender, e.g. telegram:12345) who act as the "
+        "operator: the gateway's own account, /svc_earnings",
     )
     organization_id: str | None = Field(
         default=None,

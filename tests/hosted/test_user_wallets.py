@@ -132,7 +132,10 @@ async def test_a_user_links_their_own_key_and_the_operator_stays_the_operator(
     plan_id: str,
 ) -> None:
     gateway, handle = await make_host(
-        builder["apiKey"], perUserAccounts=True, planId=plan_id, operatorIds=["owner"]
+        builder["apiKey"],
+        perUserAccounts=True,
+        planId=plan_id,
+        operatorIds=["terminal:owner", "mallory"],
     )
     reply = await gateway.run_command("svc_login", subscriber["apiKey"], sender="carol")
     assert subscriber["address"].lower() in reply.lower() and "delete" in reply
@@ -143,6 +146,9 @@ async def test_a_user_links_their_own_key_and_the_operator_stays_the_operator(
     for sender in ("owner", None):
         own = ok(await gateway.call_tool("svc_checkBalance", {}, sender=sender))
         assert own["address"].lower() == builder["address"].lower()
+    # a bare sender id names nobody on a platform: "mallory" on the terminal is a chat user
+    mallory = await gateway.call_tool("svc_checkBalance", {}, sender="mallory")
+    assert err(mallory, "not_logged_in")
     # env: variables and the browser flow are the operator's, never a chat user's
     assert "operator" in await gateway.run_command("svc_login", "env:SVC_API_KEY", sender="dan")
     assert "/svc_login new" in await gateway.run_command("svc_login", "", sender="dan")
