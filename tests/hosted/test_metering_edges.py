@@ -5,6 +5,7 @@ functions, no plan, a fiat plan's way to buy, an outage at verify, a settle the 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -214,7 +215,10 @@ async def test_a_tool_over_its_deadline_is_cut_off_uncharged(
 
 
 async def test_a_host_on_the_plugin_loop_and_the_failure_test(
-    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+    make_host: HostFactory,
+    builder: dict[str, str],
+    builder_client: ServiceClient,
+    tmp_path: Path,
 ) -> None:
     plan = await metering_plan(builder_client, builder["address"])
     gateway, handle = await make_host(
@@ -222,7 +226,7 @@ async def test_a_host_on_the_plugin_loop_and_the_failure_test(
         perUserAccounts=True,
         planId=plan,
         meteredTools={"image_gen": 3},
-        settleQueuePath=str(handle_dir(builder) / "queue.json"),
+        settleQueuePath=str(tmp_path / "queue.json"),
     )
     alice = await user_with_credits(gateway, "alice", plan)
     meter: ToolMeter = handle.extras["meter"]
@@ -237,10 +241,3 @@ async def test_a_host_on_the_plugin_loop_and_the_failure_test(
     assert await balance(builder_client, plan, alice) == GRANTED - 3
     assert default_failed('{"error": "x"}') and not default_failed("plain text")
     assert not default_failed({"ok": 1}) and default_failed(ToolResult.error("a", "b", "c"))
-
-
-def handle_dir(builder: dict[str, str]) -> Any:
-    import tempfile
-    from pathlib import Path
-
-    return Path(tempfile.mkdtemp(prefix="svc-meter-"))
