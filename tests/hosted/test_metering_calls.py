@@ -45,10 +45,13 @@ async def test_waiters_and_cancelled_first_runs(
     async def scenario() -> list[Any]:
         gate = asyncio.Event()
         started = asyncio.Event()
+        rerun = asyncio.Event()
 
         async def tool() -> dict[str, Any]:
             runs.append(1)
             started.set()
+            if len(runs) == 2:
+                rerun.set()
             await gate.wait()
             return {"image": len(runs)}
 
@@ -64,8 +67,7 @@ async def test_waiters_and_cancelled_first_runs(
         first.cancel()  # the first run is cancelled: its waiter runs the call itself
         with pytest.raises(asyncio.CancelledError):
             await first
-        started.clear()
-        await started.wait()
+        await rerun.wait()  # the waiter runs the call itself
         gate.set()
         return [await second_waiter, await meter.meter(ctx, tool)]
 
