@@ -69,6 +69,11 @@ class PaidOutcome:
     receipt: dict[str, Any] | None = None
     result: Answer | None = None
     replayed: bool = False
+    #: how settling ended, when it started: ``paid``, ``refused``, ``deferred`` (queued) or
+    #: ``lost`` (the service refused for a reason that is not the payer's)
+    settle: str | None = None
+    #: the verify's ``agentRequestId`` the settle used (a queued settle is retried on it)
+    request_id: str | None = None
 
     @property
     def delivered(self) -> bool:
