@@ -112,7 +112,12 @@ def test_manifest_config_schema_is_the_config_model() -> None:
     aliases = {f.alias or name for name, f in type(load_config({})).model_fields.items()}
     assert set(manifest["configSchema"]["properties"]) == aliases
     assert len(manifest["tools"]) == 9
-    assert {c["name"] for c in manifest["commands"]} == {"svc_login", "svc_logout"}
+    assert {c["name"] for c in manifest["commands"]} == {
+        "svc_login",
+        "svc_logout",
+        "svc_spend",
+        "svc_earnings",
+    }
 
 
 def test_versions_agree() -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
+    from .accounts import UserAccounts
     from .commands import Commands
     from .config import ConfigError
     from .context import BalanceContext
@@ -40,6 +41,7 @@ class PluginHandle:
     commands: Commands
     context: BalanceContext
     extras: dict[str, Any] = field(default_factory=dict)
+    accounts: UserAccounts | None = None
 
     def close(self) -> None:
         self.runtime.close()
@@ -61,23 +63,39 @@ class PromptHook:
     the caller's thread (hosts with a synchronous hook call it first); awaiting the hook crosses
     to the plugin loop only when ``peek`` cannot answer."""
 
-    def __init__(self, runtime: PluginRuntime, context: BalanceContext) -> None:
+    def __init__(
+        self,
+        runtime: PluginRuntime,
+        context: BalanceContext,
+        accounts: UserAccounts | None = None,
+    ) -> None:
         self._runtime = runtime
         self._context = context
+        self._accounts = accounts
 
-    def peek(self) -> str | object | None:
+    def peek(self, ctx: PromptContext | None = None) -> str | object | None:
         """The text, ``None`` for nothing, or :data:`svc_gateway.context.MISS`."""
-        return self._context.peek()
+        return self._context_for(ctx).peek()
+
+    def _context_for(self, ctx: PromptContext | None) -> BalanceContext:
+        """A hosted gateway's chat user sees their own balances, never the operator's."""
+        if self._accounts is None or ctx is None or not ctx.sender_id:
+            return self._context
+        from .host import Caller
+
+        caller = Caller(ctx.sender_id, ctx.channel or "")
+        return self._accounts.context_for(caller) or self._context
 
     async def __call__(self, ctx: PromptContext) -> str | None:
         from .context import MISS
 
-        text = self._context.peek()
+        context = self._context_for(ctx)
+        text = context.peek()
         if text is MISS:
             # The context's own budget bounds the fetch; this bounds a plugin loop that is busy.
-            limit = self._context.budget + LOOP_GRACE_SECS
+            limit = context.budget + LOOP_GRACE_SECS
             try:
-                return await asyncio.wait_for(self._runtime.run(self._context.text()), limit)
+                return await asyncio.wait_for(self._runtime.run(context.text()), limit)
             except TimeoutError:
                 return None
         assert text is None or isinstance(text, str)
@@ -135,6 +153,7 @@ def register(
             raise
         return _register_degraded(api, error)
 
+    from .accounts import UserAccounts
     from .commands import Commands
     from .context import BalanceCache, BalanceContext
     from .core import PluginCore
@@ -149,26 +168,44 @@ def register(
     try:
         core = PluginCore(config, runtime, store=store, session_factory=session_factory)
         core.restore_session()
-        cache = BalanceCache(core, clock=clock) if clock else BalanceCache(core)
-        context = BalanceContext(core, cache)
-        core.on_session_change(lambda: cache.invalidate())
-        core.on_spend(cache.invalidate)
-        core.on_balance(cache.seen)
+
+        def balance_context(owner: PluginCore) -> BalanceContext:
+            cache = BalanceCache(owner, clock=clock) if clock else BalanceCache(owner)
+            owner.on_session_change(lambda: cache.invalidate())
+            owner.on_spend(cache.invalidate)
+            owner.on_balance(cache.seen)
+            return BalanceContext(owner, cache)
+
+        context = balance_context(core)
+        accounts = UserAccounts(core, balance_context) if config.per_user_accounts else None
         commands = Commands(
             core,
             open_browser=open_browser,
             input_history=getattr(api, "input_history", None),
+            accounts=accounts,
         )
         runtime.add_closer(commands.cancel_pending)
         runtime.add_closer(core.aclose)
 
         for name in TOOL_NAMES:
-            api.register_tool(to_spec(core, TOOLS[name]))
+            api.register_tool(to_spec(core, TOOLS[name], accounts))
         for spec in commands.specs():
             api.register_command(spec)
 
-        api.on(BEFORE_PROMPT_BUILD, PromptHook(runtime, context))
-        handle = PluginHandle(runtime=runtime, core=core, commands=commands, context=context)
+        api.on(BEFORE_PROMPT_BUILD, PromptHook(runtime, context, accounts))
+        handle = PluginHandle(
+            runtime=runtime, core=core, commands=commands, context=context, accounts=accounts
+        )
+        handle.extras["receipts"] = commands.receipts
+        core.receipt_sink = commands.receipts.add  # user cores are made later, with the sink
+        if config.metered_tools:
+            from .host import AROUND_TOOL_CALL
+            from .paid.metering import ToolMeter
+
+            meter = ToolMeter.create(core, accounts, commands.receipts)
+            runtime.add_closer(meter.aclose)
+            api.on(AROUND_TOOL_CALL, meter)
+            handle.extras["meter"] = meter
         if config.enable_paid_endpoint:
             from .paid import attach_paid_endpoint
 
@@ -211,7 +248,7 @@ def _handler_hint(message: str, handler: str | None) -> str:
 
 def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
     """Tools and commands that answer with the configuration error and how to fix it."""
-    from .host import CommandSpec, ToolResult, ToolSpec
+    from .host import Caller, CommandSpec, ToolResult, ToolSpec
     from .redact import get_logger
     from .tools import TOOL_NAMES, TOOLS
 
@@ -221,7 +258,7 @@ def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
         f"Fix it in {where}, then restart the gateway. The svc tools stay unavailable until then."
     )
 
-    async def tool_handler(_params: dict[str, Any]) -> ToolResult:
+    async def tool_handler(_params: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
         return ToolResult.error("plugin_misconfigured", message, hint)
 
     async def command_handler(_ctx: CommandContext) -> str:

@@ -122,7 +122,7 @@ async def _chat(args: argparse.Namespace) -> int:
         print(note)
     with tempfile.TemporaryDirectory(prefix="svc-chat-") as scratch:
         async with embedded_session(config, enabled) as embedded:
-            gateway = ReferenceGateway(embedded.plugin_config)
+            gateway = ReferenceGateway(embedded.plugin_config, sender_id=args.user)
             store = None
             if enabled:  # the embedded sandbox's throwaway key never touches the real keyring
                 store = CredentialStore(Path(scratch), use_keyring=False)
@@ -177,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     chat.add_argument(
         "--config",
         help=f"JSON file with the plugin config (the key may come from ${KEY_VARIABLE} instead)",
+    )
+    chat.add_argument(
+        "--user",
+        help="the chat user who sends the lines (hosted gateway, perUserAccounts); a line "
+        "'@name ...' is sent by name",
     )
     demo = sub.add_parser("demo", help="sell and buy an agent answer end to end, offline")
     demo.add_argument("-q", "--quiet", action="store_true")

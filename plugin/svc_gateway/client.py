@@ -10,7 +10,10 @@ import asyncio
 import functools
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import SecretStr
 
 from . import errors
 from .config import DEFAULT_NETWORK
@@ -112,6 +115,29 @@ class ServiceClient(ApiTransport):
                 "The fiat order answer has no checkout URL", code="no_checkout_url"
             )
         return checkout
+
+    async def onboard_customer(self, email: str, organization_id: str | None = None) -> Onboarded:
+        """``POST /organizations/account`` with ``as: customer`` (admin of an organization):
+        a white-label customer account and its own API key (``walletResult.hash``, the usable
+        Bearer), or ``consentRequired`` when the address belongs to an account the organization
+        does not own (payments-py ``OrganizationsAPI.onboard_customer``). Never retried: it
+        creates an account."""
+        headers = {"X-Current-Org-Id": organization_id} if organization_id else None
+        body = {"email": email, "as": "customer"}
+        data = await self._request("POST", "organizations/account", body=body, headers=headers)
+        wallet = data.get("walletResult") if isinstance(data, dict) else None
+        if not isinstance(wallet, dict):
+            raise errors.ProtocolError(
+                "The onboarding answer has no walletResult", code="bad_onboarding"
+            )
+        if wallet.get("consentRequired"):
+            return Onboarded(None, None, consent_required=True)
+        key, address = wallet.get("hash"), wallet.get("userWallet")
+        if not isinstance(key, str) or not key or not isinstance(address, str):
+            raise errors.ProtocolError(
+                "The onboarding answer carries no usable API key", code="bad_onboarding"
+            )
+        return Onboarded(SecretStr(key), address, consent_required=False)
 
     async def register_plan(
         self,
@@ -463,6 +489,15 @@ class ServiceClient(ApiTransport):
 
 
 JS_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class Onboarded:
+    """A white-label customer the organization onboarded (the key is never shown)."""
+
+    api_key: SecretStr | None
+    address: str | None
+    consent_required: bool = False
 
 
 def _sdk_int(value: int) -> int | str:

@@ -13,14 +13,28 @@ import asyncio
 import os
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from .core import PluginCore
-from .host import CommandContext, CommandSpec
+from .host import Caller, CommandContext, CommandSpec
 from .login import BrowserLogin, LoginError, manual_instructions
+from .receipts import ReceiptBook, earnings_text, spend_text
 from .redact import get_logger
 
+if TYPE_CHECKING:
+    from .accounts import UserAccounts
+
 log = get_logger("svc_gateway.commands")
+
+NO_SENDER_NOTE = (
+    "(Each chat user has their own account on this gateway, but this command came without a "
+    "sender, so it acts on the gateway's own account.)"
+)
+USER_LOGIN_USAGE = (
+    "Send /svc_login new to let this gateway's operator open a payments account for you, "
+    "/svc_login <env>:<API_KEY> to link your own, or /svc_login status."
+)
 
 LOGIN_USAGE = (
     "Usage: /svc_login [sandbox|live|local] to log in with the browser (the environment this "
@@ -51,8 +65,13 @@ class Commands:
         *,
         open_browser: Callable[[str], bool] | None = None,
         input_history: str | None = None,
+        accounts: UserAccounts | None = None,
     ) -> None:
         self.core = core
+        #: a hosted gateway's chat users (``perUserAccounts``): each logs in for themselves
+        self.accounts = accounts
+        #: receipts of the metered tool calls (``/svc_spend``, ``/svc_earnings``)
+        self.receipts = ReceiptBook()
         self.open_browser = open_browser
         #: A file where the host keeps typed lines (the Hermes CLI's history), if it has one.
         self.input_history = input_history
@@ -64,7 +83,12 @@ class Commands:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it in to the payments service."
         args = ctx.args.strip()
+        caller = self.chat_user(ctx)
+        if caller is not None:
+            return await self._user_login(caller, args)
         if args.lower() == "status":
+            if self.accounts is not None and self.accounts.enabled and not ctx.sender_id:
+                return f"{self.status()} {NO_SENDER_NOTE}"
             return self.status()
         if match := _ENV_VAR.fullmatch(args):
             return await self._login_from_env(match.group(1))
@@ -80,6 +104,47 @@ class Commands:
                 f"{args.lower()} in the plugin config and restart the gateway."
             )
         return await self._browser_login(configured)
+
+    def chat_user(self, ctx: CommandContext) -> Caller | None:
+        """The chat user a command acts for on a hosted gateway; ``None``: the gateway's own
+        account (single-user gateway, a host that names nobody, or an operator)."""
+        if self.accounts is None or not self.accounts.enabled or not ctx.sender_id:
+            return None
+        caller = Caller(ctx.sender_id, ctx.channel or "")
+        return None if self.accounts.is_operator(caller) else caller
+
+    async def _user_login(self, caller: Caller, args: str) -> str:
+        assert self.accounts is not None
+        core = self.accounts.core_for(caller)
+        lowered = args.lower()
+        if lowered == "status":
+            if core.session is None:
+                return f"You have no payments account on this gateway. {USER_LOGIN_USAGE}"
+            return (
+                f"Your payments account here: {core.session.address} "
+                f"({self._key_origin(core.session.source, core)})."
+            )
+        if lowered == "new":
+            return await self.accounts.onboard(caller)
+        if _ENV_VAR.fullmatch(args):
+            return (
+                "Environment variables hold the gateway operator's key, not yours. "
+                + USER_LOGIN_USAGE
+            )
+        if ":" in args:
+            try:
+                session, where = await core.login(args)
+            except ConfigError as exc:
+                return f"Login failed: {str(exc).rstrip('.')}. Nothing was stored."
+            except OSError:
+                log.exception("could not store a chat user's svc credential")
+                return "Login failed: the key could not be stored (see the gateway log)."
+            place = "the system keyring" if where == "keyring" else "a private file on the gateway"
+            return (
+                f"Linked your own payments account {session.address}; the key is kept in "
+                f"{place}. Please delete the chat message that contains your API key."
+            )
+        return "A browser login would log in the gateway's machine, not you. " + USER_LOGIN_USAGE
 
     async def _login_from_env(self, name: str) -> str:
         raw = os.environ.get(name, "").strip()
@@ -178,7 +243,9 @@ class Commands:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    def _key_origin(self, source: str) -> str:
+    def _key_origin(self, source: str, core: PluginCore | None = None) -> str:
+        if core is not None and core.identity is not None:  # never a path on the gateway
+            return {"keyring": "key in the system keyring"}.get(source, "key kept by the gateway")
         return {
             "config": "key from the plugin config",
             "keyring": "key in the system keyring",
@@ -210,6 +277,13 @@ class Commands:
     async def logout(self, ctx: CommandContext) -> str:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it out."
+        caller = self.chat_user(ctx)
+        if caller is not None:
+            assert self.accounts is not None
+            had = await self.accounts.core_for(caller).logout()
+            if had:
+                return "Logged out: your key was removed from this gateway."
+            return "You had no payments account on this gateway; nothing was kept."
         await self.cancel_pending()
         self.last_browser_result = None
         had = await self.core.logout()
@@ -222,8 +296,29 @@ class Commands:
             text += " svcApiKey is still set in the plugin config; remove it there as well."
         return text
 
+    def spend(self, ctx: CommandContext) -> str:
+        """``/svc_spend``: what the calling user paid (the gateway's own account for a host that
+        names nobody)."""
+        caller = self.chat_user(ctx)
+        if caller is not None:
+            return spend_text(self.receipts.of(caller.identity, None))
+        session = self.core.session
+        return spend_text(self.receipts.of(None, session.address if session else None))
+
+    def earnings(self, ctx: CommandContext) -> str:
+        """``/svc_earnings``: the operator's view, refused to every other chat user."""
+        if not ctx.is_authorized_sender or self.chat_user(ctx) is not None:
+            return "Only the gateway's operator can see its earnings."
+        return earnings_text(self.receipts.all())
+
     def specs(self) -> list[CommandSpec]:
         runtime = self.core.runtime
+
+        async def spend(ctx: CommandContext) -> str:
+            return self.spend(ctx)
+
+        async def earnings(ctx: CommandContext) -> str:
+            return self.earnings(ctx)
 
         async def login(ctx: CommandContext) -> str:
             return await runtime.run(self.login(ctx))
@@ -241,5 +336,9 @@ class Commands:
             ),
             CommandSpec(
                 "svc_logout", "Log out of the payments service and forget the key", False, logout
+            ),
+            CommandSpec("svc_spend", "What you paid for on this gateway", False, spend),
+            CommandSpec(
+                "svc_earnings", "What this gateway earned (operator only)", False, earnings
             ),
         ]

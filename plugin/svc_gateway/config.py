@@ -270,6 +270,44 @@ class PluginConfig(BaseModel):
         "(needs the redis extra)",
     )
 
+    per_user_accounts: bool = Field(
+        default=False,
+        alias="perUserAccounts",
+        description="Hosted gateway: each chat user the host names acts with their own account "
+        "(their own key, or a white-label customer account the operator's organization opens "
+        "for them with their consent), never the operator's",
+    )
+    operator_ids: list[str] = Field(
+        default_factory=list,
+        alias="operatorIds",
+        description="Chat users (channel:sender, e.g. telegram:12345) who act as the "
+        "operator: the gateway's own account, /svc_earnings",
+    )
+    organization_id: str | None = Field(
+        default=None,
+        alias="organizationId",
+        description="Organization that onboards chat users (X-Current-Org-Id); default: the "
+        "operator key's own",
+    )
+    customer_email_domain: str = Field(
+        default="chat-users.svc-gateway.invalid",
+        alias="customerEmailDomain",
+        pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,200})$",
+        description="Domain of the address each onboarded chat user is registered under "
+        "(<channel>.<sender>@<domain>; the same user always gets the same account)",
+    )
+    metered_tools: dict[str, int | str] = Field(
+        default_factory=dict,
+        alias="meteredTools",
+        description="The host's own tools charged per call: name or glob -> credits (an int) "
+        'or "module:function" (tool name, arguments) -> credits; svc_* tools are never metered',
+    )
+    metering_plan_id: str | None = Field(
+        default=None,
+        alias="meteringPlanId",
+        description="Plan metered tool calls are charged on (default: planId)",
+    )
+
     allowed_agent_hosts: list[str] = Field(
         default_factory=list,
         alias="allowedAgentHosts",
@@ -290,6 +328,18 @@ class PluginConfig(BaseModel):
                         f"{entry[:60]!r} is neither a host name nor an IP address or range"
                     ) from None
         return [entry.lower() for entry in value]
+
+    @field_validator("metered_tools")
+    @classmethod
+    def _metered(cls, value: dict[str, int | str]) -> dict[str, int | str]:
+        for pattern, price in value.items():
+            if not pattern.strip():
+                raise ValueError("a tool name or glob must not be empty")
+            if isinstance(price, bool) or (isinstance(price, int) and price < 1):
+                raise ValueError(f"{pattern[:60]}: credits must be a positive integer")
+            if isinstance(price, str) and not re.fullmatch(r"[\w.]+:[\w.]+", price):
+                raise ValueError(f"{pattern[:60]}: must be an integer or module:function")
+        return value
 
     @field_validator("base_url", "frontend_url", "paid_endpoint_public_url")
     @classmethod

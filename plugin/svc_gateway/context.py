@@ -37,6 +37,12 @@ LOGGED_OUT_NOTICE = (
     "Payments service (svc plugin): not logged in. The user can log in by sending /svc_login "
     "(a browser login) or /svc_login env:SVC_API_KEY; the svc_* tools need it."
 )
+#: A hosted gateway's chat user with no account (``perUserAccounts``).
+NO_ACCOUNT_NOTICE = (
+    "Payments service (svc plugin): this user has no payments account on this gateway yet. "
+    "With their consent they send /svc_login new (the gateway's operator opens one for them), "
+    "or /svc_login <env>:<API_KEY> to link their own."
+)
 DEFAULT_BUDGET_SECS = 1.5
 
 
@@ -255,7 +261,7 @@ class BalanceContext:
             if self._told_logged_out:
                 return None
             self._told_logged_out = True
-        return LOGGED_OUT_NOTICE
+        return LOGGED_OUT_NOTICE if self._core.identity is None else NO_ACCOUNT_NOTICE
 
     def peek(self) -> str | _Miss | None:
         """The context text when it can be given without a fetch, from any thread; else MISS.

@@ -7,6 +7,7 @@ through one :class:`PluginCore`, which lives on the plugin loop.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -34,6 +35,12 @@ if TYPE_CHECKING:
 log = get_logger("svc_gateway.core")
 
 KeySource = Literal["config", "keyring", "file", "stored"]
+
+#: What a chat user with no account is told (hosted gateway, ``perUserAccounts``).
+USER_LOGIN_HINT = (
+    "Ask the user whether the gateway's operator may open a payments account for them; if they "
+    "agree, they send /svc_login new. Or they link their own key: /svc_login <env>:<API_KEY>."
+)
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,12 @@ class PluginCore:
         store: CredentialStore | None = None,
         session_factory: SessionFactory | None = None,
         clock: Callable[[], float] | None = None,
+        identity: str | None = None,
     ) -> None:
         self.config = config
+        #: The chat user this core acts for (``channel:sender``), ``None`` for the gateway's own
+        #: account (the operator, or the one user of a single-user gateway).
+        self.identity = identity
         self.runtime = runtime
         self.store = store if store is not None else CredentialStore()
         self.session_factory = session_factory
@@ -94,6 +105,8 @@ class PluginCore:
         self._listeners: list[Callable[[], None]] = []
         self._spend_listeners: list[Callable[[str], None]] = []
         self._balance_listeners: list[Callable[[str, PlanBalance], None]] = []
+        #: where a receipt of something this account paid for goes (``/svc_spend``)
+        self.receipt_sink: Callable[..., None] | None = None
         self._lock = asyncio.Lock()
 
     # -- session -----------------------------------------------------------------------------
@@ -106,7 +119,7 @@ class PluginCore:
         other environments are only listed (:attr:`other_stored`), never loaded into a session.
         """
         env = self.config.environment
-        key = self.config.api_key
+        key = self.config.api_key if self.identity is None else None  # the operator's, only
         if key is not None:  # the config validator refused a key for another environment
             self.session = Session(key, env, "config")
             return
@@ -151,6 +164,26 @@ class PluginCore:
             self.used_plans = {**self.used_plans, plan_id: None}
         for listener in self._spend_listeners:
             listener(plan_id)
+
+    def paid_for(self, what: str, plan_id: str, receipt: object) -> None:
+        """Keep the receipt of something this account paid (an agent's answer): never raises."""
+        if self.receipt_sink is None or not isinstance(receipt, dict) or self.session is None:
+            return
+        try:
+            credits = int(str(receipt.get("creditsRedeemed", "0")))
+        except ValueError:
+            credits = 0
+        transaction = receipt.get("transaction")
+        self.receipt_sink(
+            what=what,
+            payer=self.session.address,
+            identity=self.identity,
+            plan_id=plan_id,
+            credits=credits,
+            transaction=str(transaction) if transaction else None,
+            status="settled",
+            at=time.time(),
+        )
 
     def on_balance(self, listener: Callable[[str, PlanBalance], None]) -> None:
         """Called with a plan id and the balance whenever a tool read the account's balance."""
@@ -229,6 +262,11 @@ class PluginCore:
     def client(self) -> ServiceClient:
         """The authenticated client; raises :class:`NotLoggedIn` when nobody is."""
         if self.session is None:
+            if self.identity is not None:
+                raise NotLoggedIn(
+                    "You have no payments account on this gateway yet",
+                    hint=USER_LOGIN_HINT,
+                )
             raise NotLoggedIn()
         if self._client is None:
             self._client = self._new_client(self.session.key)

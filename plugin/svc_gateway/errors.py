@@ -119,5 +119,7 @@ class NotLoggedIn(ServiceError):
 
     default_hint = "Run /svc_login (or /svc_login <env>:<API_KEY>) first."
 
-    def __init__(self, message: str = "Not logged in to the payments service") -> None:
-        super().__init__(message, code="not_logged_in")
+    def __init__(
+        self, message: str = "Not logged in to the payments service", *, hint: str | None = None
+    ) -> None:
+        super().__init__(message, code="not_logged_in", hint=hint)

@@ -1,8 +1,13 @@
 """The host contract: everything a chat gateway needs to load this plugin.
 
 A host hands :func:`svc_gateway.register` an object satisfying :class:`GatewayAPI`. The plugin
-registers nine tools, two commands and one ``before_prompt_build`` hook through it. This module
-is the whole public surface a host author has to read.
+registers nine tools, its commands, one ``before_prompt_build`` hook and (for a host that offers
+it) one ``around_tool_call`` handler through it. This module is the whole public surface a host
+author has to read.
+
+A hosted gateway serving many chat users says who is calling: tool handlers take
+``handler(params, caller=None)`` with a :class:`Caller`; commands and prompts carry
+``sender_id``/``channel``. A host that passes nothing keeps single-user behaviour.
 """
 
 from __future__ import annotations
@@ -55,7 +60,26 @@ class ToolResult:
         }
 
 
-ToolHandler = Callable[[dict[str, Any]], Awaitable[ToolResult]]
+@dataclass(frozen=True)
+class Caller:
+    """The chat user behind a call, as the host reports them: who (``sender_id``) on which
+    platform or chat (``channel``). Two callers are the same user when both fields match."""
+
+    sender_id: str
+    channel: str = ""
+
+    @property
+    def identity(self) -> str:
+        """``channel:sender_id``: the key the user's account is stored under."""
+        return f"{self.channel}:{self.sender_id}"
+
+
+class ToolHandler(Protocol):
+    """``await handler(params)``, or ``await handler(params, caller)`` (also ``caller=...``)."""
+
+    def __call__(
+        self, params: dict[str, Any], /, caller: Caller | None = None
+    ) -> Awaitable[ToolResult]: ...
 
 
 @dataclass(frozen=True)
@@ -104,8 +128,29 @@ class PromptContext:
 
 HookHandler = Callable[[PromptContext], Awaitable[str | None]]
 
-#: The only hook event the plugin uses: text to prepend to the model's context.
+#: Text to prepend to the model's context: ``await handler(PromptContext) -> str | None``.
 BEFORE_PROMPT_BUILD = "before_prompt_build"
+#: Around each of the host's own tool calls: ``await handler(ToolCallContext, call_next)``.
+AROUND_TOOL_CALL = "around_tool_call"
+
+
+@dataclass(frozen=True)
+class ToolCallContext:
+    """One call of a host's own tool, as the host hands it to an ``around_tool_call`` handler.
+
+    ``call_id`` is the host's id of this call (the model's tool-call id): the same call is
+    never charged twice. ``caller`` is ``None`` when the host does not know who is calling."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    call_id: str
+    caller: Caller | None = None
+
+
+#: Runs the host's tool once and returns its result (any value the host's tools return).
+CallNext = Callable[[], Awaitable[Any]]
+#: ``await handler(ctx, call_next)``: the tool's result, or an error ``ToolResult`` when blocked.
+AroundToolCall = Callable[[ToolCallContext, CallNext], Awaitable[Any]]
 
 
 @runtime_checkable
@@ -126,7 +171,7 @@ class GatewayAPI(Protocol):
 
     def register_command(self, spec: CommandSpec) -> None: ...
 
-    def on(self, event: str, handler: HookHandler) -> None: ...
+    def on(self, event: str, handler: Any) -> None: ...
 
 
 class CollectingGateway:
@@ -141,6 +186,8 @@ class CollectingGateway:
         self.tools: dict[str, ToolSpec] = {}
         self.commands: dict[str, CommandSpec] = {}
         self.hooks: dict[str, list[HookHandler]] = {}
+        #: ``around_tool_call`` handlers, outermost first.
+        self.around_tool_call: list[AroundToolCall] = []
 
     @property
     def plugin_config(self) -> Mapping[str, Any]:
@@ -160,11 +207,24 @@ class CollectingGateway:
             raise ValueError(f"command /{spec.name} is already registered")
         self.commands[spec.name] = spec
 
-    def on(self, event: str, handler: HookHandler) -> None:
+    def on(self, event: str, handler: Any) -> None:
+        if event == AROUND_TOOL_CALL:
+            self.around_tool_call.append(handler)
+            return
         if event != BEFORE_PROMPT_BUILD:
             self._logger.warning("ignoring unknown plugin event %r", event)
             return
         self.hooks.setdefault(event, []).append(handler)
+
+    async def run_host_tool(self, ctx: ToolCallContext, tool: CallNext) -> Any:
+        """Run one of the host's own tools through every ``around_tool_call`` handler."""
+
+        async def chain(index: int) -> Any:
+            if index == len(self.around_tool_call):
+                return await tool()
+            return await self.around_tool_call[index](ctx, lambda: chain(index + 1))
+
+        return await chain(0)
 
 
 def host_http_app(api: GatewayAPI) -> web.Application | None:

@@ -75,8 +75,12 @@ class CredentialStore:
     callers on an event loop run them with ``asyncio.to_thread``. Thread-safe.
     """
 
-    def __init__(self, config_dir: Path | None = None, *, use_keyring: bool = True) -> None:
+    def __init__(
+        self, config_dir: Path | None = None, *, use_keyring: bool = True, namespace: str = ""
+    ) -> None:
         self.path = (config_dir or default_config_dir()) / CREDENTIALS_FILE
+        #: keeps one chat user's keyring entries apart from another's (and the operator's)
+        self.namespace = namespace
         self._lock = threading.Lock()
         self._use_keyring = use_keyring
         self._resolved = False
@@ -100,6 +104,17 @@ class CredentialStore:
                 self._resolved = True
         return self._keyring_backend
 
+    def for_user(self, identity: str, digest: str) -> CredentialStore:
+        """The store of one chat user: their own file (``users/<digest>/``, 0600) and their own
+        keyring entries, apart from the operator's."""
+        store = CredentialStore(
+            self.path.parent / "users" / digest, use_keyring=self._use_keyring, namespace=identity
+        )
+        return store
+
+    def _entry(self, env: str) -> str:
+        return f"{self.namespace}/{env}" if self.namespace else env
+
     @property
     def backend_name(self) -> Literal["keyring", "file"]:
         """Where ``save`` will try first: the same words ``save`` returns."""
@@ -117,7 +132,7 @@ class CredentialStore:
         backend = self._keyring
         if backend is not None:
             try:
-                backend.set_password(KEYRING_SERVICE, env, secret)
+                backend.set_password(KEYRING_SERVICE, self._entry(env), secret)
                 where = "keyring"
             except Exception as error:
                 log.warning("keyring refused the key (%s); using the file", type(error).__name__)
@@ -151,7 +166,7 @@ class CredentialStore:
         backend = self._keyring if maybe_in_keyring else None
         if backend is not None:
             try:
-                if found := backend.get_password(KEYRING_SERVICE, env):
+                if found := backend.get_password(KEYRING_SERVICE, self._entry(env)):
                     return SecretStr(found)
             except Exception as error:
                 log.debug("keyring read failed (%s)", type(error).__name__)
@@ -180,7 +195,7 @@ class CredentialStore:
         backend = self._keyring
         if backend is not None:
             with contextlib.suppress(Exception):  # PasswordDeleteError when it is not there
-                backend.delete_password(KEYRING_SERVICE, env)
+                backend.delete_password(KEYRING_SERVICE, self._entry(env))
         with self._lock:
             if not self.path.exists():
                 return

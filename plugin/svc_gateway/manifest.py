@@ -21,6 +21,8 @@ COMMANDS = [
         "args": "[env | env:API_KEY | status]",
     },
     {"name": "svc_logout", "description": "Log out of the payments service and forget the key"},
+    {"name": "svc_spend", "description": "What you paid for on this gateway"},
+    {"name": "svc_earnings", "description": "What this gateway earned (operator only)"},
 ]
 
 
@@ -40,7 +42,7 @@ def build_manifest() -> dict[str, Any]:
         },
         "tools": [{"name": n, "description": TOOLS[n].description} for n in TOOL_NAMES],
         "commands": COMMANDS,
-        "hooks": ["before_prompt_build"],
+        "hooks": ["before_prompt_build", "around_tool_call"],
         "configSchema": config_schema(),
     }
 

@@ -162,8 +162,9 @@ class ApiTransport:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
         retry: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> Any:
-        headers = self._request_headers(auth)
+        headers = {**self._request_headers(auth), **(headers or {})}
         url = self._url(path, params)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         attempts = self.max_retries + 1 if retry else 1

@@ -555,6 +555,7 @@ def main() -> None:
         "commands": scenario_commands,
         "broken": scenario_broken,
         "standin": scenario_standin,
+        "hosted": importlib.import_module("hermes_hosted").scenario_hosted,
     }
     scenarios[scenario](params, report)
     report["total_secs"] = round(time.monotonic() - started, 3)

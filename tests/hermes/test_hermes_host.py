@@ -19,7 +19,9 @@ from .hermes_support import ChildRun, Sandbox, plan_balance, run_child, section
 
 pytestmark = pytest.mark.hermes
 
-COMMAND_NAMES = ["svc-login", "svc-logout", "svc_login", "svc_logout"]
+COMMAND_NAMES = sorted(
+    f"svc{sep}{name}" for sep in "-_" for name in ("login", "logout", "spend", "earnings")
+)
 
 
 def find_key(data: Any, key: str) -> Any:
@@ -76,7 +78,7 @@ def test_discovery_lists_svc_with_tools_commands_and_hook(host: ChildRun) -> Non
     plugin = found["plugin"]
     assert plugin is not None, "svc was not discovered through the hermes_agent.plugins entry point"
     assert plugin["enabled"] is True and plugin["error"] is None
-    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 4
+    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 8
     assert found["tools"] == sorted(SVC_TOOLS)
     assert sorted(found["commands"]) == COMMAND_NAMES
     assert found["has_pre_llm_call"] is True
@@ -166,8 +168,18 @@ def test_commands_registered_and_menu_has_no_duplicates(commands: ChildRun) -> N
     assert sorted(found["commands"]) == COMMAND_NAMES
     assert not found["commands"]["svc-login"]["args_hint"].startswith("<")
     menus = section(commands, "menu")
-    assert menus["telegram_bot_commands"] == ["svc_login", "svc_logout"]
-    assert sorted(menus["telegram_menu_commands"]) == ["svc_login", "svc_logout"]
+    assert menus["telegram_bot_commands"] == [
+        "svc_login",
+        "svc_logout",
+        "svc_spend",
+        "svc_earnings",
+    ]
+    assert sorted(menus["telegram_menu_commands"]) == [
+        "svc_earnings",
+        "svc_login",
+        "svc_logout",
+        "svc_spend",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -258,7 +270,8 @@ def test_invalid_config_registers_degraded_and_says_how_to_fix_it(
     plugin = found["plugin"]
     # The model still gets the svc tools, so it can tell the user what is wrong.
     assert plugin is not None and plugin["enabled"] is True and plugin["error"] is None
-    assert found["tools"] == sorted(SVC_TOOLS) and sorted(found["commands"]) == COMMAND_NAMES
+    degraded_commands = ["svc-login", "svc-logout", "svc_login", "svc_logout"]
+    assert found["tools"] == sorted(SVC_TOOLS) and sorted(found["commands"]) == degraded_commands
     assert not found["has_pre_llm_call"]  # nothing to inject
     config_file = str(home / "hermes" / "config.yaml")
     error = json.loads(section(run, "tool")["result"])["error"]

@@ -67,7 +67,7 @@ async def test_a_settle_whose_reply_is_lost_is_asked_again_and_the_content_deliv
     each attempt gets half the budget, the retry on the same agentRequestId answers with the
     first one's receipt, the content is delivered, and the credits burn once."""
     transport = LostSettleReply()
-    market = await make_mcp_market(transport=transport, config={"paidBudgetSecs": 1})
+    market = await make_mcp_market(transport=transport, config={"paidBudgetSecs": 2})
     market.server.tool("forecast", lambda _a: "rain", options=Options(credits=3))
     token, meta = await market.payment("forecast")
     async with market.session(token) as session:
@@ -95,7 +95,7 @@ async def test_a_settle_that_never_answers_withholds_the_content_within_the_budg
     make_mcp_market: McpMarketFactory,
 ) -> None:
     transport = SettleNeverAnswers()
-    market = await make_mcp_market(transport=transport, config={"paidBudgetSecs": 0.6})
+    market = await make_mcp_market(transport=transport, config={"paidBudgetSecs": 2})
     market.server.tool("forecast", lambda _a: "rain", options=Options(credits=3))
     token, meta = await market.payment("forecast")
     async with market.session(token) as session:

@@ -21,17 +21,21 @@ Hermes imports this module and calls :func:`register` once per process, inside
   answer with the error and where to fix it (``plugins.entries.svc.settings`` in config.yaml),
   instead of the model silently having no svc tools.
 
-0.19.0 gives command handlers only the argument string: no sender, chat or platform, so
-:class:`~svc_gateway.host.CommandContext` carries ``args`` only. Hermes dispatches a plugin command
+* **a hosted gateway** (``perUserAccounts``, ``meteredTools``) → the sender of each session (from
+  ``pre_llm_call``) and of each gateway command (from ``pre_gateway_dispatch``), and a
+  ``tool_execution`` middleware metering the host's own tools (:mod:`.hermes_users`). Tool and
+  hook adapters live in :mod:`.hermes_adapters`.
+
+0.19.0 gives command handlers only the argument string: no sender, chat or platform. The
+:class:`~svc_gateway.host.CommandContext` carries the sender ``pre_gateway_dispatch`` saw for the
+gateway message being handled, and none for a CLI command. Hermes dispatches a plugin command
 only after its own gateway authorisation check has passed, hence ``is_authorized_sender`` keeps
 its default ``True``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -41,21 +45,32 @@ from ..host import (
     CollectingGateway,
     CommandContext,
     CommandSpec,
-    HookHandler,
-    PromptContext,
-    ToolResult,
-    ToolSpec,
 )
-from ..redact import get_logger, redact
+from ..redact import get_logger
 from ..runtime import PluginRuntime, RuntimeClosed
+from .hermes_adapters import (
+    HOOK_BUDGET_SECS,
+    _describe_failure,
+    make_pre_llm_call,
+    make_tool_handler,
+    result_json,
+    tool_schema,
+)
+from .hermes_users import Senders, command_caller, make_tool_middleware, pre_gateway_dispatch
 
-__all__ = ["HOOK_BUDGET_SECS", "TOOLSET", "HermesGatewayAPI", "command_names", "register"]
+__all__ = [
+    "HOOK_BUDGET_SECS",
+    "TOOLSET",
+    "HermesGatewayAPI",
+    "command_names",
+    "make_pre_llm_call",
+    "make_tool_handler",
+    "register",
+    "result_json",
+]
 
 #: The Hermes toolset every svc tool belongs to (users can switch it off in ``hermes tools``).
 TOOLSET = "svc"
-#: The longest a prompt waits for the balance context (the plugin serves stale data or nothing
-#: well inside this; this is the backstop that keeps a stuck loop from stalling a turn).
-HOOK_BUDGET_SECS = 2.0
 #: The plugin id used when the context does not say (the entry-point name).
 PLUGIN_ID = "svc"
 TOOL_EMOJI = "💳"
@@ -158,78 +173,6 @@ def read_settings(ctx: Any) -> dict[str, Any]:
     return dict(node) if isinstance(node, Mapping) else {}
 
 
-# -- tools -------------------------------------------------------------------------------------
-
-
-def _error_json(code: str, message: str, hint: str) -> str:
-    return json.dumps({"error": {"code": code, "message": message, "hint": hint}})
-
-
-def result_json(result: object) -> str:
-    """The string Hermes shows the model for a tool result."""
-    if isinstance(result, ToolResult):
-        data: Any = result.structuredContent
-        if result.isError and not (isinstance(data, Mapping) and "error" in data):
-            data = {"error": data}
-    elif isinstance(result, Mapping):
-        data = dict(result)
-    else:
-        return _error_json(
-            "internal",
-            "The svc tool returned no result.",
-            "Retry; if it keeps failing, check the gateway log.",
-        )
-    try:
-        return json.dumps(data, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return _error_json(
-            "internal",
-            "The svc tool returned a result that is not JSON.",
-            "Retry; if it keeps failing, check the gateway log.",
-        )
-
-
-def _describe_failure(what: str, error: BaseException) -> None:
-    # The message is redacted and there is no traceback: exception texts and frames may hold keys.
-    log.warning("svc %s failed: %s: %s", what, type(error).__name__, redact(str(error)))
-
-
-def make_tool_handler(spec: ToolSpec) -> Callable[..., Awaitable[str]]:
-    """An async Hermes tool handler ``(args, **kwargs) -> str`` that never raises."""
-
-    async def handler(args: Any = None, **_kwargs: Any) -> str:
-        if args is not None and not isinstance(args, Mapping):
-            return _error_json(
-                "invalid_params",
-                f"{spec.name} expects a JSON object of parameters.",
-                "Call the tool again with an object matching its schema.",
-            )
-        try:
-            result = await spec.handler(dict(args or {}))
-        except RuntimeClosed:
-            return _error_json(
-                "unavailable",
-                "The svc plugin has been shut down.",
-                "Restart the gateway to use the svc tools again.",
-            )
-        except Exception as error:
-            _describe_failure(f"tool {spec.name}", error)
-            return _error_json(
-                "internal",
-                f"The svc plugin hit an internal error running {spec.name} "
-                f"({type(error).__name__}).",
-                "Retry; if it keeps failing, check the gateway log.",
-            )
-        return result_json(result)
-
-    handler.__name__ = handler.__qualname__ = f"svc_tool_{spec.name}"
-    return handler
-
-
-def tool_schema(spec: ToolSpec) -> dict[str, Any]:
-    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
-
-
 # -- commands ----------------------------------------------------------------------------------
 
 
@@ -258,8 +201,14 @@ def make_command_handler(spec: CommandSpec) -> Callable[..., Awaitable[str]]:
 
     async def handler(raw_args: Any = "", *_args: Any, **_kwargs: Any) -> str:
         args = raw_args.strip() if isinstance(raw_args, str) else ""
+        who = command_caller()  # the gateway message's sender; None from the CLI
+        ctx = CommandContext(
+            args=args,
+            sender_id=who.sender_id if who else None,
+            channel=who.channel if who else None,
+        )
         try:
-            reply = await spec.handler(CommandContext(args=args))
+            reply = await spec.handler(ctx)
         except RuntimeClosed:
             return "The svc plugin has been shut down; restart the gateway."
         except Exception as error:
@@ -272,67 +221,6 @@ def make_command_handler(spec: CommandSpec) -> Callable[..., Awaitable[str]]:
 
     handler.__name__ = handler.__qualname__ = f"svc_command_{spec.name}"
     return handler
-
-
-# -- the balance hook --------------------------------------------------------------------------
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-async def _collect(handlers: list[HookHandler], ctx: PromptContext) -> list[str]:
-    results = await asyncio.gather(*(handler(ctx) for handler in handlers), return_exceptions=True)
-    texts: list[str] = []
-    for result in results:
-        if isinstance(result, BaseException):
-            _describe_failure("before_prompt_build hook", result)
-        elif isinstance(result, str) and result.strip():
-            texts.append(result.strip())
-    return texts
-
-
-def make_pre_llm_call(
-    handlers: list[HookHandler],
-    runtime: PluginRuntime,
-    budget_secs: float = HOOK_BUDGET_SECS,
-) -> Callable[..., dict[str, str] | None]:
-    """A synchronous ``pre_llm_call`` callback: never raises, never waits beyond the budget."""
-
-    peeks = [peek for h in handlers if callable(peek := getattr(h, "peek", None))]
-    fast = len(peeks) == len(handlers)
-
-    def pre_llm_call(**kwargs: Any) -> dict[str, str] | None:
-        if fast:  # a cache hit: answered on this thread, no hop to the plugin loop
-            try:
-                found = [peek() for peek in peeks]
-            except Exception as error:
-                _describe_failure("pre_llm_call hook", error)
-                return None
-            if all(item is None or isinstance(item, str) for item in found):
-                text = "\n".join(t.strip() for t in found if isinstance(t, str) and t.strip())
-                return {"context": text} if text else None
-        try:
-            ctx = PromptContext(
-                sender_id=_text(kwargs.get("sender_id")),
-                channel=_text(kwargs.get("platform")),
-                session_id=_text(kwargs.get("session_id")),
-                user_message=_text(kwargs.get("user_message")),
-            )
-            texts = runtime.run_sync(_collect(handlers, ctx), timeout=budget_secs)
-        except TimeoutError:
-            log.info(
-                "svc balance context took longer than %.1f s; prompt sent without it", budget_secs
-            )
-            return None
-        except Exception as error:
-            _describe_failure("pre_llm_call hook", error)
-            return None
-        text = "\n".join(texts)
-        return {"context": text} if text else None
-
-    pre_llm_call.__name__ = pre_llm_call.__qualname__ = "svc_pre_llm_call"
-    return pre_llm_call
 
 
 # -- registration ------------------------------------------------------------------------------
@@ -364,6 +252,10 @@ SKILL_POINTERS = ("svc_orderPlan", "svc_orderFiatPlan", "svc_queryAgent")
 
 def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
     skill = _register_skills(ctx, api.plugin_id)
+    extras = getattr(handle, "extras", None)
+    meter = extras.get("meter") if isinstance(extras, dict) else None
+    hosted = getattr(handle, "accounts", None) is not None or meter is not None
+    senders = Senders() if hosted else None
     for spec in api.tools.values():
         description = spec.description
         if skill is not None and spec.name in SKILL_POINTERS:
@@ -372,7 +264,7 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
             name=spec.name,
             toolset=TOOLSET,
             schema={**tool_schema(spec), "description": description},
-            handler=make_tool_handler(spec),
+            handler=make_tool_handler(spec, senders),
             is_async=True,
             description=description,
             emoji=TOOL_EMOJI,
@@ -394,7 +286,20 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
     prompt_handlers = api.hooks.get(BEFORE_PROMPT_BUILD, [])
     runtime = getattr(handle, "runtime", None)
     if prompt_handlers and isinstance(runtime, PluginRuntime):
-        ctx.register_hook("pre_llm_call", make_pre_llm_call(prompt_handlers, runtime))
+        hook = make_pre_llm_call(prompt_handlers, runtime, senders=senders)
+        ctx.register_hook("pre_llm_call", hook)
+    if senders is not None:
+        ctx.register_hook("pre_gateway_dispatch", pre_gateway_dispatch)
+    if meter is not None and isinstance(runtime, PluginRuntime):
+        register_middleware = getattr(ctx, "register_middleware", None)
+        if callable(register_middleware):
+            middleware = make_tool_middleware(meter, senders or Senders(), runtime, result_json)
+            register_middleware("tool_execution", middleware)
+        else:
+            log.warning(
+                "this Hermes has no tool_execution middleware: meteredTools are not charged "
+                "(Hermes 0.19.0 or newer needed)"
+            )
 
 
 def _close_at_exit() -> None:

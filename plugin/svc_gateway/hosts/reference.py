@@ -3,6 +3,10 @@
 Lines starting with ``/`` are commands (``/help``, ``/tools``, ``/context`` and the plugin's);
 ``svc_checkBalance {"planId": "..."}`` calls a tool. It reads piped standard input too, so a
 session can be scripted, and exits cleanly at end of input.
+
+It can speak as several chat users: a line ``@alice <line>`` is sent by ``alice`` (``--user`` sets
+who sends the other lines). A host of its own tools (``add_host_tool``) runs each call through the
+plugin's ``around_tool_call`` handlers, as any host of the contract does.
 """
 
 from __future__ import annotations
@@ -10,17 +14,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..host import (
     BEFORE_PROMPT_BUILD,
+    Caller,
     CollectingGateway,
     CommandContext,
     PromptContext,
+    ToolCallContext,
     ToolResult,
 )
 
@@ -34,7 +42,13 @@ HELP = """Commands:
   /svc_login ...        log in (browser, <env>:<API_KEY>, or status)
   /svc_logout           log out
   /quit                 leave
-Tool calls:  <toolName> {json params}   e.g. svc_checkBalance {"planId": "123"}"""
+Tool calls:  <toolName> {json params}   e.g. svc_checkBalance {"planId": "123"}
+Speak as a chat user:  @alice <line>    e.g. @alice /svc_login new"""
+
+CHANNEL = "terminal"
+#: ``@name rest``: a line sent by the chat user ``name``
+_AS_USER = re.compile(r"@([A-Za-z0-9_.-]{1,64})\s+(.*)", re.DOTALL)
+HostTool = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 class ReferenceGateway(CollectingGateway):
@@ -46,37 +60,84 @@ class ReferenceGateway(CollectingGateway):
         *,
         logger: logging.Logger | None = None,
         http_app: web.Application | None = None,
-        sender_id: str = "local-user",
+        sender_id: str | None = None,
     ) -> None:
         super().__init__(plugin_config or {}, logger or logging.getLogger("svc_gateway.reference"))
         self.http_app = http_app
+        #: who sends lines without ``@name`` (``None``: nobody in particular, one-user gateway)
         self.sender_id = sender_id
+        #: the host's own tools (not the plugin's), metered through ``around_tool_call``
+        self.host_tools: dict[str, HostTool] = {}
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    async def call_tool(self, name: str, params: dict[str, Any] | None = None) -> ToolResult:
+    def add_host_tool(self, name: str, run: HostTool) -> None:
+        """One of the host's own tools: ``await run(arguments)`` returns its result."""
+        if name in self.tools or name in self.host_tools:
+            raise ValueError(f"tool {name} is already registered")
+        self.host_tools[name] = run
+
+    def _caller(self, sender: str | None) -> Caller | None:
+        sender = sender if sender is not None else self.sender_id
+        return Caller(sender, CHANNEL) if sender else None
+
+    async def call_tool(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        sender: str | None = None,
+    ) -> ToolResult:
+        """A plugin tool, called by ``sender`` (default: :attr:`sender_id`)."""
+        caller = self._caller(sender)
+        arguments = dict(params or {})
         spec = self.tools.get(name)
         if spec is None:
             return ToolResult.error(
                 "unknown_tool", f"No tool named {name}", "Type /tools to list the tools."
             )
-        return await spec.handler(dict(params or {}))
+        if caller is None:
+            return await spec.handler(arguments)
+        return await spec.handler(arguments, caller)
 
-    async def run_command(self, name: str, args: str = "", *, authorized: bool = True) -> str:
+    async def call_host_tool(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        sender: str | None = None,
+        call_id: str | None = None,
+    ) -> Any:
+        """One of the host's own tools, through the plugin's ``around_tool_call`` handlers."""
+        run = self.host_tools[name]
+        arguments = dict(params or {})
+        ctx = ToolCallContext(name, arguments, call_id or uuid.uuid4().hex, self._caller(sender))
+        return await self.run_host_tool(ctx, lambda: run(arguments))
+
+    async def run_command(
+        self, name: str, args: str = "", *, authorized: bool = True, sender: str | None = None
+    ) -> str:
         spec = self.commands.get(name)
         if spec is None:
             return f"Unknown command /{name}. Type /help."
+        caller = self._caller(sender)
         ctx = CommandContext(
-            args=args, sender_id=self.sender_id, channel="terminal", is_authorized_sender=authorized
+            args=args,
+            sender_id=caller.sender_id if caller else None,
+            channel=CHANNEL,
+            is_authorized_sender=authorized,
         )
         return await spec.handler(ctx)
 
-    async def context_text(self, user_message: str = "") -> str:
+    async def context_text(self, user_message: str = "", *, sender: str | None = None) -> str:
         texts = []
+        caller = self._caller(sender)
         for handler in self.hooks.get(BEFORE_PROMPT_BUILD, []):
             text = await handler(
                 PromptContext(
-                    sender_id=self.sender_id, channel="terminal", user_message=user_message
+                    sender_id=caller.sender_id if caller else None,
+                    channel=CHANNEL,
+                    user_message=user_message,
                 )
             )
             if text:
@@ -86,6 +147,9 @@ class ReferenceGateway(CollectingGateway):
     async def handle_line(self, line: str) -> str | None:
         """One line of input → the text to print (``None`` for nothing)."""
         line = line.strip()
+        sender = None
+        if (as_user := _AS_USER.fullmatch(line)) is not None:
+            sender, line = as_user.group(1), as_user.group(2).strip()
         if not line or line.startswith("#"):
             return None
         if line.startswith("/"):
@@ -95,10 +159,11 @@ class ReferenceGateway(CollectingGateway):
             if name == "tools":
                 return self._describe_tools()
             if name == "context":
-                return await self.context_text() or "(nothing: log in and set a plan)"
-            return await self.run_command(name, args.strip())
+                text = await self.context_text(sender=sender)
+                return text or "(nothing: log in and set a plan)"
+            return await self.run_command(name, args.strip(), sender=sender)
         name, _, raw = line.partition(" ")
-        if name not in self.tools:
+        if name not in self.tools and name not in self.host_tools:
             return (
                 f"error [unknown_input]: '{name[:40]}' is neither a /command nor a tool. "
                 "Type /tools to list the tools, /help for the commands."
@@ -114,7 +179,9 @@ class ReferenceGateway(CollectingGateway):
             return (
                 'error [invalid_json]: the parameters must be a JSON object, e.g. {"planId": "1"}'
             )
-        return render(await self.call_tool(name, params))
+        if name in self.host_tools:
+            return render(await self.call_host_tool(name, params, sender=sender))
+        return render(await self.call_tool(name, params, sender=sender))
 
     def _describe_tools(self) -> str:
         lines = []
@@ -126,8 +193,10 @@ class ReferenceGateway(CollectingGateway):
         return "\n".join(lines)
 
 
-def render(result: ToolResult) -> str:
+def render(result: Any) -> str:
     """A success as indented JSON; an error as one readable line."""
+    if not isinstance(result, ToolResult):  # a host tool's own result
+        return json.dumps(result, indent=2, ensure_ascii=False, default=str)
     if result.isError:
         err = result.structuredContent.get("error", {})
         message = str(err.get("message", "")).rstrip(".")

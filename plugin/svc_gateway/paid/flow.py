@@ -198,6 +198,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
         self.queue: SettleStore | None = queue
         self._opening = asyncio.Lock()
         self._deferred: dict[str, Admission] = {}
+        self.queued_listeners = []
         self.handler_pool = SyncHandlerPool()
         self._in_flight = 0
         self._envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
@@ -409,10 +410,26 @@ class PaidFlow(SettleMixin, RefusalMixin):
             paid = replace(answer, headers=(*answer.headers, receipt_header))
             if request.body_digest is not None:
                 self.replays.remember(call.token, request.route, request.body_digest, paid)
-            return PaidOutcome(Outcome.PAID, paid, receipt=outcome.receipt, result=answer)
-        if outcome.kind is Settled.REFUSED or not request.deliver_unsettled:
-            return self._refuse_settle(call, outcome.reason)
-        return PaidOutcome(Outcome.DEFERRED, answer, outcome.reason, result=answer)
+            return PaidOutcome(
+                Outcome.PAID,
+                paid,
+                receipt=outcome.receipt,
+                result=answer,
+                settle="paid",
+                request_id=call.request_id,
+            )
+        if outcome.kind is Settled.REFUSED:
+            return replace(self._refuse_settle(call, outcome.reason), settle="refused")
+        if not request.deliver_unsettled:  # not settled now: withheld, nothing queued
+            return replace(self._refuse_settle(call, outcome.reason), settle="withheld")
+        return PaidOutcome(
+            Outcome.DEFERRED,
+            answer,
+            outcome.reason,
+            result=answer,
+            settle=outcome.kind.value,
+            request_id=call.request_id,
+        )
 
     async def _price_answer(
         self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer

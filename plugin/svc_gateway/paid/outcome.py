@@ -75,6 +75,12 @@ class PaidOutcome:
     receipt: dict[str, Any] | None = None
     result: Answer | None = None
     replayed: bool = False
+    #: how settling ended, when it started: ``paid``, ``refused``, ``deferred`` (queued),
+    #: ``lost`` (the service refused for a reason that is not the payer's) or ``withheld``
+    #: (``deliver_unsettled=False``: not settled now, the answer withheld, nothing queued)
+    settle: str | None = None
+    #: the verify's ``agentRequestId`` the settle used (a queued settle is retried on it)
+    request_id: str | None = None
 
     @property
     def delivered(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,12 @@ class SettleMixin:
     _deferred: dict[str, Admission]
     _drainer: asyncio.Task[None] | None
     _draining: bool
+    #: told how each queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
+    queued_listeners: list[Callable[[str, str, dict[str, Any] | None], None]]
+
+    def _queued_ended(self, request_id: str, how: str, receipt: dict[str, Any] | None) -> None:
+        for listener in self.queued_listeners:
+            listener(request_id, how, receipt)
 
     async def _release(self, call: PaidCall) -> None:
         if call.admission is not None:
@@ -330,6 +337,7 @@ class SettleMixin:
             await self.book.settled(admission, redeemed, result.remaining_balance)
         store = await self._store()
         await store.remove(entry.request_id)
+        self._queued_ended(entry.request_id, "settled", receipt)
         log.info(
             "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
             entry.request_id,
@@ -364,6 +372,7 @@ class SettleMixin:
             await self.book.release(admission)
         store = await self._store()
         await store.remove(entry.request_id)
+        self._queued_ended(entry.request_id, "lost", None)
         log.error(
             "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
             "was delivered without payment",

@@ -11,19 +11,22 @@ import difflib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import ConfigError
 from ..core import PluginCore
 from ..errors import ServiceError
-from ..host import ToolResult, ToolSpec
+from ..host import Caller, ToolResult, ToolSpec
 from ..models import SCHEME_CARD
 from ..pricing import PriceError
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
 from ..safe_text import NAME_LIMIT, quoted
+
+if TYPE_CHECKING:
+    from ..accounts import UserAccounts
 
 log = get_logger("svc_gateway.tools")
 
@@ -191,12 +194,15 @@ async def execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None)
         )
 
 
-def to_spec(core: PluginCore, spec: Tool[Any]) -> ToolSpec:
-    """A host-facing ToolSpec whose handler can be awaited from any loop or thread."""
+def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = None) -> ToolSpec:
+    """A host-facing ToolSpec whose handler can be awaited from any loop or thread.
 
-    async def handler(raw: dict[str, Any]) -> ToolResult:
+    With ``accounts`` (a hosted gateway), the call runs as the ``caller`` the host names."""
+
+    async def handler(raw: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
+        target = core if accounts is None else accounts.core_for(caller)
         try:
-            return await core.runtime.run(execute(core, spec, raw))
+            return await core.runtime.run(execute(target, spec, raw))
         except RuntimeClosed:
             return ToolResult.error(
                 "plugin_closed",

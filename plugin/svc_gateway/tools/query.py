@@ -257,6 +257,9 @@ async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
             "URL: until it expires, whoever holds it can spend credits of this plan."
         )
     await _balance_after(core, purchase.plan_id, result, step.balance_before)
+    core.paid_for(
+        f"agent {purchase.agent_id or p.agent_url}", purchase.plan_id, result.get("receipt")
+    )
     result.update(
         {"planId": purchase.plan_id, "agentId": purchase.agent_id, "agentUrl": p.agent_url}
     )

@@ -193,6 +193,7 @@ async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, An
         step.done(core)
     answer["tokenVersion"] = version
     await _balance_after(core, step.plan_id, answer, step.balance_before)
+    core.paid_for(f"agent {base.get('agentId')}", step.plan_id, answer.get("receipt"))
     if not answer["warnings"]:
         del answer["warnings"]
     log.info("paid MCP tool %s of agent %s", base.get("tool"), base.get("agentId"))

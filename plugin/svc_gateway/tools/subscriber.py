@@ -36,6 +36,14 @@ class CheckBalanceParams(Params):
 )
 async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, Any]:
     plan_id = require_plan(core, p.plan_id)
+    if core.identity is not None and p.address is not None:
+        own = core.session.address if core.session else None
+        if own is None or p.address.lower() != own.lower():
+            raise ToolFailure(
+                "not_your_account",
+                "On this gateway each user sees only their own balance",
+                "Leave address out to check your own balance.",
+            )
     client = core.client() if p.address is None else core.public_client()
     balance = await client.get_plan_balance(plan_id, p.address)
     if p.address is None:

@@ -1,0 +1,79 @@
+"""A host tool metered through Hermes's ``tool_execution`` middleware, in a real ``hermes``
+agent turn with a fake model, for two chat users of one gateway (hosted gateway, issue 20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("hermes_cli")
+
+from .hermes_support import SERVICE_VERSION, Sandbox, create_ordered_plan, run_child, section
+
+pytestmark = pytest.mark.hermes
+FINAL = "Here is your image."  # hermes_hosted.FINAL (a module of the child process)
+
+
+def balance_of(sandbox: Sandbox, plan_id: str, holder: str) -> int:
+    with httpx.Client(base_url=sandbox.base_url, timeout=15.0) as client:
+        answer = client.get(
+            f"/protocol/plans/{plan_id}/balance/{holder}",
+            headers={"Service-Version": SERVICE_VERSION},
+        )
+        assert answer.status_code == 200
+        return int(answer.json()["balance"])
+
+
+def test_a_host_tool_is_metered_per_chat_user_inside_hermes(
+    hermes_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    plan_id = create_ordered_plan(hermes_sandbox, "Hermes metered tools")
+    user = hermes_sandbox.subscriber.address
+    before = balance_of(hermes_sandbox, plan_id, user)
+    settings = {
+        "environment": "local",
+        "baseUrl": hermes_sandbox.base_url,
+        "svcApiKey": hermes_sandbox.builder.api_key,  # the operator settles
+        "planId": plan_id,
+        "perUserAccounts": True,
+        "meteredTools": {"image_*": 1},
+        "defaultSpendingLimitCents": 1,  # no automatic top-up: a user without credits is short
+    }
+    run = run_child("hosted", tmp_path, settings, {"userKey": hermes_sandbox.subscriber.api_key})
+    plugin = section(run, "discovery")["plugin"]
+    assert plugin["enabled"] is True and plugin["error"] is None
+    setup = section(run, "setup")
+    assert setup["middleware"] == 1
+    # user 42's own key, linked through the gateway (pre_gateway_dispatch named the sender)
+    assert user.lower() in setup["linked"].lower() and "delete" in setup["linked"]
+
+    paid = section(run, "paid_turn")
+    assert paid["final"] == FINAL and paid["runs"] == 1
+    assert '"image": "img-1"' in paid["tool_messages"][0]
+    # charged exactly once, to user 42's own account, settled by the operator
+    assert balance_of(hermes_sandbox, plan_id, user) == before - 1
+    assert balance_of(hermes_sandbox, plan_id, hermes_sandbox.builder.address) == 0
+
+    blocked = section(run, "blocked_turn")
+    assert blocked["ran"] == 0  # user 77 has no account: the tool never ran
+    assert "not_logged_in" in blocked["tool_messages"][0]
+    assert "/svc_login new" in blocked["tool_messages"][0]
+
+    onboarded = section(run, "onboarded_turn")
+    assert "account is open" in onboarded["opened"]
+    assert onboarded["ran"] == 0  # their own account, but no credits: blocked with the price
+    assert '"insufficient_credits"' in onboarded["tool_messages"][0]
+    assert '"price": 1' in onboarded["tool_messages"][0]
+    new_address = onboarded["opened"].split("open: ", 1)[1].split(" ", 1)[0].lower()
+    assert new_address in onboarded["status_77"].lower()
+    assert new_address != user.lower()
+
+    receipts = section(run, "receipts")
+    assert "You paid 1 credits for 1 call(s)" in receipts["spend_42"]
+    assert "tool image_gen" in receipts["spend_42"]
+    assert "1 settled, 0 queued, 0 lost" in receipts["earnings_cli"]
+    assert user.lower() in receipts["earnings_cli"].lower()
+    assert receipts["earnings_42"].startswith("Only the gateway's operator")
+    assert hermes_sandbox.subscriber.api_key.split(":", 1)[1] not in run.stdout + run.stderr
