@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .config import ConfigError
-from .core import PluginCore, Session
+from .core import PluginCore
 from .errors import ServiceError
 from .host import Caller
 from .redact import get_logger
@@ -173,6 +173,3 @@ class UserAccounts:
             "svc_orderFiatPlan (your own checkout link) or svc_orderPlan; /svc_logout removes "
             "the key."
         )
-
-    def session_of(self, caller: Caller | None) -> Session | None:
-        return self.core_for(caller).session

@@ -442,9 +442,6 @@ class ServiceClient(ApiTransport):
             self._delegations[key] = created
             return created
 
-    def forget_delegations(self) -> None:
-        self._delegations.clear()
-
     @staticmethod
     def decode_access_token(token: str) -> dict[str, Any] | None:
         return decode_access_token(token)

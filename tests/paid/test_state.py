@@ -1,22 +1,16 @@
 """The state interfaces the paid flow talks to (``paid/state.py``): the in-process admission
-book's ``restore`` and the local settle store over the queue file. In-process, no HTTP."""
+book's ``restore`` and the balance a verify reports. In-process, no HTTP."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from svc_gateway.models import VerifyResult
 from svc_gateway.paid.billing import Admission, CreditBook, Refusal
 from svc_gateway.paid.flow import verified_balance
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
-from svc_gateway.paid.state import AdmissionBook, LocalSettleStore, SettleStore
+from svc_gateway.paid.state import AdmissionBook
 
 PAYER = "0x" + "aa" * 20
-
-
-def entry(n: int, amount: int = 1) -> PendingSettle:
-    return PendingSettle(f"r{n}", "plan-1", PAYER, amount, f"tok{n}", {"x402Version": 2}, 1000.0)
 
 
 class Reads:
@@ -69,22 +63,6 @@ async def test_a_settle_during_a_balance_read_is_not_counted_twice_in_the_payers
     assert isinstance(await admitting, Admission)
     assert isinstance(await book.admit("p", PAYER, 1), Refusal)
     assert book.known("p", PAYER) == (4, 4)
-
-
-async def test_the_local_store_names_what_a_full_queue_evicted(tmp_path: Path) -> None:
-    queue = SettleQueue(tmp_path / "q.json", max_entries=2, clock=lambda: 1000.0)
-    store: SettleStore = LocalSettleStore(queue)
-    assert await store.add(entry(1)) == []
-    assert await store.add(entry(2)) == []
-    assert await store.add(entry(2, amount=2)) == []  # the same request: replaced, none evicted
-    assert await store.add(entry(3)) == ["r1"]
-    assert [e.request_id for e in await store.entries()] == ["r2", "r3"]
-    assert [e.request_id for e in await store.claim(1)] == ["r2"]  # oldest first
-    assert await store.count() == 2
-    await store.remove("r2")
-    assert [e.request_id for e in await store.claim()] == ["r3"]
-    await store.aclose()
-    assert "pending=1" in repr(store) and "tok" not in repr(store)
 
 
 def test_the_balance_verify_reports_is_read_only_when_it_is_a_number() -> None:

@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 #: a balance read this long ago is read again before the next admission with nothing in flight
 BALANCE_TTL_SECS = 60.0
@@ -33,6 +34,41 @@ BALANCE_TTL_SECS = 60.0
 MAX_ACCOUNTS = 10_000
 
 BalanceRead = Callable[[str, str], Awaitable[int]]
+T = TypeVar("T")
+
+
+async def read_once(
+    loading: dict[tuple[str, str], asyncio.Future[T]],
+    key: tuple[str, str],
+    read: Callable[[], Awaitable[T]],
+) -> T:
+    """Run ``read`` for ``key`` unless one already runs: concurrent callers share its result
+    or its error (``loading`` holds the reads in progress). A caller cancelled while waiting
+    is cancelled alone; when the shared read is cancelled, each waiter runs its own."""
+    pending = loading.get(key)
+    if pending is not None:
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            if not pending.cancelled():
+                raise  # this request was cancelled, not the shared read
+            return await read_once(loading, key, read)  # the reader was: read ourselves
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    loading[key] = future
+    try:
+        result = await read()
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            future.cancel()
+        else:
+            future.set_exception(exc)
+            future.exception()  # retrieved: each waiter re-raises it itself
+        raise
+    else:
+        future.set_result(result)
+        return result
+    finally:
+        del loading[key]
 
 
 @dataclass
@@ -192,35 +228,16 @@ class CreditBook:
 
     async def _load(self, key: tuple[str, str], account: _Account) -> None:
         """Read the balance; concurrent callers for one payer share one read."""
-        pending = self._loading.get(key)
-        if pending is not None:
-            try:
-                await asyncio.shield(pending)
-            except asyncio.CancelledError:
-                if not pending.cancelled():
-                    raise  # this request was cancelled, not the shared read
-                await self._load(key, account)  # the reader was cancelled: read ourselves
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
-        try:
+
+        async def read() -> None:
             self.reads += 1
             burned = account.burned
             balance = await self._read_balance(*key)
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # retrieved: each waiter re-raises it itself
-            raise
-        else:
             # credits in flight were admitted against the old figure and are not burned yet;
             # a settle that closed during the read may or may not be inside the figure:
             # assume it is not (an underestimate refuses a request, never overdraws)
             account.balance = balance - (account.burned - burned)
             account.loaded = True
             account.read_at = self._clock()
-            future.set_result(None)
-        finally:
-            del self._loading[key]
+
+        await read_once(self._loading, key, read)

@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from ..redact import get_logger
-from .billing import BALANCE_TTL_SECS, Admission, BalanceRead, Refusal
+from .billing import BALANCE_TTL_SECS, Admission, BalanceRead, Refusal, read_once
 from .redis_batch import ScriptBatch
 from .shared_state import StateUnavailable
 
@@ -349,34 +349,16 @@ class RedisAdmissionBook:
 
     async def _load(self, key: tuple[str, str], burned: int, gen: int) -> _Read:
         """Read the balance; this process's concurrent callers for one payer share one read."""
-        pending = self._loading.get(key)
-        if pending is not None:
-            try:
-                return await asyncio.shield(pending)
-            except asyncio.CancelledError:
-                if not pending.cancelled():
-                    raise  # this request was cancelled, not the shared read
-                return await self._load(key, burned, gen)  # the reader was: read ourselves
-        future: asyncio.Future[_Read] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
-        try:
+
+        async def read() -> _Read:
             self.reads += 1
             balance = await self._read_balance(*key)
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # retrieved: each waiter re-raises it itself
-            raise
-        else:
             if len(self._recent) >= MAX_RECENT:
                 self._recent.clear()
             self._recent[key] = (asyncio.get_running_loop().time(), (balance, burned, gen))
-            future.set_result((balance, burned, gen))
             return balance, burned, gen
-        finally:
-            del self._loading[key]
+
+        return await read_once(self._loading, key, read)
 
     async def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         if self._backlog:

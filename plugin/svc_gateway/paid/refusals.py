@@ -36,6 +36,16 @@ def error_answer(status: int, error: str, message: str, **headers: str) -> Answe
     return Answer.json(status, {"error": error, "message": message}, headers)
 
 
+def retry_later(why: str, seconds: str = str(RETRY_AFTER_SECS)) -> Answer:
+    """503 for a refusal before anything was charged: ``why``, then when to retry."""
+    return error_answer(
+        503,
+        "Service Unavailable",
+        f"{why}; nothing was charged. Retry in {seconds} s.",
+        **{"Retry-After": seconds},
+    )
+
+
 class RefusalMixin:
     """The flow's refusals (state lives on :class:`~.flow.PaidFlow`)."""
 
@@ -73,12 +83,9 @@ class RefusalMixin:
         """The shared state store did not answer: fail closed, before the handler."""
         self.stats.unavailable += 1
         log.warning("paid request refused: %s", exc.message)
-        answer = error_answer(
-            503,
-            "Service Unavailable",
+        answer = retry_later(
             "The agent cannot check your credits right now (its shared billing state is "
-            f"unreachable); nothing was charged. Retry in {RETRY_AFTER_SECS} s.",
-            **{"Retry-After": str(RETRY_AFTER_SECS)},
+            "unreachable)"
         )
         return PaidOutcome(Outcome.UNAVAILABLE, answer, "shared state unreachable")
 
@@ -91,13 +98,7 @@ class RefusalMixin:
             "new requests get 503 until one returns",
             self.handler_pool.workers,
         )
-        return error_answer(
-            503,
-            "Service Unavailable",
-            "The agent is overloaded (its earlier requests are still running); nothing was "
-            f"charged. Retry in {RETRY_AFTER_SECS} s.",
-            **{"Retry-After": str(RETRY_AFTER_SECS)},
-        )
+        return retry_later("The agent is overloaded (its earlier requests are still running)")
 
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1
@@ -109,12 +110,8 @@ class RefusalMixin:
             if isinstance(retry, int | float)
             else str(RETRY_AFTER_SECS)
         )
-        return error_answer(
-            503,
-            "Service Unavailable",
-            "The payment service could not be reached to verify your payment; nothing was "
-            f"charged. Retry in {seconds} s.",
-            **{"Retry-After": seconds},
+        return retry_later(
+            "The payment service could not be reached to verify your payment", seconds
         )
 
     def _unavailable(self, exc: errors.ServiceError | None, doing: str) -> PaidOutcome:

@@ -38,6 +38,7 @@ from .settle_queue import (
     PendingSettle,
     _os_fsync,
     fsync_directory,
+    log_dropped,
     replace_durably,
     set_aside,
 )
@@ -344,16 +345,8 @@ class SettleJournal:
         )
 
     def _drop(self, request_id: str, why: str) -> None:
-        entry = self._entries.pop(request_id)
         self.dropped += 1
-        log.error(
-            "dropped the unsettled request %s (payer %s, plan %s, %d credits): %s",
-            entry.request_id,
-            entry.payer or "unknown",
-            entry.plan_id,
-            entry.amount,
-            why,
-        )
+        log_dropped(self._entries.pop(request_id), why)
 
     # -- the writer thread --------------------------------------------------------------------
 

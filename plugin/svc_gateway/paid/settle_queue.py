@@ -110,6 +110,18 @@ class PendingSettle:
         return entry if entry.request_id and entry.token and entry.amount > 0 else None
 
 
+def log_dropped(entry: PendingSettle, why: str) -> None:
+    """Log a settle given up (its credits will never be burned), without its token."""
+    log.error(
+        "dropped the unsettled request %s (payer %s, plan %s, %d credits): %s",
+        entry.request_id,
+        entry.payer or "unknown",
+        entry.plan_id,
+        entry.amount,
+        why,
+    )
+
+
 class SettleQueue:
     """An ordered, persistent map ``agentRequestId`` → :class:`PendingSettle`."""
 
@@ -155,16 +167,8 @@ class SettleQueue:
             self._save()
 
     def _drop(self, request_id: str, why: str) -> None:
-        entry = self._entries.pop(request_id)
         self.dropped += 1
-        log.error(
-            "dropped the unsettled request %s (payer %s, plan %s, %d credits): %s",
-            entry.request_id,
-            entry.payer or "unknown",
-            entry.plan_id,
-            entry.amount,
-            why,
-        )
+        log_dropped(self._entries.pop(request_id), why)
 
     def _load(self) -> None:
         try:

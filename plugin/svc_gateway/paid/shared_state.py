@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
 log = get_logger("svc_gateway.paid")
 
-STATE_SCHEMES = ("redis", "rediss", "unix")
-
 
 class StateUnavailable(ServiceUnavailable):
     """The shared state store (Redis) did not answer: admission fails closed (503)."""

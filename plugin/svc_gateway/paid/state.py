@@ -3,9 +3,8 @@
 :class:`AdmissionBook` holds, per (plan, payer), the known balance and the credits in flight;
 :class:`SettleStore` holds the settles owed after an outage, each retried with its own
 ``agentRequestId``. The in-process implementations are :class:`~.billing.CreditBook` and
-:class:`~.settle_journal.SettleJournal` (:class:`LocalSettleStore` adapts the older whole-file
-queue); a shared store (Redis) implements the same protocols so several replicas admit and
-settle as one.
+:class:`~.settle_journal.SettleJournal`; a shared store (Redis) implements the same protocols
+so several replicas admit and settle as one.
 
 Contract for implementations:
 
@@ -32,12 +31,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .billing import Admission, Refusal
-from .settle_queue import PendingSettle, SettleQueue
+from .settle_queue import PendingSettle
 
 __all__ = [
     "Admission",
     "AdmissionBook",
-    "LocalSettleStore",
     "PendingSettle",
     "Refusal",
     "SettleStore",
@@ -97,36 +95,3 @@ class SettleStore(Protocol):
     async def count(self) -> int: ...
 
     async def aclose(self) -> None: ...
-
-
-class LocalSettleStore:
-    """:class:`SettleStore` over the local settle-queue file (one process)."""
-
-    def __init__(self, queue: SettleQueue) -> None:
-        self.queue = queue
-
-    def __repr__(self) -> str:
-        return f"LocalSettleStore({self.queue!r})"
-
-    async def add(self, entry: PendingSettle) -> list[str]:
-        queue = self.queue
-        full = len(queue) >= queue.max_entries and entry.request_id not in queue
-        # the queue evicts its oldest entries when full: name them before they go
-        before = [e.request_id for e in queue.entries()] if full else []
-        queue.add(entry)
-        return [request_id for request_id in before if request_id not in queue]
-
-    async def remove(self, request_id: str) -> None:
-        self.queue.remove(request_id)
-
-    async def claim(self, limit: int = 100) -> list[PendingSettle]:
-        return self.queue.entries()[:limit]
-
-    async def entries(self) -> list[PendingSettle]:
-        return self.queue.entries()
-
-    async def count(self) -> int:
-        return len(self.queue)
-
-    async def aclose(self) -> None:
-        return None

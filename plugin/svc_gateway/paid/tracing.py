@@ -53,9 +53,6 @@ def abbreviate(token: str | None) -> str | None:
     return f"{token[:4]}…{token[-4:]}"
 
 
-Attrs = dict[str, str | int | float | bool]
-
-
 class NullTrace:
     """Tracing off: every hook does nothing."""
 

@@ -552,10 +552,6 @@ def _served(app: web.Application) -> dict[tuple[str, str], Any]:
     return seen
 
 
-def registered_routes(app: web.Application) -> list[tuple[str, str]]:
-    return list(_served(app))
-
-
 def _docstring_summary(handler: Any) -> str | None:
     text = " ".join((getattr(handler, "__doc__", None) or "").split())
     if not text:
