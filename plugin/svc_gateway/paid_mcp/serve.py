@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -25,7 +24,7 @@ from ..config import ConfigError
 from ..core import PluginCore
 from ..host import GatewayAPI, host_http_app
 from ..paid.endpoint import _resolve_handler
-from ..paid.flow import PaidFlow, default_queue_path
+from ..paid.flow import PaidFlow
 from ..paid.handlers import (
     AgentHandler,
     HandlerError,
@@ -33,8 +32,6 @@ from ..paid.handlers import (
     default_handler,
     to_answer,
 )
-from ..paid.settle_queue import SettleQueue
-from ..paid.state import LocalSettleStore
 from ..redact import get_logger
 from . import sdk
 from .app import MCP_PATH, WELL_KNOWN, McpAsgiApp, Message, Scope
@@ -274,13 +271,11 @@ def create_server(
     """A paid MCP server for a builder's own registrations, billed by ``flow`` (default: a new
     flow of this plugin, selling ``plan_id`` or the configured plan)."""
     if flow is None:
-        queue_path = Path(default_queue_path(core))
+        # no settle store: every MCP request withholds instead of queueing, so this flow never
+        # opens one (and never contends for the HTTP endpoint's journal lock)
         flow = PaidFlow(
             core,
             handler=default_handler,  # the flow's own handler is the HTTP endpoint's; unused
-            # never written (MCP withholds instead of queueing); its own file all the same, so
-            # it never contends for the HTTP endpoint's journal lock
-            queue=LocalSettleStore(SettleQueue(queue_path.with_name("mcp-" + queue_path.name))),
         )
         core.runtime.add_closer(flow.aclose)
     return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
