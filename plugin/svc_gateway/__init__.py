@@ -220,6 +220,11 @@ def register(
 
             for note in startup_notes(core):  # a URL that will not last is worth a warning
                 log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
+        if config.enable_paid_mcp:
+            from .paid_mcp import attach_paid_mcp
+
+            flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
+            handle.extras["paid_mcp"] = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
     except BaseException:
         runtime.close()
         raise

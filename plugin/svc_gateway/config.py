@@ -204,6 +204,24 @@ class PluginConfig(BaseModel):
         le=65535,
         description="Port of the paid endpoint when the plugin serves it (0 = any free port)",
     )
+    enable_paid_mcp: bool = Field(
+        default=False,
+        alias="enablePaidMcp",
+        description="Sell the agent as the paid MCP tool 'ask' (needs the mcp extra)",
+    )
+    paid_mcp_port: int = Field(
+        default=8403,
+        alias="paidMcpPort",
+        ge=0,
+        le=65535,
+        description="Port of the paid MCP server when the plugin serves it (0 = any free port)",
+    )
+    mcp_server_name: str = Field(
+        default="svc-agent",
+        alias="serverName",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+        description="The MCP server's name, used in logical URIs mcp://<serverName>/tools/<name>",
+    )
     paid_endpoint_public_url: str | None = Field(
         default=None,
         alias="paidEndpointPublicUrl",

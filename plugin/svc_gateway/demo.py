@@ -30,6 +30,21 @@ QUESTIONS = (
 )
 
 
+MCP_SERVER = "demo-agent"
+
+
+def mcp_available() -> bool:
+    """The mcp extra is installed (the demo then also sells and buys over MCP)."""
+    from .config import ConfigError
+    from .paid_mcp.sdk import sdk_version
+
+    try:
+        sdk_version()
+    except ConfigError:
+        return False
+    return True
+
+
 NEXT_STEPS = """\
 Try next:
   svc-gateway chat          buy from a demo agent yourself: its banner prints a ready
@@ -77,6 +92,7 @@ class Demo:
 
     async def run(self, builder_key: str, subscriber_key: str) -> str:
         """All steps; returns the closing line, raises :class:`DemoFailed` on a wrong result."""
+        mcp = mcp_available()
         builder = await self.gateway(
             "builder",
             {
@@ -84,6 +100,11 @@ class Demo:
                 "enablePaidEndpoint": True,
                 "paidEndpointPort": 0,
                 "creditsPerRequest": CREDITS_PER_REQUEST,
+                **(
+                    {"enablePaidMcp": True, "paidMcpPort": 0, "serverName": MCP_SERVER}
+                    if mcp
+                    else {}
+                ),
             },
         )
         endpoint: PaidEndpoint = self.handles[-1].extras["paid_endpoint"]
@@ -142,7 +163,50 @@ class Demo:
                 f"(left {receipt.get('remainingBalance', '?')}): {text}",
             )
         after = await self.balance(subscriber, plan_id, "svc_checkBalance")
-        return self.verdict(before, granted, after, redeemed, endpoint)
+        verdict = self.verdict(before, granted, after, redeemed, endpoint)
+        if not mcp:
+            self.line("builder", "paid MCP", "skipped: the mcp extra is not installed")
+            return verdict
+        return verdict + "; " + await self.mcp_purchase(builder, subscriber)
+
+    async def mcp_purchase(self, builder: ReferenceGateway, subscriber: ReferenceGateway) -> str:
+        """The same agent sold over MCP: the tool ``ask``, registered by its logical URI and
+        bought with svc_queryAgent, the payment in ``_meta``."""
+        paid = self.handles[0].extras["paid_mcp"]
+        self.line("builder", "paid MCP", f"tool 'ask' at {paid.url}")
+        ids = await _tool(
+            builder,
+            "svc_registerAgent",
+            {
+                "name": "Prompt facts agent (MCP)",
+                "agentUrl": paid.logical_uri("ask"),
+                "planName": "Demo MCP credits",
+                "priceAmounts": [PLAN_PRICE],
+                "tokenAddress": DEMO_TOKEN,
+                "creditsAmount": CREDITS_GRANTED,
+                "creditsPerRequest": CREDITS_PER_REQUEST,
+            },
+        )
+        plan_id = str(ids["planId"])
+        self.line("builder", "svc_registerAgent", f"{paid.logical_uri('ask')}, plan {plan_id}")
+        order = await _tool(subscriber, "svc_orderPlan", {"planId": plan_id, "confirm": True})
+        self.line("subscriber", "svc_orderPlan", f"bought: balance {order['balance']} credits")
+        answer = await _tool(
+            subscriber,
+            "svc_queryAgent",
+            {"agentUrl": paid.url, "tool": "ask", "prompt": QUESTIONS[0], "planId": plan_id},
+        )
+        receipt = answer.get("receipt") or {}
+        moved = int(order["balance"]) - int(answer.get("balanceAfter") or -1)
+        self.line(
+            "subscriber",
+            "svc_queryAgent",
+            f"MCP tool 'ask': paid {receipt.get('creditsRedeemed', '?')} credits "
+            f"(left {answer.get('balanceAfter')})",
+        )
+        if moved != CREDITS_PER_REQUEST or receipt.get("creditsRedeemed") != str(moved):
+            raise DemoFailed(f"the MCP purchase moved {moved} credits, not {CREDITS_PER_REQUEST}")
+        return f"MCP: 1 tool call x {CREDITS_PER_REQUEST} credits, receipt agrees"
 
     async def balance(self, gateway: ReferenceGateway, plan_id: str, tool: str) -> int:
         data = await _tool(gateway, tool, {"planId": plan_id})

@@ -22,7 +22,7 @@ _PATTERNS = [
     # 16 characters or more, or shorter with a digit or punctuation in it (not a plain word)
     re.compile(
         r"(?i)((?:svc_api_key|svcApiKey|api_?key|x402AccessToken|accessToken|token|"
-        r"payment-signature)[\"']?\s*[=:]\s*[\"']?)"
+        r"payment-signature|signature)[\"']?\s*[=:]\s*[\"']?)"
         r"(?=[^\s&'\",}]*\d|[^\s&'\",}]*[._~+/=:-][^\s&'\",}.]|[^\s&'\",}]{16})"
         r"[^\s&'\",}]+"
     ),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from svc_gateway.demo import run_demo
+from svc_gateway.demo import mcp_available, run_demo
 
 from .support import LogCollector, leaked_secrets
 
@@ -33,7 +33,9 @@ async def test_run_demo_moves_exactly_the_priced_credits(
     steps = [line for line in lines if line[:3].strip().rstrip(".").isdigit()]
     tools = {line.split()[2] for line in steps}
     assert {"svc_registerAgent", "/svc_login", "svc_checkBalance", "svc_orderPlan"} <= tools
-    assert sum("svc_queryAgent" in line for line in steps) == 2
+    mcp = mcp_available()  # with the mcp extra the demo also buys one MCP tool call
+    assert sum("svc_queryAgent" in line for line in steps) == 2 + mcp
+    assert ("MCP: 1 tool call x 2 credits, receipt agrees" in verdict) is mcp
     assert "eyJ" not in "\n".join(lines)  # no key or token printed
     assert not leaked_secrets(all_logs.text)
 

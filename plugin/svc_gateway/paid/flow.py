@@ -41,7 +41,7 @@ import contextlib
 import functools
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -384,9 +384,14 @@ class PaidFlow(SettleMixin, RefusalMixin):
             if request.connected is not None and not request.connected():
                 gone = self._abandoned(call)
                 return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
+            if request.settle_credits is not None:
+                priced = await self._price_answer(call, request.settle_credits, answer)
+                if isinstance(priced, PaidOutcome):
+                    return priced
+                call = priced
             settling = True
             with trace.settlement():
-                outcome = await self._settle(call)
+                outcome = await self._settle(call, queue=request.deliver_unsettled)
                 if outcome.kind is Settled.PAID:
                     assert outcome.receipt is not None
                     trace.set(
@@ -415,6 +420,8 @@ class PaidFlow(SettleMixin, RefusalMixin):
             )
         if outcome.kind is Settled.REFUSED:
             return replace(self._refuse_settle(call, outcome.reason), settle="refused")
+        if not request.deliver_unsettled:  # not settled now: withheld, nothing queued
+            return replace(self._refuse_settle(call, outcome.reason), settle="withheld")
         return PaidOutcome(
             Outcome.DEFERRED,
             answer,
@@ -423,6 +430,25 @@ class PaidFlow(SettleMixin, RefusalMixin):
             settle=outcome.kind.value,
             request_id=call.request_id,
         )
+
+    async def _price_answer(
+        self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
+    ) -> PaidCall | PaidOutcome:
+        """``PaidRequest.settle_credits``: the amount to settle, priced from the answer (the
+        verified ``credits`` were the ceiling claimed); 0 settles nothing. The caller releases
+        the admission when this returns an outcome."""
+        try:
+            amount = await price(answer)
+        except Exception as exc:
+            self.stats.handler_failures += 1
+            log.error("the credits function failed (%s); not charged", type(exc).__name__)
+            failed = error_answer(
+                500, "Internal Server Error", "The agent could not price this request."
+            )
+            return PaidOutcome(Outcome.WORK_FAILED, failed, "the credits function failed")
+        if amount <= 0:
+            return PaidOutcome(Outcome.PAID, answer, "free", result=answer)
+        return replace(call, amount=amount)
 
     async def _run_work(self, request: PaidRequest) -> Answer:
         """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)

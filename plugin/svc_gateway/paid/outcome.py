@@ -47,6 +47,12 @@ class PaidRequest:
     route: str = ""
     body_digest: str | None = None
     connected: Callable[[], bool] | None = None
+    #: priced from the work's answer (MCP: credits as a function of the result): ``credits``
+    #: is then the ceiling verified and claimed first, this the amount settled (0: none)
+    settle_credits: Callable[[Answer], Awaitable[int]] | None = None
+    #: False: a settle that cannot complete now withholds the answer and queues nothing
+    #: (MCP: paid content is never delivered unpaid); True: deliver and queue (HTTP)
+    deliver_unsettled: bool = True
 
 
 class Outcome(enum.Enum):
@@ -69,8 +75,9 @@ class PaidOutcome:
     receipt: dict[str, Any] | None = None
     result: Answer | None = None
     replayed: bool = False
-    #: how settling ended, when it started: ``paid``, ``refused``, ``deferred`` (queued) or
-    #: ``lost`` (the service refused for a reason that is not the payer's)
+    #: how settling ended, when it started: ``paid``, ``refused``, ``deferred`` (queued),
+    #: ``lost`` (the service refused for a reason that is not the payer's) or ``withheld``
+    #: (``deliver_unsettled=False``: not settled now, the answer withheld, nothing queued)
     settle: str | None = None
     #: the verify's ``agentRequestId`` the settle used (a queued settle is retried on it)
     request_id: str | None = None

@@ -100,36 +100,47 @@ class SettleMixin:
         if call.admission is not None:
             await self.book.release(call.admission)
 
-    async def _settle(self, call: PaidCall) -> SettleOutcome:
-        """Settle within the budget; record the outcome in the stats, the book and the queue."""
-        budget = asyncio.timeout(self.core.config.paid_budget_secs)
+    async def _settle(self, call: PaidCall, *, queue: bool = True) -> SettleOutcome:
+        """Settle within the budget; record the outcome in the stats, the book and (unless
+        ``queue`` is False: the answer is then withheld) the queue.
+
+        Without the queue a settle whose answer is lost would leave the payer charged for a
+        withheld answer, so then no attempt may use more than half the budget: one that hangs
+        (the service may have burned and its reply be late) is asked again on the same
+        ``agentRequestId``, which answers an already-burned settle with its receipt."""
+        budget_secs = self.core.config.paid_budget_secs
+        cap = budget_secs / 2 if not queue and call.request_id else None
+        budget = asyncio.timeout(budget_secs)
         try:
             async with budget:
-                outcome = await self._settle_attempts(call)
+                outcome = await self._settle_attempts(call, cap)
         except TimeoutError:
             if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
                 raise
             outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
         except asyncio.CancelledError:
             # the request was cancelled with the settle sent: it may have burned, so it is
-            # owed like an outage's (queued, retried on its agentRequestId)
+            # owed like an outage's (queued, retried on its agentRequestId), unless the answer
+            # is withheld (nothing delivered, nothing owed)
             gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
-            await asyncio.shield(self._record(call, gone))
+            await asyncio.shield(self._record(call, gone, queue=queue))
             raise
-        await self._record(call, outcome)
+        await self._record(call, outcome, queue=queue)
         return outcome
 
-    async def _settle_attempts(self, call: PaidCall) -> SettleOutcome:
+    async def _settle_attempts(self, call: PaidCall, cap: float | None = None) -> SettleOutcome:
         """Retries (same ``agentRequestId``) only transient failures, and only with an id:
-        without one a replay could burn twice, so then there is exactly one attempt."""
+        without one a replay could burn twice, so then there is exactly one attempt. ``cap``
+        bounds each attempt (one over it counts as transient: asked again)."""
         attempts = len(self.settle_backoff) + 1 if call.request_id else 1
         reason = "not attempted"
         for attempt in range(1, attempts + 1):
             try:
                 client = self.core.client()
-                result = await client.settle(
-                    call.envelope, call.token, call.amount, call.request_id
-                )
+                async with asyncio.timeout(cap):
+                    result = await client.settle(
+                        call.envelope, call.token, call.amount, call.request_id
+                    )
             except errors.ServiceError as exc:
                 reason = f"{exc.code}: {exc.message}"
                 kind = classify_settle_error(exc)
@@ -148,7 +159,7 @@ class SettleMixin:
                 await asyncio.sleep(self.settle_backoff[attempt - 1])
         return SettleOutcome(Settled.DEFERRED, reason)
 
-    async def _record(self, call: PaidCall, outcome: SettleOutcome) -> None:
+    async def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
         plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
         payer = call.payer or "unknown"
         if outcome.kind is Settled.PAID:
@@ -173,6 +184,17 @@ class SettleMixin:
             log.warning(
                 "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
                 "402",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            return
+        if not queue:  # the answer is withheld, so nothing is owed: never queued
+            await self._release(call)
+            log.error(
+                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+                "withheld (not delivered unpaid), nothing queued",
                 call.request_id,
                 payer,
                 plan_id,

@@ -109,7 +109,10 @@ def price_fields(price: PriceConfig) -> dict[str, Any]:
 class RegisterAgentParams(Params):
     name: str = Field(min_length=1, max_length=200, description="Agent name")
     agent_url: str = Field(
-        alias="agentUrl", pattern=r"^https?://", description="The agent's paid HTTP endpoint URL"
+        alias="agentUrl",
+        pattern=r"^(https?|mcp)://",
+        description="The agent's paid HTTP endpoint URL, or an MCP logical URI "
+        "mcp://<serverName>/tools/<tool> (or /tools/* for every tool)",
     )
     plan_name: str = Field(alias="planName", min_length=1, description="Name of the new plan")
     price_amounts: list[str | int] | str | int = Field(

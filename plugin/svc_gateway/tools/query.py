@@ -58,7 +58,25 @@ class QueryAgentParams(Params):
         description="The agent's paid endpoint URL, exactly as the agent registered it; HTTPS "
         "unless it is on this machine",
     )
-    prompt: str = Field(min_length=1, max_length=20000, description="What to ask the agent")
+    prompt: str = Field(
+        default="",
+        max_length=20000,
+        description="What to ask the agent (an MCP agent: the argument of a one-argument tool)",
+    )
+    tool_name: str | None = Field(
+        default=None,
+        alias="tool",
+        max_length=200,
+        description="MCP agents (agentUrl ending in /mcp): the tool to call",
+    )
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="MCP agents: the tool's arguments (or pass prompt)"
+    )
+    list_tools: bool = Field(
+        default=False,
+        alias="listTools",
+        description="MCP agents: list the tools and their prices instead of paying",
+    )
     plan_id: str | None = Field(
         default=None,
         alias="planId",
@@ -201,6 +219,12 @@ async def _mint(core: PluginCore, p: QueryAgentParams, purchase: Purchase) -> st
     QueryAgentParams,
 )
 async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
+    from .query_mcp import is_mcp_url, query_mcp_agent
+
+    if p.tool_name is not None or p.list_tools or is_mcp_url(p.agent_url):
+        return await query_mcp_agent(core, p)
+    if not p.prompt.strip():
+        raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
