@@ -8,6 +8,7 @@ import stat
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -195,6 +196,57 @@ async def test_counters_are_summed_over_replicas(
     redis_server.start()  # empty: no persistence
     await one.push(first)  # what could not be pushed is pushed now, and only that
     assert await two.totals() == {"requests": 5}
+
+
+async def test_concurrent_pushes_of_one_replica_add_its_counts_once(
+    replicas: Replicas,
+) -> None:
+    """The periodic push and the last push at close may overlap: each count is added once."""
+    one = SharedStats(replicas.client(), where="t")
+    stats = PaidStats()
+    stats.requests, stats.settled = 100, 75
+    await asyncio.gather(*(one.push(stats) for _ in range(5)))
+    assert await one.totals() == {"requests": 100, "settled": 75}
+
+
+async def test_closing_while_the_periodic_push_runs_counts_it_once(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aclose() cancels the periodic pusher. A push Redis has already applied, whose reply is
+    still on its way, must not be counted again by the last push at close."""
+    state = RedisState.connect(redis_server.url, load_config({}), _never, tmp_path / "spool.json")
+    await state.client.delete("svc:stats")
+    applied = asyncio.Event()
+    real_pipeline = state.client.pipeline
+
+    def slow_reply(*args: Any, **kwargs: Any) -> Any:
+        pipe = real_pipeline(*args, **kwargs)
+        real_execute = pipe.execute
+
+        async def execute(*a: Any, **k: Any) -> Any:
+            result = await real_execute(*a, **k)  # applied by Redis...
+            applied.set()
+            await asyncio.sleep(0.2)  # ...and the reply is slow to come back
+            return result
+
+        pipe.execute = execute
+        return pipe
+
+    monkeypatch.setattr(state.client, "pipeline", slow_reply)
+    stats = PaidStats()
+    stats.requests = 100
+    state.share(stats, every=0)
+    await asyncio.wait_for(applied.wait(), 5)
+    await state.aclose(stats)  # cancels the pusher inside that push, then pushes once more
+    check = connect_client(redis_server.url)
+    try:
+        assert await SharedStats(check, where="t").totals() == {"requests": 100}
+    finally:
+        await check.aclose()
+
+
+async def _never(plan_id: str, payer: str) -> int:
+    raise AssertionError("no balance is read")
 
 
 async def test_during_an_outage_entries_are_the_spools_and_close_says_what_stays(

@@ -258,24 +258,30 @@ class SharedStats:
         self.where = where
         self.key = prefix + "stats"
         self._pushed: dict[str, int] = {}
+        # one push at a time: two pushes computing their deltas from the same baseline (the
+        # periodic one and the last one at close) would add the same counts twice
+        self._lock = asyncio.Lock()
 
     async def push(self, stats: PaidStats) -> None:
         """Add what ``stats`` counted since the last successful push."""
-        now = {
-            f.name: int(getattr(stats, f.name)) for f in fields(stats) if f.name not in _COUNTERS
-        }
-        deltas = {k: v - self._pushed.get(k, 0) for k, v in now.items()}
-        deltas = {k: v for k, v in deltas.items() if v}
-        if not deltas:
-            return
-        pipe = self._redis.pipeline(transaction=True)
-        for name, delta in deltas.items():
-            pipe.hincrby(self.key, name, delta)
-        try:
-            await pipe.execute()
-        except (RedisError, OSError) as exc:
-            raise StateUnavailable(self.where, exc) from None
-        self._pushed = now
+        async with self._lock:
+            now = {
+                f.name: int(getattr(stats, f.name))
+                for f in fields(stats)
+                if f.name not in _COUNTERS
+            }
+            deltas = {k: v - self._pushed.get(k, 0) for k, v in now.items()}
+            deltas = {k: v for k, v in deltas.items() if v}
+            if not deltas:
+                return
+            pipe = self._redis.pipeline(transaction=True)
+            for name, delta in deltas.items():
+                pipe.hincrby(self.key, name, delta)
+            try:
+                await pipe.execute()
+            except (RedisError, OSError) as exc:
+                raise StateUnavailable(self.where, exc) from None
+            self._pushed = now
 
     async def totals(self) -> dict[str, int]:
         """The counters summed over every replica (as last pushed)."""
@@ -347,7 +353,9 @@ class RedisState:
         while True:
             await asyncio.sleep(every)
             with contextlib.suppress(StateUnavailable):
-                await self.stats.push(stats)
+                # shielded: a push cancelled by aclose() after Redis applied it, but before its
+                # baseline moved, would be counted again by the last push
+                await asyncio.shield(self.stats.push(stats))
 
     async def aclose(self, stats: PaidStats | None = None) -> None:
         """Stop pushing (a last push of ``stats``) and disconnect; the flow closes the book
