@@ -4,6 +4,7 @@ decoding, the request it sends and the token it asks for (issue 11, mutation run
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -283,7 +284,9 @@ async def test_the_token_asked_for_is_bound_to_the_url_and_verb_with_the_configu
 ):
     minter = _Minter()
     config = PluginConfig(defaultDelegationDurationSecs=1234)
-    core = cast(PluginCore, SimpleNamespace(client=lambda: minter, config=config))
+    stub = SimpleNamespace(client=lambda: minter, config=config)
+    stub.access_token = partial(PluginCore.access_token, stub)  # the real one, over the minter
+    core = cast(PluginCore, stub)
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
     assert await q._mint(core, params, purchase()) == "tok"
     (call,) = minter.calls

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -239,7 +240,9 @@ class _Client:
 
 def stub_core(error: ServiceError) -> PluginCore:
     client = _Client(error)
-    return cast(PluginCore, SimpleNamespace(client=lambda: client, config=PluginConfig()))
+    core = SimpleNamespace(client=lambda: client, config=PluginConfig())
+    core.access_token = partial(PluginCore.access_token, core)  # the real one, over the stub
+    return cast(PluginCore, core)
 
 
 async def test_a_failed_balance_read_after_the_call_is_a_warning() -> None:

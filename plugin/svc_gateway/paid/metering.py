@@ -310,12 +310,8 @@ class ToolMeter:
         return value
 
     async def _mint(self, payer: PluginCore, plan_id: str, scheme: str) -> str:
-        config = payer.config
-        return await payer.client().get_access_token(
-            plan_id,
-            payment_type="fiat" if scheme == SCHEME_CARD else "crypto",
-            spending_limit_cents=config.default_spending_limit_cents,
-            duration_secs=config.default_delegation_duration_secs,
+        return await payer.access_token(
+            plan_id, payment_type="fiat" if scheme == SCHEME_CARD else "crypto"
         )
 
     async def _short(

@@ -182,13 +182,11 @@ def _token_version(token: str) -> int:
 
 async def _mint(core: PluginCore, p: QueryAgentParams, purchase: Purchase) -> str:
     try:
-        return await core.client().get_access_token(
+        return await core.access_token(
             purchase.plan_id,
             agent_id=purchase.agent_id,
             payment_type=purchase.payment_type,
             payment_method_id=p.payment_method_id,
-            spending_limit_cents=core.config.default_spending_limit_cents,
-            duration_secs=core.config.default_delegation_duration_secs,
             resource_url=p.agent_url,
             http_verb=HTTP_VERB,
         )

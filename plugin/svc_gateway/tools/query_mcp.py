@@ -243,13 +243,11 @@ async def _query(
     step.plan_id = plan_id
     # the balance before paying, read while the token is minted (minting burns nothing)
     token, step.balance_before = await asyncio.gather(
-        core.client().get_access_token(
+        core.access_token(
             plan_id,
             agent_id=agent_id,
             payment_type=payment_type,
             payment_method_id=p.payment_method_id,
-            spending_limit_cents=core.config.default_spending_limit_cents,
-            duration_secs=core.config.default_delegation_duration_secs,
             resource_url=uri,
             http_verb="POST",
         ),

@@ -86,15 +86,13 @@ class AccessTokenParams(Params):
 async def get_access_token(core: PluginCore, p: AccessTokenParams) -> dict[str, Any]:
     plan_id = require_plan(core, p.plan_id)
     agent_id = require_agent(core, p.agent_id)
-    client = core.client()  # NotLoggedIn before any traffic
+    core.client()  # NotLoggedIn before any traffic
     payment_type = await plan_payment_type(core, plan_id, p.payment_type)
-    token = await client.get_access_token(
+    token = await core.access_token(
         plan_id,
         agent_id=agent_id,
         payment_type=payment_type,
         payment_method_id=p.payment_method_id,
-        spending_limit_cents=core.config.default_spending_limit_cents,
-        duration_secs=core.config.default_delegation_duration_secs,
     )
     decoded = decode_access_token(token) or {}
     accepted = decoded.get("accepted") if isinstance(decoded.get("accepted"), dict) else {}
