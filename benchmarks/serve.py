@@ -169,7 +169,7 @@ def stub_app() -> web.Application:
 
 def bare_app() -> web.Application:
     """What the paid endpoint would cost without payments: parse JSON, run the agent."""
-    from svc_gateway.paid.handlers import default_handler
+    from svc_gateway.selling.handlers import default_handler
 
     async def agent(request: web.Request) -> web.Response:
         data = await request.json()
@@ -206,8 +206,8 @@ def serve_paid(service: str, key: str, plan_id: str, state_url: str | None = Non
     """The plugin's own server (paidEndpointPort 0) on the plugin loop; we only wait. With
     ``state_url`` its admission book, settle queue and stats live in that Redis."""
     import svc_gateway
+    from svc_gateway.chat.login import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
-    from svc_gateway.login import CredentialStore
 
     gateway = ReferenceGateway(
         {
@@ -253,7 +253,7 @@ def serve_sdk(key: str, plan_id: str) -> None:
     from payments_py import PaymentOptions, Payments  # type: ignore[import-untyped]
     from payments_py.x402.fastapi import PaymentMiddleware  # type: ignore[import-untyped]
 
-    from svc_gateway.paid.handlers import default_handler
+    from svc_gateway.selling.handlers import default_handler
 
     payments = Payments.get_instance(PaymentOptions(nvm_api_key=key, environment="custom"))
     app = FastAPI()
@@ -292,8 +292,8 @@ def serve_sdk(key: str, plan_id: str) -> None:
 
 def route_app(service: str, key: str, plan_id: str) -> web.Application:
     """The bare handler's app with ``POST /agent`` sold by ``build_payment_app``."""
-    from svc_gateway.paid import RouteConfig, build_payment_app
-    from svc_gateway.paid.handlers import default_handler
+    from svc_gateway.selling import RouteConfig, build_payment_app
+    from svc_gateway.selling.handlers import default_handler
 
     settings = {"environment": "local", "baseUrl": service, "svcApiKey": key}
     app = build_payment_app({f"POST {AGENT_PATH}": RouteConfig(plan_id=plan_id)}, settings)
@@ -342,7 +342,7 @@ def serve_x402(facilitator: str) -> None:
     from x402.http.middleware.fastapi import payment_middleware
     from x402.mechanisms.evm.exact import ExactEvmServerScheme
 
-    from svc_gateway.paid.handlers import default_handler
+    from svc_gateway.selling.handlers import default_handler
 
     server = x402ResourceServer(HTTPFacilitatorClient(FacilitatorConfig(url=facilitator)))
     server.register(X402_NETWORK, ExactEvmServerScheme())

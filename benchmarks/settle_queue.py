@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from svc_gateway.paid.settle_journal import SettleJournal
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 
 SIZES = (10, 10_000)
 #: untimed operations first (the journal's thread, the page cache, the allocator)

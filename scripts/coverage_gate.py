@@ -5,10 +5,10 @@ branch and line coverage for each gated module, then exits 1 if any is below ``-
 
     python scripts/coverage_gate.py --json build/coverage.json [--min 95]
 
-Gated: the paid endpoint (every module of ``svc_gateway/paid``), the sandbox ledger and
-facilitator, the order tools in ``tools/subscriber.py``, ``tools/query.py`` and the client's
-HTTP plumbing and error mapping (``transport.py``). A target that matches nothing fails too, so a
-rename cannot silently drop a module from the gate.
+Gated: selling (every module of ``svc_gateway/selling`` but the MCP way in), the sandbox ledger
+and facilitator, the order tools in ``tools/subscriber.py``, ``svc_queryAgent`` (``tools/query.py``
+and ``buying/``) and the client's HTTP plumbing and error mapping (``service/transport.py``). A
+target that matches nothing fails too, so a rename cannot silently drop a module from the gate.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ class Target:
 
 
 TARGETS = (
-    Target("paid endpoint", r"paid/[^/]+\.py"),
+    Target("selling", r"selling/(flow/|state/|ways_in/)?[^/]+\.py"),
     Target("sandbox ledger", r"sandbox/ledger\.py"),
     Target("sandbox facilitator", r"sandbox/facilitator\.py"),
     Target("order tools", r"tools/subscriber\.py", r"(order|quote|price)"),
-    Target("query tool", r"tools/query(_[a-z]+)?\.py"),
-    Target("client transport", r"transport\.py"),
+    Target("buying", r"(tools/query|buying/[^/]+)\.py"),
+    Target("client transport", r"service/transport\.py"),
 )
 
 
@@ -64,7 +64,7 @@ class Counts:
 
 
 def package_path(path: str) -> str | None:
-    """``plugin/svc_gateway/paid/flow.py`` (or an absolute path) → ``paid/flow.py``."""
+    """``plugin/svc_gateway/selling/flow/flow.py`` (or absolute) → ``selling/flow/flow.py``."""
     parts = Path(path).as_posix().split("svc_gateway/", 1)
     return parts[1] if len(parts) == 2 else None
 

@@ -12,13 +12,13 @@ import aiohttp
 import pytest
 
 import svc_gateway
-from svc_gateway.client import ServiceClient
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.models import PlanMetadata
-from svc_gateway.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.sandbox import SandboxServer, start_sandbox
-from svc_gateway.transport import SessionFactory
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PlanMetadata
+from svc_gateway.service.pricing import crypto_price, fiat_price, fixed_credits
+from svc_gateway.service.transport import SessionFactory
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 

@@ -7,15 +7,16 @@ import asyncio
 import httpx
 import pytest
 
-from svc_gateway import errors
-from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import (
     b64url_nopad,
     compact_json,
     decode_access_token,
     token_authorization,
 )
-from svc_gateway.models import (
+from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service import errors
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import (
     Accept,
     AgentApi,
     AgentMetadata,
@@ -24,7 +25,7 @@ from svc_gateway.models import (
     PriceConfig,
     Resource,
 )
-from svc_gateway.pricing import (
+from svc_gateway.service.pricing import (
     PriceError,
     dynamic_credits,
     erc20_price,
@@ -34,7 +35,6 @@ from svc_gateway.pricing import (
     free_price,
     native_price,
 )
-from svc_gateway.sandbox import SandboxServer
 from tests.conftest import USDC, make_plan
 
 

@@ -16,10 +16,10 @@ from urllib.parse import parse_qsl
 import aiohttp
 import pytest
 
-from svc_gateway import errors
-from svc_gateway.client import ServiceClient
-from svc_gateway.models import PaymentRequirement, PlanMetadata
-from svc_gateway.pricing import crypto_price, fixed_credits
+from svc_gateway.service import errors
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PaymentRequirement, PlanMetadata
+from svc_gateway.service.pricing import crypto_price, fixed_credits
 from tests.client.mocking import aioresponses
 from tests.helpers import fake_key
 
@@ -216,7 +216,7 @@ async def test_garbage_retry_after_falls_back_to_backoff(h: Harness, garbage: st
 
 @pytest.mark.parametrize("value", ["-5", "0", "Wed, 21 Oct 2015 07:28:00 GMT"])
 async def test_negative_zero_or_past_retry_after_waits_the_floor(h: Harness, value: str) -> None:
-    from svc_gateway.transport import RETRY_AFTER_FLOOR
+    from svc_gateway.service.transport import RETRY_AFTER_FLOOR
 
     for _ in range(3):
         h.mock.get(ANY, **fail(429, "RATE", **{"Retry-After": value}))
@@ -226,7 +226,7 @@ async def test_negative_zero_or_past_retry_after_waits_the_floor(h: Harness, val
 
 
 async def test_huge_retry_after_is_surfaced_not_slept(h: Harness) -> None:
-    from svc_gateway.transport import RETRY_AFTER_MAX
+    from svc_gateway.service.transport import RETRY_AFTER_MAX
 
     h.mock.get(ANY, **fail(429, "RATE", **{"Retry-After": "1e30"}))
     h.mock.get(ANY, payload=BALANCE)

@@ -10,13 +10,13 @@ import httpx
 import pytest
 
 import svc_gateway
-from svc_gateway.client import ServiceClient
+from svc_gateway.chat.context import BalanceEntry, format_line
 from svc_gateway.config import ConfigError
-from svc_gateway.context import BalanceEntry, format_line
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.models import PlanMetadata
-from svc_gateway.pricing import crypto_price, expirable_credits
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PlanMetadata
+from svc_gateway.service.pricing import crypto_price, expirable_credits
 from svc_gateway.tools import TOOL_NAMES
 from tests.conftest import USDC, CountingTransport, HostFactory, make_plan
 from tests.helpers import fake_key
@@ -74,8 +74,8 @@ async def test_stored_key_survives_a_restart_and_config_key_wins(
     make_host: HostFactory, sandbox: SandboxServer, subscriber: dict[str, str], tmp_path
 ) -> None:
     import svc_gateway
+    from svc_gateway.chat.login import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
-    from svc_gateway.login import CredentialStore
 
     store_dir = tmp_path / "shared-store"
     settings = {"environment": "local", "baseUrl": sandbox.base_url}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import svc_gateway
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.cli import _chat_config
 from svc_gateway.config import ConfigError, load_config
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
 from svc_gateway.sandbox import SandboxServer
 from tests.conftest import CountingTransport
 from tests.helpers import fake_key

@@ -22,9 +22,7 @@ from keyring.backend import KeyringBackend
 from keyring.errors import PasswordDeleteError
 from pydantic import SecretStr
 
-from svc_gateway.config import ConfigError
-from svc_gateway.encoding import b64url_nopad
-from svc_gateway.login import (
+from svc_gateway.chat.login import (
     CREDENTIALS_FILE,
     KEYRING_SERVICE,
     BrowserLogin,
@@ -36,6 +34,8 @@ from svc_gateway.login import (
     manual_instructions,
     secure_backend,
 )
+from svc_gateway.config import ConfigError
+from svc_gateway.encoding import b64url_nopad
 from svc_gateway.sandbox import SandboxServer
 
 ADDRESS = "0x" + "ab12" * 10

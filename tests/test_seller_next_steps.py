@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from svc_gateway.chat.seller_notes import startup_notes
 from svc_gateway.config import ConfigError
 from svc_gateway.sandbox import SandboxServer
-from svc_gateway.seller_notes import startup_notes
 from tests.chat.test_cli import WAIT_SECS, chat_env
 from tests.conftest import USDC, HostFactory
 

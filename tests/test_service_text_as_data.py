@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from svc_gateway.client import ServiceClient
-from svc_gateway.models import PlanMetadata
-from svc_gateway.pricing import crypto_price, fixed_credits
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PlanMetadata
+from svc_gateway.service.pricing import crypto_price, fixed_credits
 from tests.conftest import USDC, HostFactory
 
 FORGED = (

@@ -7,10 +7,10 @@ from typing import Any
 import httpx
 import pytest
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.host import ToolResult
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory, make_plan
 
 pytestmark = pytest.mark.asyncio

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
-    from .accounts import UserAccounts
-    from .commands import Commands
+    from .chat.accounts import UserAccounts
+    from .chat.commands import Commands
+    from .chat.context import BalanceContext
+    from .chat.core import PluginCore
+    from .chat.login import CredentialStore
     from .config import ConfigError
-    from .context import BalanceContext
-    from .core import PluginCore
     from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
-    from .login import CredentialStore
     from .runtime import PluginRuntime
-    from .transport import SessionFactory
+    from .service.transport import SessionFactory
 
 __version__ = "0.1.0"
 
@@ -74,7 +74,7 @@ class PromptHook:
         self._accounts = accounts
 
     def peek(self, ctx: PromptContext | None = None) -> str | object | None:
-        """The text, ``None`` for nothing, or :data:`svc_gateway.context.MISS`."""
+        """The text, ``None`` for nothing, or :data:`svc_gateway.chat.context.MISS`."""
         return self._context_for(ctx).peek()
 
     def _context_for(self, ctx: PromptContext | None) -> BalanceContext:
@@ -87,7 +87,7 @@ class PromptHook:
         return self._accounts.context_for(caller) or self._context
 
     async def __call__(self, ctx: PromptContext) -> str | None:
-        from .context import MISS
+        from .chat.context import MISS
 
         context = self._context_for(ctx)
         text = context.peek()
@@ -153,10 +153,10 @@ def register(
             raise
         return _register_degraded(api, error)
 
-    from .accounts import UserAccounts
-    from .commands import Commands
-    from .context import BalanceCache, BalanceContext
-    from .core import PluginCore
+    from .chat.accounts import UserAccounts
+    from .chat.commands import Commands
+    from .chat.context import BalanceCache, BalanceContext
+    from .chat.core import PluginCore
     from .host import BEFORE_PROMPT_BUILD
     from .redact import get_logger, install
     from .runtime import PluginRuntime
@@ -200,14 +200,14 @@ def register(
         core.receipt_sink = commands.receipts.add  # user cores are made later, with the sink
         if config.metered_tools:
             from .host import AROUND_TOOL_CALL
-            from .paid.metering import ToolMeter
+            from .selling.ways_in.metering import ToolMeter
 
             meter = ToolMeter.create(core, accounts, commands.receipts)
             runtime.add_closer(meter.aclose)
             api.on(AROUND_TOOL_CALL, meter)
             handle.extras["meter"] = meter
         if config.enable_paid_endpoint:
-            from .paid import attach_paid_endpoint
+            from .selling import attach_paid_endpoint
 
             try:
                 endpoint = runtime.run_sync(attach_paid_endpoint(api, core))
@@ -216,12 +216,12 @@ def register(
             handle.extras["paid_endpoint"] = endpoint
             core.paid_endpoint_url = endpoint.url
             core.paid_endpoint_bound_url = endpoint.bound_url
-            from .seller_notes import startup_notes
+            from .chat.seller_notes import startup_notes
 
             for note in startup_notes(core):  # a URL that will not last is worth a warning
                 log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
         if config.enable_paid_mcp:
-            from .paid_mcp import attach_paid_mcp
+            from .selling.ways_in.mcp import attach_paid_mcp
 
             flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
             handle.extras["paid_mcp"] = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))

@@ -77,7 +77,7 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     except ConfigError as exc:
         raise SystemExit(f"svc-gateway: {exc}") from None
     if parsed.environment != "local" and parsed.svc_api_key is None:
-        from .login import CredentialStore
+        from .chat.login import CredentialStore
 
         if CredentialStore().load(parsed.environment) is None:
             raise SystemExit(
@@ -112,10 +112,10 @@ def _handler_from_cwd(config: dict[str, Any]) -> str | None:
 
 async def _chat(args: argparse.Namespace) -> int:
     from . import register
+    from .chat.login import CredentialStore
     from .config import ConfigError
-    from .embedded import embedded_session
+    from .hosts.embedded import embedded_session
     from .hosts.reference import ReferenceGateway, repl
-    from .login import CredentialStore
 
     config, enabled = _chat_config(_read_config(args.config))
     if note := _handler_from_cwd(config):
@@ -141,7 +141,7 @@ async def _chat(args: argparse.Namespace) -> int:
                     print(f"Paid endpoint: POST {getattr(endpoint, 'url', endpoint)}")
                     if card := getattr(endpoint, "card_url", None):
                         print(f"Agent card:    GET  {card}")
-                    from .seller_notes import startup_notes
+                    from .chat.seller_notes import startup_notes
 
                     for note in startup_notes(handle.core):
                         print(note)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_chat(args))
         except KeyboardInterrupt:
             return 130
-    from .demo import run_demo
+    from .hosts.demo import run_demo
 
     return asyncio.run(run_demo(quiet=args.quiet))
 

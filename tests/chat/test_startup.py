@@ -62,7 +62,7 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
     for unused in (
         "aiohttp.web",
         "svc_gateway.sandbox",
-        "svc_gateway.paid",
+        "svc_gateway.selling",
         "keyring",
         "webbrowser",
         "httpx",  # only svc_queryAgent's calls to other agents use it, imported there

@@ -12,8 +12,8 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from svc_gateway.client import ServiceClient
-from svc_gateway.models import PaymentRequirement
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PaymentRequirement
 from tests.helpers import fake_key
 
 

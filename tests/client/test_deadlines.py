@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from svc_gateway import errors
-from svc_gateway.client import ServiceClient
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service import errors
+from svc_gateway.service.client import ServiceClient
 from tests.client.proxy import FaultProxy, drop, hang, reset_after_forward, slow_drip, start_proxy
 from tests.conftest import make_plan
 

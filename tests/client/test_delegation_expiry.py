@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.sandbox import SandboxServer, start_sandbox
 from svc_gateway.sandbox.clock import ManualClock
 from svc_gateway.sandbox.seed import envelope
+from svc_gateway.service.client import ServiceClient
 from tests.conftest import make_plan
 
 WEEK = 7 * 24 * 3600

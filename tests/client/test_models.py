@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from svc_gateway import errors
-from svc_gateway.client import ServiceClient
-from svc_gateway.models import (
+from svc_gateway.service import errors
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import (
     Accept,
     AgentApi,
     PaymentMethod,
@@ -80,7 +80,7 @@ def test_the_envelope_sends_optional_fields_as_null_like_the_sdk() -> None:
 
 
 async def test_an_order_limit_is_refused_before_anything_is_sent() -> None:
-    from svc_gateway.pricing import fixed_credits, free_price
+    from svc_gateway.service.pricing import fixed_credits, free_price
 
     client = ServiceClient("http://127.0.0.1:9/api/v1", fake_key(address=ADDRESS))
     with aioresponses() as mock:

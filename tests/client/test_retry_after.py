@@ -6,7 +6,7 @@ import email.utils
 
 import pytest
 
-from svc_gateway.transport import RETRY_AFTER_MAX, parse_retry_after
+from svc_gateway.service.transport import RETRY_AFTER_MAX, parse_retry_after
 
 NOW = 1_800_000_000.0
 

@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 from pydantic import Field
 
-from svc_gateway import errors
-from svc_gateway.client import ServiceClient
-from svc_gateway.models import PlanBalance, WireModel
 from svc_gateway.sandbox import SandboxServer
-from svc_gateway.transport import (
+from svc_gateway.service import errors
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PlanBalance, WireModel
+from svc_gateway.service.transport import (
     POOL_SIZE,
     data_of,
     default_session_factory,
@@ -237,7 +237,7 @@ def test_request_bodies_are_json_the_service_reads() -> None:
 
 
 def test_an_empty_error_answer_without_a_reason_still_reads() -> None:
-    from svc_gateway.transport import _envelope
+    from svc_gateway.service.transport import _envelope
 
     assert _envelope(503, "", b"") == (None, "HTTP 503", None)
     assert _envelope(502, "Bad Gateway", b"  ") == (None, "HTTP 502: Bad Gateway", None)

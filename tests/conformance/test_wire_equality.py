@@ -45,9 +45,10 @@ from payments_py.x402.types import (  # noqa: E402
     X402TokenOptions,
 )
 
-from svc_gateway import errors  # noqa: E402
-from svc_gateway.client import ServiceClient  # noqa: E402
-from svc_gateway.models import (  # noqa: E402
+from svc_gateway.sandbox import SandboxServer, start_sandbox  # noqa: E402
+from svc_gateway.service import errors  # noqa: E402
+from svc_gateway.service.client import ServiceClient  # noqa: E402
+from svc_gateway.service.models import (  # noqa: E402
     Accept,
     AgentApi,
     AgentMetadata,
@@ -55,7 +56,7 @@ from svc_gateway.models import (  # noqa: E402
     PlanMetadata,
     Resource,
 )
-from svc_gateway.pricing import (  # noqa: E402
+from svc_gateway.service.pricing import (  # noqa: E402
     dynamic_credits,
     erc20_price,
     expirable_credits,
@@ -64,7 +65,6 @@ from svc_gateway.pricing import (  # noqa: E402
     free_price,
     native_price,
 )
-from svc_gateway.sandbox import SandboxServer, start_sandbox  # noqa: E402
 from tests.client.proxy import FaultProxy, Recorded, start_proxy  # noqa: E402
 
 T = TypeVar("T")

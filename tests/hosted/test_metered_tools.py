@@ -14,11 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.host import ToolResult
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.models import PlanMetadata
-from svc_gateway.pricing import crypto_price, dynamic_credits
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PlanMetadata
+from svc_gateway.service.pricing import crypto_price, dynamic_credits
 from tests.conftest import USDC, CountingTransport, HostFactory
 from tests.hosted.test_user_wallets import address_in
 from tests.test_tools import ok
@@ -221,7 +221,7 @@ async def test_a_settle_outage_queues_the_settle_and_the_retry_charges_once(
 
 
 async def test_the_svc_tools_are_never_metered() -> None:
-    from svc_gateway.paid.metering import ToolMeter
+    from svc_gateway.selling.ways_in.metering import ToolMeter
 
     meter = ToolMeter.__new__(ToolMeter)
     meter.prices = {"*": 1}

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from svc_gateway.host import ToolCallContext
-from svc_gateway.paid import metering
-from svc_gateway.paid.flow import PaidFlow
-from svc_gateway.paid.metering import ToolMeter
-from svc_gateway.paid.settle_journal import SettleJournal
+from svc_gateway.selling.flow.flow import PaidFlow
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.ways_in import metering
+from svc_gateway.selling.ways_in.metering import ToolMeter
 from tests.conftest import HostFactory
 from tests.hosted.test_metered_tools import GRANTED, balance, metering_plan, user_with_credits
 

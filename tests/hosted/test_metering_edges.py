@@ -11,9 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.host import ToolCallContext, ToolResult
-from svc_gateway.paid.metering import ToolMeter, default_failed
+from svc_gateway.selling.ways_in.metering import ToolMeter, default_failed
+from svc_gateway.service.client import ServiceClient
 from tests.conftest import CountingTransport, HostFactory, make_plan
 from tests.hosted.test_metered_tools import (
     GRANTED,
@@ -137,7 +137,7 @@ async def test_a_settle_the_service_refuses_withholds_the_result(
     burned: list[int] = []
 
     async def spend_elsewhere(arguments: dict[str, Any]) -> dict[str, Any]:
-        from svc_gateway.models import Accept, PaymentRequirement, Resource
+        from svc_gateway.service.models import Accept, PaymentRequirement, Resource
 
         token = await elsewhere.get_access_token(plan)
         envelope = PaymentRequirement(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import svc_gateway
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.host import (
     Caller,
     CommandContext,
@@ -22,7 +23,6 @@ from svc_gateway.host import (
     ToolResult,
     ToolSpec,
 )
-from svc_gateway.login import CredentialStore
 from svc_gateway.sandbox import SandboxServer
 from tests.hosted.test_metered_tools import GRANTED, balance, metering_plan
 

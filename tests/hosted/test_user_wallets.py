@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory, make_plan
 from tests.test_tools import err, ok
 

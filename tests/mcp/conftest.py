@@ -15,15 +15,15 @@ import pytest
 pytest.importorskip("mcp")
 
 import svc_gateway
-from svc_gateway.client import ServiceClient
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.paid_mcp import PaidMcp, PaidMcpServer, create_server, serve
-from svc_gateway.paid_mcp.sdk import ClientSession
-from svc_gateway.pricing import crypto_price, dynamic_credits
+from svc_gateway.interop.mcp_sdk import ClientSession
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.selling.ways_in.mcp import PaidMcp, PaidMcpServer, create_server, serve
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import crypto_price, dynamic_credits
 
 from ..paid.support import LogCollector, leaked_secrets
 

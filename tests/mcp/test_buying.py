@@ -9,10 +9,10 @@ from typing import Any
 import aiohttp
 
 import svc_gateway
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.models import AgentApi, AgentMetadata
-from svc_gateway.paid_mcp import Options
+from svc_gateway.selling.ways_in.mcp import Options
+from svc_gateway.service.models import AgentApi, AgentMetadata
 
 from ..conftest import CountingTransport
 from .conftest import GRANTED, BuyerFactory, McpMarket, McpMarketFactory

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from svc_gateway.buying.answers import MAX_TEXT_CHARS
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.paid_mcp import Options
-from svc_gateway.pricing import crypto_price, fixed_credits
-from svc_gateway.tools.query_answer import MAX_TEXT_CHARS
+from svc_gateway.selling.ways_in.mcp import Options
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import crypto_price, fixed_credits
 
 from .conftest import GRANTED, SERVER_NAME, USDC, BuyerFactory, McpMarket, McpMarketFactory
 from .test_settle_failures import SettleOutage

@@ -13,8 +13,8 @@ import pytest
 
 import svc_gateway
 from svc_gateway.config import ConfigError
-from svc_gateway.paid_mcp import Options, sdk
-from svc_gateway.paid_mcp.results import prompt_result, resource_result, tool_result
+from svc_gateway.selling.ways_in.mcp import Options, sdk
+from svc_gateway.selling.ways_in.mcp.results import prompt_result, resource_result, tool_result
 
 from .conftest import McpMarket
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from svc_gateway.paid_mcp import Options
-from svc_gateway.paid_mcp.sdk import MISCONFIGURATION_CODE, PAYMENT_REQUIRED_CODE, RpcError
+from svc_gateway.interop.mcp_sdk import MISCONFIGURATION_CODE, PAYMENT_REQUIRED_CODE, RpcError
+from svc_gateway.selling.ways_in.mcp import Options
 
 from .conftest import GRANTED, McpMarket, McpMarketFactory
 

@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from svc_gateway.paid_mcp import Options
+from svc_gateway.selling.ways_in.mcp import Options
 
 from ..conftest import CountingTransport
 from .conftest import GRANTED, McpMarketFactory

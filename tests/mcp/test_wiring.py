@@ -12,10 +12,10 @@ import httpx
 from aiohttp import web
 
 import svc_gateway
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.paid_mcp import PaidMcp
-from svc_gateway.paid_mcp.sdk import ClientSession
+from svc_gateway.interop.mcp_sdk import ClientSession
+from svc_gateway.selling.ways_in.mcp import PaidMcp
 
 from .conftest import SERVER_NAME, McpMarket
 

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 
 from svc_gateway import PluginHandle, register
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.paid import PaidEndpoint
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.selling import PaidEndpoint
 
 from .redis_server import RedisServer
 from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from aiohttp import web
 
-from svc_gateway.client import ServiceClient
-from svc_gateway.embedded import DEMO_TOKEN
-from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.pricing import dynamic_credits, erc20_price, fixed_credits
+from svc_gateway.hosts.embedded import DEMO_TOKEN
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import dynamic_credits, erc20_price, fixed_credits
 
 from .support import LogCollector, leaked_secrets
 

@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import svc_gateway
+    from svc_gateway.chat.login import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
-    from svc_gateway.login import CredentialStore
-    from svc_gateway.paid.handlers import default_handler
+    from svc_gateway.selling.handlers import default_handler
 
     log_fd = os.open(args.handler_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 

@@ -19,13 +19,13 @@ import pytest
 from aiohttp import web
 
 from svc_gateway import PluginHandle
-from svc_gateway.client import ServiceClient
-from svc_gateway.embedded import DEMO_TOKEN
 from svc_gateway.encoding import decode_b64_json
+from svc_gateway.hosts.embedded import DEMO_TOKEN
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.paid import PaidEndpoint
-from svc_gateway.paid.handlers import default_handler
 from svc_gateway.sandbox import SandboxServer, start_sandbox
+from svc_gateway.selling import PaidEndpoint
+from svc_gateway.selling.handlers import default_handler
+from svc_gateway.service.client import ServiceClient
 
 from .stub_service import make_token
 

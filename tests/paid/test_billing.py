@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.paid import billing
-from svc_gateway.paid.billing import Admission, CreditBook, Refusal
-from svc_gateway.paid.handlers import default_handler
+from svc_gateway.selling.handlers import default_handler
+from svc_gateway.selling.state import book as billing
+from svc_gateway.selling.state.book import Admission, CreditBook, Refusal
 
 from .conftest import StubMarketFactory
 from .stub_service import StubService, make_token

@@ -14,12 +14,12 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.models import Plan
-from svc_gateway.paid import flow as flow_module
-from svc_gateway.paid.billing import Admission, CreditBook
-from svc_gateway.paid.http import AGENT_NAME_FALLBACK
-from svc_gateway.paid.plans import PlanFacts, PlanFactsCache, build_envelope
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.flow import flow as flow_module
+from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache, build_envelope
+from svc_gateway.selling.state.book import Admission, CreditBook
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.ways_in.http import AGENT_NAME_FALLBACK
+from svc_gateway.service.models import Plan
 
 from .conftest import StubMarket, StubMarketFactory
 from .stub_service import PLAN_ID, StubService, make_token

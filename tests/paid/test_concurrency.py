@@ -8,8 +8,8 @@ from collections import Counter
 
 import httpx
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_b64_json
+from svc_gateway.service.client import ServiceClient
 
 from .conftest import no_top_up
 from .support import MarketFactory

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from svc_gateway.demo import mcp_available, run_demo
+from svc_gateway.hosts.demo import mcp_available, run_demo
 
 from .support import LogCollector, leaked_secrets
 

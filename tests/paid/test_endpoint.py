@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 
 from svc_gateway import register
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.paid import attach_paid_endpoint
+from svc_gateway.selling import attach_paid_endpoint
 
 from .support import Market, MarketFactory, connect_error, refuse_500, unauthorized
 

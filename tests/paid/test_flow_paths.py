@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.errors import NotFound, ServiceUnavailable
-from svc_gateway.models import Plan
-from svc_gateway.paid.plans import PlanFacts, PlanFactsCache
+from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache
+from svc_gateway.service.errors import NotFound, ServiceUnavailable
+from svc_gateway.service.models import Plan
 
 from .conftest import StubMarket, StubMarketFactory
 from .stub_service import AGENT_ID, PLAN_ID, StubService, make_token

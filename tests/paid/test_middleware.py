@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.paid import PAYMENTS, RouteConfig, build_payment_app
+from svc_gateway.selling import PAYMENTS, RouteConfig, build_payment_app
 
 from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 from .support import FaultProxy, refuse_500, settle_success_false

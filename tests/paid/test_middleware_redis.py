@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from svc_gateway.paid import PAYMENTS, RouteConfig, build_payment_app
+from svc_gateway.selling import PAYMENTS, RouteConfig, build_payment_app
 
 from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 from .redis_server import RedisServer
@@ -87,7 +87,7 @@ async def test_two_middleware_replicas_on_one_redis_admit_exactly_what_the_payer
 
 
 async def shared_totals(url: str) -> dict[str, Any]:
-    from svc_gateway.paid.redis_store import SharedStats, connect_client
+    from svc_gateway.selling.state.redis_store import SharedStats, connect_client
 
     client = connect_client(url)
     try:

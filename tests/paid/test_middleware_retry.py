@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from svc_gateway.paid import RouteConfig, payment_middleware
+from svc_gateway.selling import RouteConfig, payment_middleware
 
 from .support import MarketFactory
 

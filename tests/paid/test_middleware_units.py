@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.config import ConfigError
-from svc_gateway.paid import (
+from svc_gateway.selling import (
     PAYMENTS,
     Outcome,
     PaidRequest,
@@ -20,11 +20,11 @@ from svc_gateway.paid import (
     build_payment_app,
     payment_middleware,
 )
-from svc_gateway.paid.handlers import Answer
-from svc_gateway.paid.plans import PlanFacts, build_envelope
-from svc_gateway.paid.replay import ReplayCache, is_single_use
-from svc_gateway.paid.routes import RouteMap, parse_route
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.flow.plans import PlanFacts, build_envelope
+from svc_gateway.selling.flow.replay import ReplayCache, is_single_use
+from svc_gateway.selling.handlers import Answer
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.ways_in.routes import RouteMap, parse_route
 
 from .conftest import StubMarketFactory
 from .stub_service import BUILDER_KEY, PLAN_ID, StubService, make_token

@@ -16,12 +16,12 @@ import httpx
 import pytest
 from aiohttp import web
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.config import PluginConfig
-from svc_gateway.embedded import DEMO_TOKEN
-from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.paid.handlers import SyncHandlerPool, default_handler
-from svc_gateway.pricing import crypto_price, expirable_credits
+from svc_gateway.hosts.embedded import DEMO_TOKEN
+from svc_gateway.selling.handlers import SyncHandlerPool, default_handler
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import crypto_price, expirable_credits
 
 from .conftest import StubMarketFactory
 from .stub_service import StubService, make_token

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from svc_gateway import register
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.paid.handlers import default_handler
-from svc_gateway.paid.settle_journal import SettleJournal
+from svc_gateway.selling.handlers import default_handler
+from svc_gateway.selling.state.settle_journal import SettleJournal
 
 from .conftest import StubMarketFactory, no_top_up
 from .stub_service import StubService

@@ -19,15 +19,15 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.config import ConfigError
-from svc_gateway.errors import NotFound
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.models import SCHEME_CARD, SCHEME_CRYPTO, Plan
-from svc_gateway.paid.endpoint import ProtocolLog
-from svc_gateway.paid.handlers import HandlerError, default_handler, load_handler, to_answer
-from svc_gateway.paid.plans import PlanFacts, PlanFactsCache
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache
+from svc_gateway.selling.handlers import HandlerError, default_handler, load_handler, to_answer
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.ways_in.endpoint import ProtocolLog
+from svc_gateway.service.errors import NotFound
+from svc_gateway.service.models import SCHEME_CARD, SCHEME_CRYPTO, Plan
 
 from .support import LogCollector
 

@@ -17,16 +17,16 @@ from typing import Any, cast
 import pytest
 from aiohttp import ClientSession, web
 
-from svc_gateway.client import ServiceClient
+from svc_gateway.buying.addresses import is_loopback_host
+from svc_gateway.buying.answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS
+from svc_gateway.chat.core import PluginCore
 from svc_gateway.config import PluginConfig
-from svc_gateway.core import PluginCore
 from svc_gateway.encoding import decode_access_token, token_authorization
-from svc_gateway.models import AgentApi, AgentMetadata, PlanMetadata
-from svc_gateway.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.tools import TOOLS, query_address
-from svc_gateway.tools.query_address import is_loopback_host
-from svc_gateway.tools.query_answer import MAX_ANSWER_BYTES, MAX_TEXT_CHARS
 
 from .support import DEMO_TOKEN, Market, MarketFactory
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession, web
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_access_token
-from svc_gateway.models import Accept, PaymentRequirement, Resource
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import Accept, PaymentRequirement, Resource
 
 from .support import Market, MarketFactory
 from .test_query import Answer, fake_agent, query, registered_fake

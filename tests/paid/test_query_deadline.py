@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession, web
 
+from svc_gateway.buying import addresses as query_address
 from svc_gateway.sandbox import SandboxServer
-from svc_gateway.tools import query_address
 
 from .support import Market, MarketFactory
 

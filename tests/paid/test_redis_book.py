@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from svc_gateway.paid import redis_book
-from svc_gateway.paid.billing import Admission, Refusal
-from svc_gateway.paid.redis_book import RedisAdmissionBook
-from svc_gateway.paid.redis_store import connect_client
-from svc_gateway.paid.shared_state import StateUnavailable
+from svc_gateway.selling.state import redis_book
+from svc_gateway.selling.state.book import Admission, Refusal
+from svc_gateway.selling.state.redis_book import RedisAdmissionBook
+from svc_gateway.selling.state.redis_store import connect_client
+from svc_gateway.selling.state.shared import StateUnavailable
 
 from .redis_server import RedisServer
 

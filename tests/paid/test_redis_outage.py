@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.paid.handlers import default_handler
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.sandbox.context import STORE
+from svc_gateway.selling.handlers import default_handler
 
 from .conftest import no_top_up
 from .redis_server import RedisServer

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.paid.redis_store import SharedStats, connect_client
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.sandbox.context import STORE
+from svc_gateway.selling.state.redis_store import SharedStats, connect_client
 
 from .conftest import no_top_up
 from .redis_server import RedisServer

@@ -14,11 +14,16 @@ import pytest
 import redis.asyncio as aioredis
 
 from svc_gateway.config import load_config
-from svc_gateway.paid.flow import PaidStats
-from svc_gateway.paid.redis_store import RedisSettleStore, RedisState, SharedStats, connect_client
-from svc_gateway.paid.settle_journal import SettleJournal, SettleQueueLocked
-from svc_gateway.paid.settle_queue import PendingSettle
-from svc_gateway.paid.shared_state import StateUnavailable
+from svc_gateway.selling.flow.flow import PaidStats
+from svc_gateway.selling.state.redis_store import (
+    RedisSettleStore,
+    RedisState,
+    SharedStats,
+    connect_client,
+)
+from svc_gateway.selling.state.settle_journal import SettleJournal, SettleQueueLocked
+from svc_gateway.selling.state.settle_queue import PendingSettle
+from svc_gateway.selling.state.shared import StateUnavailable
 
 from .redis_server import RedisServer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 
 from .conftest import StubMarket, StubMarketFactory
 from .stub_service import StubService, make_token

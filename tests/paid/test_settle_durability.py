@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from svc_gateway.paid.settle_journal import SettleJournal
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 
 PAYER = "0x" + "aa" * 20
 
@@ -77,7 +77,7 @@ async def test_a_new_journal_file_is_made_durable_by_syncing_its_directory(
 async def test_compaction_syncs_the_new_file_then_the_directory(
     tmp_path: Path, synced: Synced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("svc_gateway.paid.settle_journal.COMPACT_MIN_DEAD", 2)
+    monkeypatch.setattr("svc_gateway.selling.state.settle_journal.COMPACT_MIN_DEAD", 2)
     store = await SettleJournal.open(tmp_path / "settle-queue.json")
     try:
         for n in range(4):

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from svc_gateway.config import ConfigError
-from svc_gateway.paid import settle_journal
-from svc_gateway.paid.settle_journal import SettleJournal
-from svc_gateway.paid.settle_queue import PendingSettle, SettleQueue
-from svc_gateway.paid.state import SettleStore
+from svc_gateway.selling.state import settle_journal
+from svc_gateway.selling.state.protocols import SettleStore
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 
 from .support import LogCollector
 

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 import svc_gateway
-from svc_gateway.paid.settle_journal import SettleJournal, SettleQueueLocked
-from svc_gateway.paid.settle_queue import PendingSettle
+from svc_gateway.selling.state.settle_journal import SettleJournal, SettleQueueLocked
+from svc_gateway.selling.state.settle_queue import PendingSettle
 
 OWNER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from svc_gateway.paid.settle_journal import SettleJournal
-    from svc_gateway.paid.settle_queue import PendingSettle
+    from svc_gateway.selling.state.settle_journal import SettleJournal
+    from svc_gateway.selling.state.settle_queue import PendingSettle
 
     async def main() -> None:
         store = await SettleJournal.open(Path(sys.argv[1]))

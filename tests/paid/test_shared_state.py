@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from svc_gateway.config import ConfigError, load_config
-from svc_gateway.paid.redis_book import RedisAdmissionBook
-from svc_gateway.paid.redis_store import RedisSettleStore, connect_client
-from svc_gateway.paid.shared_state import (
+from svc_gateway.selling.state.redis_book import RedisAdmissionBook
+from svc_gateway.selling.state.redis_store import RedisSettleStore, connect_client
+from svc_gateway.selling.state.shared import (
     StateUnavailable,
     claim_ttl_secs,
     describe_state_url,
@@ -73,7 +73,7 @@ def test_open_state_needs_a_state_url(tmp_path: Path) -> None:
 def test_without_the_redis_extra_state_url_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    for name in ("redis", "redis.asyncio", "svc_gateway.paid.redis_store"):
+    for name in ("redis", "redis.asyncio", "svc_gateway.selling.state.redis_store"):
         monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
     config = load_config({"stateUrl": "redis://127.0.0.1:6379/0"})
     with pytest.raises(ConfigError) as info:
@@ -88,7 +88,7 @@ def test_a_seller_without_state_url_imports_nothing_of_redis(tmp_path: Path) -> 
         from pathlib import Path
         import svc_gateway
         from svc_gateway.hosts.reference import ReferenceGateway
-        from svc_gateway.login import CredentialStore
+        from svc_gateway.chat.login import CredentialStore
 
         gateway = ReferenceGateway({{
             "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from svc_gateway.models import VerifyResult
-from svc_gateway.paid.billing import Admission, CreditBook, Refusal
-from svc_gateway.paid.flow import verified_balance
-from svc_gateway.paid.state import AdmissionBook
+from svc_gateway.selling.flow.flow import verified_balance
+from svc_gateway.selling.state.book import Admission, CreditBook, Refusal
+from svc_gateway.selling.state.protocols import AdmissionBook
+from svc_gateway.service.models import VerifyResult
 
 PAYER = "0x" + "aa" * 20
 

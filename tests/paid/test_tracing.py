@@ -15,8 +15,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from svc_gateway.paid import RouteConfig, build_payment_app
-from svc_gateway.paid.tracing import NULL_TRACE, abbreviate, start_trace, use_tracer_provider
+from svc_gateway.selling import RouteConfig, build_payment_app
+from svc_gateway.selling.flow.tracing import (
+    NULL_TRACE,
+    abbreviate,
+    start_trace,
+    use_tracer_provider,
+)
 
 from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 from .support import FaultProxy, settle_success_false
@@ -155,7 +160,7 @@ def test_without_a_tracer_provider_tracing_is_the_shared_null() -> None:
 def test_without_opentelemetry_installed_tracing_imports_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from svc_gateway.paid import tracing
+    from svc_gateway.selling.flow import tracing
 
     looked_up: list[str] = []
 

@@ -17,11 +17,11 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
+from svc_gateway.chat.login import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.login import CredentialStore
-from svc_gateway.paid.endpoint import ProtocolLog
-from svc_gateway.paid.handlers import HandlerError, load_handler, to_answer
+from svc_gateway.selling.handlers import HandlerError, load_handler, to_answer
+from svc_gateway.selling.ways_in.endpoint import ProtocolLog
 
 from .conftest import StubMarketFactory
 from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService, make_token
@@ -202,7 +202,7 @@ async def test_endpoint_facts_a_builder_reads(make_stub_market: StubMarketFactor
 async def test_explicit_handler_and_credits_win_over_the_hosts(
     make_stub_market: StubMarketFactory,
 ) -> None:
-    from svc_gateway.paid import attach_paid_endpoint
+    from svc_gateway.selling import attach_paid_endpoint
 
     market = await make_stub_market(stub=StubService(balance=10, max_amount=5))
     core = market.endpoint.flow.core

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from svc_gateway.agent_card import (
+from svc_gateway.interop.agent_card import (
     CARD_MAX_BYTES,
     CardRejected,
     FoundCard,

@@ -4,9 +4,9 @@ run of tools)."""
 
 from __future__ import annotations
 
-from svc_gateway.client import ServiceClient
-from svc_gateway.models import PlanMetadata
-from svc_gateway.pricing import crypto_price, fixed_credits
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.models import PlanMetadata
+from svc_gateway.service.pricing import crypto_price, fixed_credits
 from tests.conftest import USDC, HostFactory, make_plan
 from tests.test_tools import err, ok
 

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from svc_gateway.client import ServiceClient
-from svc_gateway.errors import InvalidRequest, NotFound, ServiceError
-from svc_gateway.models import AgentApi, AgentMetadata
+from svc_gateway.service.client import ServiceClient
+from svc_gateway.service.errors import InvalidRequest, NotFound, ServiceError
+from svc_gateway.service.models import AgentApi, AgentMetadata
 from svc_gateway.tools.base import for_chat
 from tests.conftest import HostFactory, make_plan
 from tests.helpers import fake_key

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from svc_gateway.models import Plan
-from svc_gateway.pricing import (
+from svc_gateway.service.models import Plan
+from svc_gateway.service.pricing import (
     USDC_ADDRESSES,
     PriceError,
     crypto_price,

@@ -10,9 +10,9 @@ from typing import cast
 
 import pytest
 
+from svc_gateway.buying import addresses as qd
+from svc_gateway.chat.core import PluginCore
 from svc_gateway.config import PluginConfig
-from svc_gateway.core import PluginCore
-from svc_gateway.tools import query_address as qd
 from svc_gateway.tools.base import ToolFailure
 
 URL = "https://agent.example.com/agent"

@@ -11,14 +11,14 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from svc_gateway.agent_card import FoundCard
+from svc_gateway.buying import addresses as qd
+from svc_gateway.buying import answers as qa
+from svc_gateway.buying import purchase as qp
+from svc_gateway.chat.core import PluginCore
 from svc_gateway.config import PluginConfig
-from svc_gateway.core import PluginCore
-from svc_gateway.errors import ServiceError
+from svc_gateway.interop.agent_card import FoundCard
+from svc_gateway.service.errors import ServiceError
 from svc_gateway.tools import query as q
-from svc_gateway.tools import query_address as qd
-from svc_gateway.tools import query_answer as qa
-from svc_gateway.tools import query_purchase as qp
 from svc_gateway.tools.base import ToolFailure
 from tests.tools.test_query_parts import PAYER, b64, core_with, purchase, reply
 

@@ -9,11 +9,11 @@ from typing import Any, cast
 
 import pytest
 
-from svc_gateway.core import PluginCore
-from svc_gateway.errors import ServiceError
+from svc_gateway.buying import charges as qo
+from svc_gateway.chat.core import PluginCore
+from svc_gateway.service.errors import ServiceError
 from svc_gateway.tools import TOOLS
 from svc_gateway.tools import query as q
-from svc_gateway.tools import query_outcome as qo
 from svc_gateway.tools.base import ToolFailure
 
 FAILURE = ToolFailure("agent_error", "The agent answered HTTP 502", "Retry later.")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from svc_gateway.client import ServiceClient
 from svc_gateway.encoding import decode_access_token, token_authorization
+from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory, make_plan
 from tests.test_tools import err, ok
 

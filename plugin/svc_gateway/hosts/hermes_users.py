@@ -23,8 +23,8 @@ from ..host import Caller, ToolCallContext, ToolResult
 from ..redact import get_logger
 
 if TYPE_CHECKING:
-    from ..paid.metering import ToolMeter
     from ..runtime import PluginRuntime
+    from ..selling.ways_in.metering import ToolMeter
 
 log = get_logger("svc_gateway.hosts.hermes")
 
@@ -117,7 +117,7 @@ def make_tool_middleware(
         name = tool_name if isinstance(tool_name, str) else ""
         if meter.price_of(name) is None:
             return next_call(args)
-        from ..paid.metering import ToolFailed, block
+        from ..selling.ways_in.metering import ToolFailed, block
 
         arguments = dict(args) if isinstance(args, dict) else {}
         ctx = ToolCallContext(

@@ -1,14 +1,30 @@
-"""Selling: the paid flow (``flow``) and its two ways in, the paid endpoint and the middleware.
+"""Deprecated import path: selling lives in :mod:`svc_gateway.selling` (same names).
 
-Hosts and tests import :class:`PaidEndpoint` and :func:`attach_paid_endpoint` from here;
-builders import :class:`RouteConfig`, :func:`payment_middleware` and
-:func:`build_payment_app` to sell routes of their own aiohttp app.
+``from svc_gateway.paid import RouteConfig, build_payment_app`` keeps working and warns once.
 """
 
-from .endpoint import AgentHandler, CreditsFn, PaidEndpoint, attach_paid_endpoint
-from .middleware import PAYMENTS, PaymentMiddleware, build_payment_app, payment_middleware
-from .outcome import Outcome, PaidOutcome, PaidRequest
-from .routes import RouteConfig
+import warnings
+
+from ..selling import (
+    PAYMENTS,
+    AgentHandler,
+    CreditsFn,
+    Outcome,
+    PaidEndpoint,
+    PaidOutcome,
+    PaidRequest,
+    PaymentMiddleware,
+    RouteConfig,
+    attach_paid_endpoint,
+    build_payment_app,
+    payment_middleware,
+)
+
+warnings.warn(
+    "svc_gateway.paid is deprecated: import the same names from svc_gateway.selling",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = [
     "PAYMENTS",

@@ -1,10 +1,26 @@
-"""Selling over MCP: tools, resources and prompts paid in band (``_meta["x402/payment"]``).
+"""Deprecated import path: the paid MCP server lives in :mod:`svc_gateway.selling.ways_in.mcp`.
 
-Needs the ``mcp`` extra; importing this package does not import the SDK (only using it does).
+``from svc_gateway.paid_mcp import Options, create_server, serve`` keeps working and warns once.
 """
 
-from .serve import PaidMcp, attach_paid_mcp, create_server, mount, serve
-from .server import Options, PaidMcpServer
+import warnings
+
+from ..selling.ways_in.mcp import (
+    Options,
+    PaidMcp,
+    PaidMcpServer,
+    attach_paid_mcp,
+    create_server,
+    mount,
+    serve,
+)
+
+warnings.warn(
+    "svc_gateway.paid_mcp is deprecated: import the same names from "
+    "svc_gateway.selling.ways_in.mcp",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = [
     "Options",

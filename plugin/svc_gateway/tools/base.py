@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..chat.core import PluginCore
 from ..config import ConfigError
-from ..core import PluginCore
-from ..errors import ServiceError
 from ..host import Caller, ToolResult, ToolSpec
-from ..models import SCHEME_CARD
-from ..pricing import PriceError
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
 from ..safe_text import NAME_LIMIT, quoted
+from ..service.errors import ServiceError
+from ..service.models import SCHEME_CARD
+from ..service.pricing import PriceError
 
 if TYPE_CHECKING:
-    from ..accounts import UserAccounts
+    from ..chat.accounts import UserAccounts
 
 log = get_logger("svc_gateway.tools")
 

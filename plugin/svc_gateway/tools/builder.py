@@ -6,9 +6,11 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..core import PluginCore
-from ..models import AgentApi, AgentMetadata, CreditsConfig, PlanMetadata, PriceConfig
-from ..pricing import (
+from ..chat.core import PluginCore
+from ..chat.seller_notes import keep_selling
+from ..safe_text import NAME_LIMIT, one_line
+from ..service.models import AgentApi, AgentMetadata, CreditsConfig, PlanMetadata, PriceConfig
+from ..service.pricing import (
     USDC_ADDRESSES,
     crypto_price,
     decimals_for,
@@ -21,8 +23,6 @@ from ..pricing import (
     is_dollar_amount,
     parse_amounts,
 )
-from ..safe_text import NAME_LIMIT, one_line
-from ..seller_notes import keep_selling
 from .base import Params, ToolFailure, tool
 from .subscriber import describe_price
 

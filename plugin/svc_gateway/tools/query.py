@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ..agent_card import FoundCard, TooLarge, fetch_card, read_limited
-from ..core import PluginCore
+from ..buying.addresses import check_agent_address, check_agent_url
+from ..buying.answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
+from ..buying.charges import Step, read_balance, timed_out, with_charge
+from ..buying.purchase import HTTP_VERB, decide_purchase
+from ..chat.core import PluginCore
 from ..encoding import decode_access_token, token_authorization
-from ..errors import ServiceError
+from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
 from ..redact import get_logger
+from ..service.errors import ServiceError
 from .base import Params, ToolFailure, tool
-from .query_address import check_agent_address, check_agent_url
-from .query_answer import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
-from .query_outcome import Step, read_balance, timed_out, with_charge
-from .query_purchase import HTTP_VERB, decide_purchase
 
 if TYPE_CHECKING:
     import httpx
@@ -217,7 +217,7 @@ async def _mint(core: PluginCore, p: QueryAgentParams, purchase: Purchase) -> st
     QueryAgentParams,
 )
 async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
-    from .query_mcp import is_mcp_url, query_mcp_agent
+    from ..buying.mcp import is_mcp_url, query_mcp_agent
 
     if p.tool_name is not None or p.list_tools or is_mcp_url(p.agent_url):
         return await query_mcp_agent(core, p)

@@ -7,12 +7,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from ..core import PluginCore
+from ..chat.core import PluginCore
 from ..encoding import decode_access_token, token_authorization
-from ..errors import ServiceError
-from ..models import Plan
-from ..pricing import format_price
 from ..safe_text import NAME_LIMIT, one_line, quoted
+from ..service.errors import ServiceError
+from ..service.models import Plan
+from ..service.pricing import format_price
 from .base import Params, ToolFailure, plan_payment_type, require_agent, require_plan, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")

@@ -1,0 +1,121 @@
+"""What a query that ended without an answer cost: the deadline's message, the balance read back."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ..chat.core import PluginCore
+from ..service.errors import ServiceError
+from ..tools.base import ToolFailure
+
+#: how long the balance read back after a failed paid request may take, past the deadline
+READBACK_SECS = 5.0
+
+
+@dataclass
+class Step:
+    """Where a query stands: whom it is waiting for (``dns``, ``agent`` or ``service``),
+    whether the payment token has gone out, and the balance just before it did."""
+
+    waiting: str = "dns"
+    token_sent: bool = False
+    plan_id: str = ""
+    balance_before: int | None = None
+
+    def done(self, core: PluginCore) -> None:
+        """Once the token went out the request may have been charged, whatever came back: the
+        balance context reads the balance afresh."""
+        if self.token_sent:
+            core.spent(self.plan_id)
+
+
+def timed_out(step: Step, deadline: float, url: str) -> ToolFailure:
+    """The deadline passed: say whom the query was waiting for, and whether anything was paid
+    (only before the token went out is "nothing was paid" known without asking)."""
+    if step.token_sent:
+        return ToolFailure(
+            "agent_timeout",
+            f"The agent at {url} did not answer within {deadline:g} s after it was sent the "
+            "payment token",
+            "Raise requestTimeoutSecs for slow agents.",
+        )
+    if step.waiting == "dns":
+        host = urlsplit(url).hostname
+        return ToolFailure(
+            "agent_unreachable",
+            f"The agent's host {host} could not be resolved within {deadline:g} s; nothing "
+            "was paid",
+            "Check the host name in agentUrl, or retry when name resolution works again.",
+        )
+    if step.waiting == "service":
+        return ToolFailure(
+            "service_timeout",
+            f"The service did not answer within {deadline:g} s; nothing was paid",
+            "Retry in a moment; raise requestTimeoutSecs if the service is slow.",
+        )
+    return ToolFailure(
+        "agent_timeout",
+        f"The agent at {url} did not answer within {deadline:g} s; nothing was paid",
+        "Check that the agent is running and that agentUrl is its paid endpoint; for a slow "
+        "agent raise requestTimeoutSecs (it bounds the whole query: agent card, HEAD and the "
+        "paid request).",
+    )
+
+
+async def read_balance(core: PluginCore, plan_id: str) -> int | None:
+    """The service's balance of ``plan_id`` for this account, or ``None`` when it cannot say
+    within :data:`READBACK_SECS`."""
+    try:
+        async with asyncio.timeout(READBACK_SECS):
+            return (await core.client().get_plan_balance(plan_id)).balance
+    except (ServiceError, TimeoutError):
+        return None
+
+
+def _credits(n: int) -> str:
+    return f"{n} credit" + ("" if n == 1 else "s")
+
+
+async def with_charge(
+    core: PluginCore, step: Step, failure: ToolFailure, *, answered: bool
+) -> ToolFailure:
+    """``failure`` (the agent was sent the token and gave no answer) plus what the service
+    says it cost: the balance read back against the one read just before the token went out.
+    ``answered``: the agent's HTTP answer came back whole, so it will not settle later."""
+    before, after = step.balance_before, await read_balance(core, step.plan_id)
+    message, hint = failure.message, failure.hint
+    if before is None or after is None:
+        message += (
+            "; whether it was charged is not known: your balance could not be read from the service"
+        )
+        hint = f"Check svc_checkBalance before retrying. {hint}"
+    elif after == before and answered:
+        message += f"; the service shows nothing was charged (balance {after} credits)"
+    elif after == before:
+        message += (
+            f"; the service shows nothing charged so far (balance {after} credits), but the "
+            "agent holds the payment token and could still settle it"
+        )
+        hint = f"Check svc_checkBalance in a minute before retrying. {hint}"
+    elif after < before:
+        message += (
+            f"; the service shows {_credits(before - after)} charged for it (balance "
+            f"{before} -> {after} credits)"
+        )
+        hint = (
+            "The agent was paid and gave no answer: a retry pays again. Tell the agent's owner "
+            "(the charge is in your plan's history), or use another agent."
+        )
+    else:
+        message += (
+            f"; your balance went from {before} to {after} credits: the token's delegation "
+            "bought the plan again (automatic top-up) during the request, so what the request "
+            "burned cannot be told from the balance"
+        )
+        hint = (
+            "Check svc_checkBalance before retrying: a top-up is charged to your delegation, "
+            "up to its spending limit (defaultSpendingLimitCents)."
+        )
+    return ToolFailure(failure.code, message, hint)

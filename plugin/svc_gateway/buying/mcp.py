@@ -1,0 +1,331 @@
+"""svc_queryAgent for an MCP agent: call one paid tool with the payment in ``_meta``.
+
+The same safety rules as for HTTP agents (:mod:`.query`), in the same order, nothing minted
+before every check has passed:
+
+1. the URL: HTTPS, or plain HTTP on this machine; 2. its address: loopback, public or
+   allow-listed;
+3. whom to pay: ``agentId``, else the server's own info (``GET /``), else config ``agentId``;
+4. the service's record of that agent must list the tool's logical URI
+   ``mcp://<serverName>/tools/<tool>`` (or ``…/tools/*``), where ``serverName`` is the one
+   server name the agent registered (or the name the server gives, when it registered several);
+5. the plan (the parameter, else the one plan the agent sells) and its payment scheme;
+
+then a v3 token bound to the tool's logical URI is minted and used as the session's bearer and,
+decoded, as ``_meta["x402/payment"]``; the receipt in ``_meta["x402/payment-response"]`` is
+checked like an HTTP receipt and the service's own balance is read back. ``listTools`` lists
+the tools and their prices without paying (its token is bound to ``…/tools/*`` and never
+settled). One deadline (``requestTimeoutSecs``) bounds the whole query; once the token has gone
+out (as the session's bearer), a query that ends without content says what the service shows
+was charged (:mod:`.query_outcome`). Text from the agent reaches the model through
+:mod:`..safe_text`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ..chat.core import PluginCore
+from ..encoding import decode_access_token
+from ..interop.agent_card import TooLarge, read_limited
+from ..redact import get_logger
+from ..safe_text import one_line, quoted
+from ..tools.base import ToolFailure, plan_payment_type
+from ..tools.query import _HTTPX_SLACK_SECS, _balance_after, _token_version
+from .addresses import check_agent_address, check_agent_url
+from .answers import MAX_TEXT_CHARS, check_receipt
+from .charges import Step, read_balance, timed_out, with_charge
+from .purchase import _agent_document, agent_plan_ids, registered_endpoints
+
+if TYPE_CHECKING:
+    from ..tools.query import QueryAgentParams
+
+log = get_logger("svc_gateway.tools.query")
+
+MCP_PATH = "/mcp"
+INFO_MAX_BYTES = 64 * 1024
+
+
+def _obj(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def is_mcp_url(url: str) -> bool:
+    """An ``https://…/mcp`` endpoint (the managed server's path)."""
+    return urlsplit(url).path.rstrip("/").endswith(MCP_PATH)
+
+
+def mcp_server_names(document: dict[str, Any]) -> set[str]:
+    """Server names of the agent's registered ``mcp://`` endpoints."""
+    return {
+        urlsplit(url).netloc
+        for _verb, url in registered_endpoints(document)
+        if url.startswith("mcp://") and urlsplit(url).netloc
+    }
+
+
+def covers(pattern: str, uri: str) -> bool:
+    """A registered logical URI ``pattern`` (exact, or ending in ``/*``) covers ``uri``."""
+    if pattern == uri:
+        return True
+    return pattern.endswith("/*") and uri.startswith(pattern[:-1]) and len(uri) > len(pattern) - 1
+
+
+async def server_info(url: str, read_secs: float) -> dict[str, Any]:
+    """The managed server's ``GET /`` (name, agentId), read up to 64 KiB; ``{}`` when it has
+    none."""
+    import httpx
+
+    parts = urlsplit(url)
+    root = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')[: -len(MCP_PATH)]}/"
+    try:
+        async with (
+            httpx.AsyncClient(timeout=read_secs, follow_redirects=False) as http,
+            http.stream("GET", root, headers={"Accept": "application/json"}) as reply,
+        ):
+            if reply.status_code != 200:
+                return {}
+            data = json.loads(await read_limited(reply, INFO_MAX_BYTES))
+    except (httpx.HTTPError, ValueError, TooLarge):
+        return {}
+    return _obj(data)
+
+
+def _choose_server(names: set[str], info: dict[str, Any], agent_id: str) -> str:
+    named = info.get("name")
+    if len(names) == 1:
+        return next(iter(names))
+    if isinstance(named, str) and named in names:
+        return named
+    raise ToolFailure(
+        "agent_url_not_registered",
+        f"Agent {agent_id} registered no MCP server "
+        + ("matching this URL" if names else "(no mcp:// endpoint)")
+        + "; nothing was paid",
+        "Check agentUrl and agentId: the agent must register mcp://<serverName>/tools/<tool>.",
+    )
+
+
+def _arguments(p: QueryAgentParams, tool: dict[str, Any]) -> dict[str, Any]:
+    """``arguments``, else ``prompt`` as the tool's one string argument."""
+    if p.arguments is not None:
+        return dict(p.arguments)
+    schema = _obj(tool.get("inputSchema"))
+    properties = _obj(schema.get("properties"))
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+    names = required or list(properties)
+    if p.prompt and len(names) == 1:
+        return {names[0]: p.prompt}
+    raise ToolFailure(
+        "invalid_params",
+        f"Tool {tool.get('name')} takes {', '.join(names) or 'no arguments'}; pass arguments "
+        "(prompt fills only a tool with one argument)",
+        "Pass arguments as an object matching the tool's input schema (see listTools).",
+    )
+
+
+def _content(result: dict[str, Any]) -> tuple[Any, bool]:
+    """The structured result when there is one, else the text of the content blocks (cut to
+    :data:`MAX_TEXT_CHARS`); and whether anything was cut."""
+    if result.get("structuredContent") is not None:
+        return result["structuredContent"], False
+    texts = [
+        str(block.get("text", ""))
+        for block in result.get("content") or []
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+    text = "\n".join(texts)
+    return text[:MAX_TEXT_CHARS], len(text) > MAX_TEXT_CHARS
+
+
+def _listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools[:100]:
+        price = _obj(_obj(tool.get("_meta")).get("svc/price"))
+        out.append(
+            {
+                "tool": one_line(tool.get("name", ""), 200),
+                "description": one_line(tool.get("description") or "", 500),
+                "inputSchema": tool.get("inputSchema"),
+                "credits": price.get("credits"),
+                "planId": price.get("planId"),
+            }
+        )
+    return out
+
+
+@dataclass
+class _McpStep(Step):
+    """:class:`Step`, plus whether the agent answered the paid call (then it will not settle
+    later: what the balance shows is final)."""
+
+    answered: bool = False
+
+
+async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
+    """svc_queryAgent when ``agentUrl`` is an MCP endpoint (or ``tool`` is given)."""
+    check_agent_url(p.agent_url)
+    client = core.client()  # NotLoggedIn before any traffic
+    deadline = core.config.request_timeout_secs
+    step = _McpStep()
+    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, server info, service, the session
+    try:
+        async with scope:
+            base, result, version = await _query(core, p, step, deadline)
+            if result is None:  # listTools
+                return base
+            answer = await _interpret(result, client.address, base)
+    except (TimeoutError, ToolFailure) as exc:
+        # the SDK's task group may turn the deadline's cancellation into a transport error:
+        # once the deadline has passed, whatever came out is a timeout
+        if scope.expired() or not isinstance(exc, ToolFailure):
+            failure, answered = timed_out(step, deadline, p.agent_url), False
+        else:
+            failure, answered = exc, step.answered
+        if step.token_sent:  # the token went out and no content came back
+            raise await with_charge(core, step, failure, answered=answered) from None
+        raise failure from None
+    finally:
+        step.done(core)
+    answer["tokenVersion"] = version
+    await _balance_after(core, step.plan_id, answer, step.balance_before)
+    core.paid_for(f"agent {base.get('agentId')}", step.plan_id, answer.get("receipt"))
+    if not answer["warnings"]:
+        del answer["warnings"]
+    log.info("paid MCP tool %s of agent %s", base.get("tool"), base.get("agentId"))
+    return answer
+
+
+async def _query(
+    core: PluginCore, p: QueryAgentParams, step: _McpStep, deadline: float
+) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
+    """Every check, the token, the session and the call: the base of the result, the tool's
+    result (``None`` for a listing) and the token's version; each step marked in ``step``."""
+    from ..interop.mcp_sdk import ClientSession, RpcError
+
+    await check_agent_address(core, p.agent_url)
+    step.waiting = "agent"
+    info = await server_info(p.agent_url, deadline)
+    step.waiting = "service"
+    named = info.get("agentId") if isinstance(info.get("agentId"), str) else None
+    agent_id = p.agent_id or named or core.agent_id
+    if not agent_id:
+        raise ToolFailure(
+            "unknown_agent",
+            f"Cannot tell which agent answers at {p.agent_url}; nothing was paid",
+            "Pass agentId (the id the agent registered with the service).",
+        )
+    document = await _agent_document(core, agent_id)
+    server = _choose_server(mcp_server_names(document), info, agent_id)
+    tool = p.tool_name or "*"
+    uri = f"mcp://{server}/tools/{tool}"
+    if not any(covers(url, uri) for _v, url in registered_endpoints(document)):
+        raise ToolFailure(
+            "agent_url_not_registered",
+            f"{quoted(uri, 300)} is not one of agent {agent_id}'s registered endpoints; "
+            "nothing was paid",
+            "Use a tool the agent registered (listTools shows them).",
+        )
+    sold = agent_plan_ids(document)
+    plan_id = p.plan_id or (sold[0] if len(sold) == 1 else None)
+    if plan_id is None:
+        raise ToolFailure(
+            "missing_plan_id",
+            f"Agent {agent_id} sells {len(sold)} plans; say which one to pay with: "
+            + ", ".join(one_line(plan, 100) for plan in sold[:10]),
+            "Pass planId (svc_orderPlan buys one if you have none).",
+        )
+    payment_type = await plan_payment_type(core, plan_id, p.payment_type)
+    step.plan_id = plan_id
+    # the balance before paying, read while the token is minted (minting burns nothing)
+    token, step.balance_before = await asyncio.gather(
+        core.access_token(
+            plan_id,
+            agent_id=agent_id,
+            payment_type=payment_type,
+            payment_method_id=p.payment_method_id,
+            resource_url=uri,
+            http_verb="POST",
+        ),
+        read_balance(core, plan_id),
+    )
+    base = {"agentId": agent_id, "planId": plan_id, "agentUrl": p.agent_url, "serverName": server}
+    # the token is the session's bearer: from here on the agent holds it
+    step.waiting, step.token_sent = "agent", True
+    try:
+        async with ClientSession(
+            p.agent_url, token, timeout=deadline + _HTTPX_SLACK_SECS
+        ) as session:
+            tools = await session.list_tools()
+            if p.list_tools or p.tool_name is None:
+                return {**base, "tools": _listing(tools)}, None, _token_version(token)
+            found = next((t for t in tools if t.get("name") == p.tool_name), None)
+            if found is None:
+                raise ToolFailure(
+                    "unknown_tool",
+                    f"The agent has no tool {quoted(p.tool_name, 100)}; it was not called",
+                    "Call svc_queryAgent with listTools: true to see its tools.",
+                )
+            arguments = _arguments(p, found)
+            meta = {"x402/payment": decode_access_token(token)}
+            result = await session.call_tool(p.tool_name, arguments, meta)
+            step.answered = True
+    except RpcError as exc:
+        step.answered = True  # the server answered with an error: nothing left to settle
+        raise ToolFailure(
+            "agent_error",
+            f"The MCP agent answered with an error ({exc.code}): {quoted(exc.message, 300)}",
+            "A call that returns an error is not delivered.",
+        ) from None
+    except ToolFailure:
+        raise
+    except Exception as exc:  # the SDK's transport errors (HTTP 401/404, connection)
+        raise ToolFailure(
+            "agent_unreachable",
+            f"Could not talk MCP to {p.agent_url}: {type(exc).__name__}",
+            "Check agentUrl (an MCP endpoint ends in /mcp) and that the agent is running.",
+        ) from None
+    return {**base, "tool": p.tool_name}, result, _token_version(token)
+
+
+async def _interpret(
+    result: dict[str, Any], payer: str | None, base: dict[str, Any]
+) -> dict[str, Any]:
+    """The tool's result: an error result raises; content comes with its checked receipt."""
+    meta = _obj(result.get("_meta"))
+    structured = result.get("structuredContent")
+    if result.get("isError"):
+        if isinstance(structured, dict) and structured.get("x402Version") is not None:
+            reason = quoted(structured.get("error") or "payment required", 300)
+            raise ToolFailure(
+                "payment_required",
+                f"The agent refused the payment: {reason}; its answer was not delivered",
+                f"Order plan {base['planId']} (svc_orderPlan) if you have no credits left, "
+                "then call svc_queryAgent again; svc_checkBalance shows what was charged.",
+            )
+        raise ToolFailure(
+            "agent_error",
+            "The tool failed: " + quoted(_content(result)[0], 300),
+            "A failed tool call is not charged; check the arguments.",
+        )
+    content, cut = _content(result)
+    answer: dict[str, Any] = {**base, "answer": content}
+    warnings: list[str] = []
+    if cut:
+        warnings.append(
+            f"The answer was cut short: only its first {MAX_TEXT_CHARS} characters are shown. "
+            "The request was charged."
+        )
+    raw = meta.get("x402/payment-response")
+    if isinstance(raw, dict):
+        answer["receipt"], problems = check_receipt(raw, payer)
+        warnings.extend(problems)
+    else:
+        answer["receipt"] = None
+        warnings.append("The agent sent no payment receipt (a free call, or it reports none).")
+    answer["warnings"] = warnings
+    return answer

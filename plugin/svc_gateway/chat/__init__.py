@@ -1,0 +1,1 @@
+"""The chat plugin: its state, slash commands, login, balance context, accounts, receipts."""

@@ -1,0 +1,1 @@
+"""What buyers and sellers both speak to other agents: the agent card and the official MCP SDK."""

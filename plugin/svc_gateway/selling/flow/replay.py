@@ -1,0 +1,84 @@
+"""Retry-safe single-use tokens: the answer a settled v3 token paid for, replayed to its retry.
+
+A v3 access token (its authorization carries a ``nonce``) settles once. A buyer whose
+connection dropped after paying retries with the same token; settling again would fail
+(``BCK.X402.0059``) and the answer would be withheld although it was paid. The gate
+therefore remembers, for a bounded time and number of entries, the answer each settled
+single-use token paid for, keyed by a digest of the token and the route, and replays it when
+the same token asks the same route with the same body. The same token with another body is
+refused: it paid for one request, not for any. Reusable (v2) tokens are never replayed: a
+repeated request with one of those is a new purchase.
+
+Nothing in this cache holds a token: keys are SHA-256 digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cachetools import TTLCache
+
+from ...encoding import decode_access_token, token_authorization
+from ..handlers import Answer
+
+REPLAY_TTL_SECS = 600.0
+REPLAY_ENTRIES = 2048
+
+
+def is_single_use(token: str) -> bool:
+    """A v3 token: its authorization carries a ``nonce`` (never raises)."""
+    decoded = decode_access_token(token)
+    if decoded is None:
+        return False
+    nonce = token_authorization(decoded).get("nonce")
+    return isinstance(nonce, str) and bool(nonce)
+
+
+def digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Paid:
+    """What one settled single-use token bought: the request's body digest and the answer
+    (with its receipt)."""
+
+    body: str
+    answer: Answer
+
+
+class ReplayCache:
+    """Bounded in size and time; a miss costs one dict lookup and one token decode."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float = REPLAY_TTL_SECS,
+        maxsize: int = REPLAY_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._paid: TTLCache[str, Paid] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        self.replayed = 0
+
+    @staticmethod
+    def key(token: str, route: str) -> str:
+        return digest(token, route)
+
+    def lookup(self, token: str, route: str) -> Paid | None:
+        if not self._paid:
+            return None
+        return self._paid.get(self.key(token, route))
+
+    def remember(self, token: str, route: str, body: str, answer: Answer) -> None:
+        if is_single_use(token):
+            self._paid[self.key(token, route)] = Paid(body, answer)
+
+    def __len__(self) -> int:
+        return len(self._paid)

@@ -1,0 +1,392 @@
+"""Settling a paid request, and the settles owed after an outage (the flow's second half).
+
+Settle is retried on its ``agentRequestId`` (idempotent) only for transient failures; its
+outcome is recorded in the stats, the admission book and, on an outage, the settle store,
+which is retried in order until the service answers again. :class:`SettleMixin` is part of
+:class:`~.flow.PaidFlow`; the state machine itself stays in :mod:`.flow`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...chat.core import PluginCore
+from ...encoding import to_int
+from ...redact import get_logger
+from ...service import errors
+from ...service.models import PaymentRequirement, SettleResult
+from ..state.book import Admission
+from ..state.protocols import AdmissionBook, SettleStore
+from ..state.settle_journal import SettleJournal
+from ..state.settle_queue import QUEUE_FILE, PendingSettle
+
+if TYPE_CHECKING:
+    from .flow import PaidStats
+
+log = get_logger("svc_gateway.paid")
+
+#: queued settles claimed from the store at a time while draining
+DRAIN_BATCH = 100
+REPLAYED_TOKEN = "BCK.X402.0059"
+
+
+class Settled(enum.Enum):
+    PAID = "paid"  # receipt attached
+    REFUSED = "refused"  # the payer did not pay: answer withheld, 402
+    DEFERRED = "deferred"  # outage: 2xx without receipt, queued for retry
+    LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
+
+
+@dataclass(frozen=True)
+class SettleOutcome:
+    kind: Settled
+    reason: str = ""
+    receipt: dict[str, Any] | None = None
+    result: SettleResult | None = None
+
+
+@dataclass(frozen=True)
+class PaidCall:
+    """What a verified, admitted request carries to settle."""
+
+    envelope: PaymentRequirement
+    token: str
+    amount: int
+    request_id: str | None
+    payer: str | None
+    admission: Admission | None
+
+
+def classify_settle_error(exc: BaseException) -> Settled | None:
+    """What a settle exception means; ``None``: transient, worth another attempt."""
+    if isinstance(exc, errors.PaymentRequired) or (
+        isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
+    ):
+        return Settled.REFUSED
+    if isinstance(exc, errors.AuthenticationError | errors.NotLoggedIn):
+        return Settled.DEFERRED  # our own key: retried from the queue once the operator logs in
+    if isinstance(exc, errors.PermissionDenied | errors.NotFound | errors.InvalidRequest):
+        return Settled.LOST
+    return None
+
+
+class SettleMixin:
+    """Settle, record, and retry the owed settles (state lives on :class:`~.flow.PaidFlow`)."""
+
+    core: PluginCore
+    stats: PaidStats
+    book: AdmissionBook
+    queue: SettleStore | None
+    _opening: asyncio.Lock
+    settle_backoff: tuple[float, ...]
+    queue_retry_secs: float
+    _deferred: dict[str, Admission]
+    _drainer: asyncio.Task[None] | None
+    _draining: bool
+    #: told how each queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
+    queued_listeners: list[Callable[[str, str, dict[str, Any] | None], None]]
+
+    def _queued_ended(self, request_id: str, how: str, receipt: dict[str, Any] | None) -> None:
+        for listener in self.queued_listeners:
+            listener(request_id, how, receipt)
+
+    async def _release(self, call: PaidCall) -> None:
+        if call.admission is not None:
+            await self.book.release(call.admission)
+
+    async def _settle(self, call: PaidCall, *, queue: bool = True) -> SettleOutcome:
+        """Settle within the budget; record the outcome in the stats, the book and (unless
+        ``queue`` is False: the answer is then withheld) the queue.
+
+        Without the queue a settle whose answer is lost would leave the payer charged for a
+        withheld answer, so then no attempt may use more than half the budget: one that hangs
+        (the service may have burned and its reply be late) is asked again on the same
+        ``agentRequestId``, which answers an already-burned settle with its receipt."""
+        budget_secs = self.core.config.paid_budget_secs
+        cap = budget_secs / 2 if not queue and call.request_id else None
+        budget = asyncio.timeout(budget_secs)
+        try:
+            async with budget:
+                outcome = await self._settle_attempts(call, cap)
+        except TimeoutError:
+            if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
+                raise
+            outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
+        except asyncio.CancelledError:
+            # the request was cancelled with the settle sent: it may have burned, so it is
+            # owed like an outage's (queued, retried on its agentRequestId), unless the answer
+            # is withheld (nothing delivered, nothing owed)
+            gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
+            await asyncio.shield(self._record(call, gone, queue=queue))
+            raise
+        await self._record(call, outcome, queue=queue)
+        return outcome
+
+    async def _settle_attempts(self, call: PaidCall, cap: float | None = None) -> SettleOutcome:
+        """Retries (same ``agentRequestId``) only transient failures, and only with an id:
+        without one a replay could burn twice, so then there is exactly one attempt. ``cap``
+        bounds each attempt (one over it counts as transient: asked again)."""
+        attempts = len(self.settle_backoff) + 1 if call.request_id else 1
+        reason = "not attempted"
+        for attempt in range(1, attempts + 1):
+            try:
+                client = self.core.client()
+                async with asyncio.timeout(cap):
+                    result = await client.settle(
+                        call.envelope, call.token, call.amount, call.request_id
+                    )
+            except errors.ServiceError as exc:
+                reason = f"{exc.code}: {exc.message}"
+                kind = classify_settle_error(exc)
+                if kind is not None:
+                    return SettleOutcome(kind, reason)
+            except Exception as exc:  # a closed client, a bug: still never the client's problem
+                reason = type(exc).__name__
+            else:
+                if result.success:
+                    return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
+                # the service answered and burned nothing: the payer did not pay
+                return SettleOutcome(
+                    Settled.REFUSED, result.error_reason or "the service answered success: false"
+                )
+            if attempt < attempts:
+                await asyncio.sleep(self.settle_backoff[attempt - 1])
+        return SettleOutcome(Settled.DEFERRED, reason)
+
+    async def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
+        plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
+        payer = call.payer or "unknown"
+        if outcome.kind is Settled.PAID:
+            assert outcome.receipt is not None and outcome.result is not None
+            redeemed = to_int(outcome.receipt["creditsRedeemed"])
+            self.stats.settled += 1
+            self.stats.credits_settled += redeemed
+            self.stats.receipts.append(outcome.receipt)
+            if call.admission is not None:
+                await self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
+            if self.stats.settle_queue:
+                self.kick_queue()  # the service is answering again
+            return
+        self.stats.settle_failures += 1
+        if outcome.kind is Settled.REFUSED:
+            self.stats.settle_refused += 1
+            if call.admission is not None:
+                if REPLAYED_TOKEN in outcome.reason:
+                    await self.book.release(call.admission)
+                else:
+                    await self.book.refused(call.admission)
+            log.warning(
+                "settle refused for agentRequestId %s (payer %s, plan %s): %s; answer withheld, "
+                "402",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            return
+        if not queue:  # the answer is withheld, so nothing is owed: never queued
+            await self._release(call)
+            log.error(
+                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+                "withheld (not delivered unpaid), nothing queued",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            return
+        if outcome.kind is Settled.DEFERRED and call.request_id:
+            self.stats.settle_deferred += 1
+            store = await self._store()
+            dropped = await store.add(
+                PendingSettle(
+                    request_id=call.request_id,
+                    plan_id=plan_id,
+                    payer=call.payer,
+                    amount=call.amount,
+                    token=call.token,
+                    envelope=call.envelope.wire(),
+                    queued_at=time.time(),
+                )
+            )
+            if call.admission is not None:  # still owed: the credits stay claimed until paid
+                self._deferred[call.request_id] = await self._owe(call.admission, call.request_id)
+            for request_id in dropped or ():  # a full queue dropped it: it will not be paid
+                admission = self._deferred.pop(request_id, None)
+                if admission is not None:
+                    await self.book.release(admission)
+            self.stats.settle_queue = await store.count()
+            log.error(
+                "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+                "delivered (200) and the settle is queued for retry",
+                call.request_id,
+                payer,
+                plan_id,
+                outcome.reason,
+            )
+            self.kick_queue(delay=self.queue_retry_secs)
+            return
+        self.stats.settle_lost += 1
+        await self._release(call)
+        log.error(
+            "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
+            "delivered without payment",
+            call.request_id,
+            payer,
+            plan_id,
+            outcome.reason,
+        )
+
+    def kick_queue(self, delay: float = 0.0) -> None:
+        """Retry the queue soon (no-op while a retry is already scheduled or running)."""
+        drainer = self._drainer
+        if drainer is not None and not drainer.done():
+            if self._draining or delay > 0:
+                return
+            drainer.cancel()  # it is sleeping until a later retry: retry now instead
+        self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
+
+    async def _store(self) -> SettleStore:
+        """The settle store, opened on first use (a second endpoint on the same file refuses
+        to start: :class:`SettleQueueLocked`)."""
+        if self.queue is None:
+            async with self._opening:
+                if self.queue is None:
+                    self.queue = await SettleJournal.open(default_queue_path(self.core))
+        return self.queue
+
+    async def start(self) -> int:
+        """Count the settles a previous run left owed as in flight for their payers (until
+        they settle or are given up: those credits are not for sale again) and start retrying
+        them. Returns how many are owed."""
+        store = await self._store()
+        owed = await store.entries()
+        for entry in owed:
+            if entry.payer and entry.request_id not in self._deferred:
+                self._deferred[entry.request_id] = await self.book.restore(
+                    entry.plan_id, entry.payer, entry.amount, entry.request_id
+                )
+        self.stats.settle_queue = len(owed)
+        if owed:
+            self.kick_queue()
+        return len(owed)
+
+    async def _drain_loop(self, delay: float) -> None:
+        store = await self._store()
+        while await store.count():
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.drain_queue()
+            delay = self.queue_retry_secs
+
+    async def drain_queue(self) -> int:
+        """Retry each queued settle this process may claim once, oldest first; stop at the
+        first outage. Returns how many were settled."""
+        if self._draining:
+            return 0
+        store = await self._store()
+        self._draining = True
+        done = 0
+        seen: set[str] = set()
+        try:
+            while batch := [e for e in await store.claim(DRAIN_BATCH) if e.request_id not in seen]:
+                for entry in batch:
+                    seen.add(entry.request_id)
+                    outcome = await self._retry_queued(entry)
+                    if outcome is None:
+                        return done
+                    done += outcome
+        finally:
+            self._draining = False
+            self.stats.settle_queue = await store.count()
+        return done
+
+    async def _retry_queued(self, entry: PendingSettle) -> int | None:
+        """1: settled, 0: given up (dropped), None: still unreachable (kept)."""
+        try:
+            envelope = PaymentRequirement.model_validate(entry.envelope)
+        except ValueError as exc:  # an unreadable entry: keeping it would block the queue
+            return await self._give_up(entry, type(exc).__name__)
+        try:
+            async with asyncio.timeout(self.core.config.paid_budget_secs):
+                client = self.core.client()
+                result = await client.settle(envelope, entry.token, entry.amount, entry.request_id)
+        except errors.ServiceError as exc:
+            kind = classify_settle_error(exc)
+            if kind is None or kind is Settled.DEFERRED:
+                return None
+            return await self._give_up(entry, f"{exc.code}: {exc.message}")
+        except Exception:  # a timeout, a closed client: try again later
+            return None
+        if not result.success:
+            return await self._give_up(entry, result.error_reason or "success: false")
+        receipt = result.receipt()
+        redeemed = to_int(receipt["creditsRedeemed"])
+        self.stats.settled += 1
+        self.stats.settle_recovered += 1
+        self.stats.credits_settled += redeemed
+        self.stats.receipts.append(receipt)
+        admission = await self._owed_claim(entry)
+        if admission is not None:
+            await self.book.settled(admission, redeemed, result.remaining_balance)
+        store = await self._store()
+        await store.remove(entry.request_id)
+        self._queued_ended(entry.request_id, "settled", receipt)
+        log.info(
+            "queued settle for agentRequestId %s (payer %s) succeeded: %d credits",
+            entry.request_id,
+            entry.payer or "unknown",
+            redeemed,
+        )
+        return 1
+
+    async def _owe(self, admission: Admission, request_id: str) -> Admission:
+        """The request's claim becomes an owed settle's (a shared book keeps that one until
+        the settle is paid or given up, whichever replica retries it)."""
+        owed = await self.book.restore(
+            admission.plan_id, admission.payer, admission.amount, request_id
+        )
+        await self.book.release(admission)
+        return owed
+
+    async def _owed_claim(self, entry: PendingSettle) -> Admission | None:
+        """The owed claim of a queued settle, to close once it is paid or given up; one this
+        replica does not hold (queued by another replica on a shared book) is restored first."""
+        admission = self._deferred.pop(entry.request_id, None)
+        if admission is None and entry.payer:  # owed by another replica (shared state)
+            admission = await self.book.restore(
+                entry.plan_id, entry.payer, entry.amount, entry.request_id
+            )
+        return admission
+
+    async def _give_up(self, entry: PendingSettle, reason: str) -> int:
+        self.stats.settle_lost += 1
+        admission = await self._owed_claim(entry)
+        if admission is not None:
+            await self.book.release(admission)
+        store = await self._store()
+        await store.remove(entry.request_id)
+        self._queued_ended(entry.request_id, "lost", None)
+        log.error(
+            "queued settle for agentRequestId %s (payer %s, plan %s) refused: %s; the answer "
+            "was delivered without payment",
+            entry.request_id,
+            entry.payer or "unknown",
+            entry.plan_id,
+            reason,
+        )
+        return 0
+
+
+def default_queue_path(core: PluginCore) -> Path:
+    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
+    configured = core.config.settle_queue_path
+    if configured:
+        return Path(configured).expanduser()
+    return core.store.path.parent / QUEUE_FILE

@@ -1,0 +1,1 @@
+"""What the paid flow remembers: protocols and their in-process, journal and Redis stores."""

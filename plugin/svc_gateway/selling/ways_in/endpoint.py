@@ -1,0 +1,279 @@
+"""The paid agent endpoint: this gateway sells its agent's answers, one x402 payment each.
+
+``POST <agentEndpointPath>`` with ``{"prompt": ...}`` and ``payment-signature`` → verify →
+handler → settle → 200 with the receipt in ``payment-response`` (SPEC.md "Paid agent
+request" and the middleware state table; the state machine is :mod:`svc_gateway.selling.flow.flow`).
+The agent card is served at ``<agentEndpointPath>/.well-known/agent.json`` and at the root.
+
+Mounted on the host's ``http_app`` when it has one, else served by the plugin itself on
+``paidEndpointHost:paidEndpointPort``, on the plugin loop, stopped by a runtime closer.
+
+Plan id precedence: the ``plan_id`` argument > ``core.plan_id`` (which svc_registerAgent
+updates) > config ``planId`` > the first ``plans[]`` entry, read on every request. With none,
+the endpoint starts (a builder registers its plan *after* the endpoint URL exists) but answers
+503 until a plan is set; ``require_plan=True`` makes it refuse to start instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from ...chat.core import PluginCore
+from ...config import ConfigError, PluginConfig
+from ...host import GatewayAPI, host_http_app
+from ...redact import get_logger
+from ..flow.flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats
+from ..handlers import AgentHandler, CreditsFn, default_handler, load_handler
+from ..state.shared import shared_state
+from .http import PaidRoutes
+
+if TYPE_CHECKING:
+    from ..state.redis_store import RedisState
+
+__all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
+
+log = get_logger("svc_gateway.paid")
+
+SHUTDOWN_TIMEOUT_SECS = 5.0
+
+
+class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger for the endpoint's own server: a malformed request (bad bytes,
+    a header too long) is the client's mistake, answered 400 by aiohttp; it is logged at INFO
+    by its class name, without the traceback that would quote the offending bytes."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            self.logger.info("refused a malformed HTTP request (%s)", type(exc).__name__)
+        else:
+            self.logger.error("the paid endpoint's server failed (%s)", type(exc).__name__)
+
+
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+class PaidEndpoint:
+    """A running paid endpoint: where it is, what it has earned, and how to stop it.
+
+    ``url`` is the endpoint as clients see it (``paidEndpointPublicUrl`` when set: register
+    this one); ``bound_url`` is where the plugin's own server listens (``None`` when mounted).
+    """
+
+    def __init__(
+        self,
+        flow: PaidFlow,
+        *,
+        url: str,
+        card_url: str,
+        runner: web.AppRunner | None = None,
+        bound_url: str | None = None,
+    ) -> None:
+        self.flow = flow
+        self.url = url
+        self.card_url = card_url
+        self.bound_url = bound_url
+        self._runner = runner
+        #: the state shared with other replicas (``stateUrl``), ``None`` in-process
+        self.shared: RedisState | None = None
+
+    @property
+    def mounted(self) -> bool:
+        """True when the routes live on the host's app rather than the plugin's own server."""
+        return self._runner is None
+
+    @property
+    def stats(self) -> PaidStats:
+        return self.flow.stats
+
+    async def shared_stats(self) -> dict[str, int] | None:
+        """The counters of every replica on ``stateUrl``, summed (each pushes about once a
+        second and when it closes); ``None`` without ``stateUrl``."""
+        if self.shared is None:
+            return None
+        return await self.flow.core.runtime.run(self.shared.stats.totals())
+
+    @property
+    def plan_id(self) -> str | None:
+        return self.flow.plan_id()
+
+    async def close(self) -> None:
+        """Stop the plugin's own server (in-flight requests get a few seconds to finish)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    def __repr__(self) -> str:
+        return f"PaidEndpoint(url={self.url!r}, mounted={self.mounted})"
+
+
+def _public_endpoint_url(config: PluginConfig) -> str | None:
+    """``paidEndpointPublicUrl`` is the endpoint itself, or an origin the path is appended to."""
+    public = config.paid_endpoint_public_url
+    if public is None:
+        return None
+    if urlsplit(public).path in ("", "/"):
+        return public.rstrip("/") + config.agent_endpoint_path
+    return public
+
+
+def _resolve_handler(
+    api: GatewayAPI, config: PluginConfig, given: AgentHandler | None
+) -> AgentHandler:
+    """The argument, else the host's ``api.agent_handler``, else config ``agentHandler``,
+    else the deterministic default."""
+    if given is not None:
+        return given
+    hosted = getattr(api, "agent_handler", None)
+    if hosted is not None:
+        if not callable(hosted):
+            raise ConfigError("the host's agent_handler is not callable")
+        handler: AgentHandler = hosted
+        return handler
+    if config.agent_handler:
+        return load_handler(config.agent_handler)
+    return default_handler
+
+
+def _resolve_credits(api: GatewayAPI, given: CreditsFn | None) -> CreditsFn | None:
+    if given is not None:
+        return given
+    hosted = getattr(api, "credits_for_request", None)
+    if hosted is not None and not callable(hosted):
+        raise ConfigError("the host's credits_for_request is not callable")
+    fn: CreditsFn | None = hosted
+    return fn
+
+
+async def attach_paid_endpoint(
+    api: GatewayAPI,
+    core: PluginCore,
+    *,
+    handler: AgentHandler | None = None,
+    credits: CreditsFn | None = None,
+    plan_id: str | None = None,
+    agent_id: str | None = None,
+    require_plan: bool = False,
+) -> PaidEndpoint:
+    """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call."""
+    config = core.config
+    shared = shared_state(core)
+    flow = PaidFlow(
+        core,
+        handler=_resolve_handler(api, config, handler),
+        credits=_resolve_credits(api, credits),
+        plan_id=plan_id,
+        agent_id=agent_id,
+        book=shared.book if shared is not None else None,
+        queue=shared.store if shared is not None else None,
+    )
+    if shared is not None:
+        shared.share(flow.stats)
+        core.runtime.add_closer(lambda: shared.aclose(flow.stats))  # after the flow's own
+    core.runtime.add_closer(flow.aclose)
+    owed = await flow.start()
+    if owed:  # settles a previous run could not finish
+        log.warning("%d paid request(s) of a previous run are not settled yet; retrying them", owed)
+    if flow.plan_id() is None:
+        if require_plan:
+            raise ConfigError(
+                "enablePaidEndpoint needs a plan to sell: set planId (or plans) in the plugin "
+                "config, or register one with svc_registerAgent"
+            )
+        # normal for a builder, who registers the plan once the endpoint URL exists
+        log.info(
+            "paid endpoint started without a plan: it answers 503 until planId is configured "
+            "or svc_registerAgent registers a plan"
+        )
+    path = config.agent_endpoint_path
+    public = _public_endpoint_url(config)
+    host_app = host_http_app(api)
+    if host_app is not None:
+        endpoint = _mount(api, host_app, flow, path, public)
+    else:
+        endpoint = await _serve(core, flow, path, public)
+    endpoint.shared = shared
+    return endpoint
+
+
+def _mount(
+    api: GatewayAPI, app: web.Application, flow: PaidFlow, path: str, public: str | None
+) -> PaidEndpoint:
+    """Add the routes to the host's app. Without a public URL or ``api.http_base_url`` the
+    envelope's URL is taken from each request (and ``PaidEndpoint.url`` is only the path)."""
+    base = getattr(api, "http_base_url", None)
+    fixed = public or (str(base).rstrip("/") + path if isinstance(base, str) and base else None)
+
+    def endpoint_url(request: web.Request) -> str:
+        return fixed or str(request.url.origin()) + path
+
+    routes = PaidRoutes(
+        flow, path=path, endpoint_url=endpoint_url, max_body_bytes=flow.core.config.max_body_bytes
+    )
+    if app.frozen:
+        raise ConfigError(
+            "the host's http_app is already running, so the paid endpoint cannot be added to "
+            "it; register the plugin before the host starts its web app"
+        )
+    routes.install(app)
+    url = fixed or path
+    log.info("paid endpoint mounted on the host's web app at %s", url)
+    return PaidEndpoint(flow, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
+
+
+async def _serve(core: PluginCore, flow: PaidFlow, path: str, public: str | None) -> PaidEndpoint:
+    """Serve the endpoint from the plugin loop on ``paidEndpointHost:paidEndpointPort``."""
+    config = core.config
+    app = web.Application(client_max_size=config.max_body_bytes)
+    holder: dict[str, str] = {}
+    routes = PaidRoutes(
+        flow,
+        path=path,
+        endpoint_url=lambda _request: holder["url"],
+        max_body_bytes=config.max_body_bytes,
+    )
+    routes.install(app)
+    # keepalive_timeout runs from the connection's start (and from each response): a client
+    # that never finishes its headers, or trickles them, is closed when it expires
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_SECS,
+        keepalive_timeout=config.paid_header_timeout_secs,
+        access_log=None,
+        # a header as long as the longest token we read, so an oversize token gets our 402
+        max_field_size=MAX_TOKEN_CHARS + 1024,
+        logger=ProtocolLog(log, {}),
+    )
+    await runner.setup()
+    host, port = config.paid_endpoint_host, config.paid_endpoint_port
+    try:
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            f"the paid endpoint cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "choose another paidEndpointPort (0 = any free port)"
+        ) from None
+    bound_port = int(runner.addresses[0][1])
+    shown = "127.0.0.1" if host in _WILDCARDS else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    bound = f"http://{shown}:{bound_port}{path}"
+    holder["url"] = public or bound
+    endpoint = PaidEndpoint(
+        flow,
+        url=holder["url"],
+        card_url=holder["url"].rstrip("/") + "/.well-known/agent.json",
+        runner=runner,
+        bound_url=bound,
+    )
+    core.runtime.add_closer(endpoint.close)
+    log.info("paid endpoint listening at %s (public URL %s)", bound, endpoint.url)
+    return endpoint

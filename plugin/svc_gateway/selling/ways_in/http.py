@@ -1,0 +1,230 @@
+"""The HTTP face of the paid endpoint: aiohttp handlers, request checks, the agent card.
+
+Everything a bad request can be caught for (method, size, content type, JSON, prompt) is
+caught here, before any service call, so such requests are never verified or charged. The
+paid work itself runs on the plugin loop (:meth:`PluginRuntime.run`), which matters when the
+routes are mounted on a host's app served by the host's own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from aiohttp import web
+
+from ...interop.agent_card import CARD_PATH, build_card
+from ...redact import get_logger
+from ...runtime import RuntimeClosed
+from ...service.errors import ServiceError
+from ..flow.flow import PaidFlow, error_answer
+from ..flow.plans import OUTAGE_ERRORS
+from ..handlers import Answer
+
+log = get_logger("svc_gateway.paid")
+
+BODY_READ_TIMEOUT_SECS = 10.0
+AGENT_NAME_FALLBACK = "svc paid agent"
+
+
+class BadRequest(Exception):
+    """The request is malformed; ``answer`` says why (4xx). Never verified, never charged."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
+
+
+def to_response(answer: Answer) -> web.Response:
+    response = web.Response(status=answer.status, body=answer.body)
+    response.headers["Content-Type"] = answer.content_type
+    for name, value in answer.headers:
+        response.headers[name] = value
+    return response
+
+
+def _connected(request: web.Request) -> bool:
+    """Whether the client of ``request`` is still connected (aiohttp drops the transport when
+    the connection is lost; a read of two attributes, safe from the plugin loop's thread)."""
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
+def _is_json_type(content_type: str) -> bool:
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    )
+
+
+async def read_prompt(request: web.Request, max_bytes: int, read_secs: float) -> str:
+    """The ``prompt`` of a JSON body no larger than ``max_bytes``, read within ``read_secs``."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise BadRequest(_too_large(max_bytes))
+    if not _is_json_type(request.content_type):
+        raise BadRequest(
+            error_answer(400, "Bad Request", 'Send Content-Type: application/json with {"prompt"}')
+        )
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(read_secs):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BadRequest(_too_large(max_bytes))
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BadRequest(
+            error_answer(408, "Request Timeout", "The request body did not arrive in time.")
+        ) from None
+    try:
+        data = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        raise BadRequest(error_answer(400, "Bad Request", "The body is not valid JSON.")) from None
+    prompt = data.get("prompt") if isinstance(data, dict) else None
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise BadRequest(
+            error_answer(
+                400,
+                "Bad Request",
+                'The body must be a JSON object with a non-empty "prompt" string.',
+            )
+        )
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate such as "\ud800" is no text
+        raise BadRequest(
+            error_answer(
+                400,
+                "Bad Request",
+                'The "prompt" is not valid Unicode text (it contains a lone surrogate '
+                "escape); send UTF-8 text.",
+            )
+        ) from None
+    return prompt
+
+
+def _too_large(max_bytes: int) -> Answer:
+    return error_answer(
+        413, "Payload Too Large", f"The request body is larger than {max_bytes} bytes."
+    )
+
+
+class PaidRoutes:
+    """The aiohttp handlers: the paid agent route and the agent card (two paths)."""
+
+    def __init__(
+        self,
+        flow: PaidFlow,
+        *,
+        path: str,
+        endpoint_url: Callable[[web.Request], str],
+        max_body_bytes: int,
+        body_timeout: float = BODY_READ_TIMEOUT_SECS,
+    ) -> None:
+        self.flow = flow
+        self.path = path
+        self.endpoint_url = endpoint_url
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
+        self._names: dict[str, tuple[str, str | None]] = {}
+
+    def install(self, app: web.Application) -> None:
+        """Add the routes (the app must not be started yet: aiohttp freezes its router)."""
+        app.router.add_route("*", self.path, self.agent)
+        own_card = self.path.rstrip("/") + CARD_PATH
+        app.router.add_get(own_card, self.card)
+        if own_card == CARD_PATH:
+            return
+        try:
+            app.router.add_get(CARD_PATH, self.card)
+        except RuntimeError:  # a host that already serves a root card keeps its own
+            log.info("the host already serves %s; the agent card is at %s", CARD_PATH, own_card)
+
+    async def agent(self, request: web.Request) -> web.Response:
+        """``POST <agentEndpointPath>``: never a traceback, whatever happens."""
+        try:
+            return to_response(await self._agent(request))
+        except Exception as exc:  # pragma: no cover - the last line of defence
+            log.error("paid endpoint failed unexpectedly (%s)", type(exc).__name__)
+            return to_response(
+                error_answer(500, "Internal Server Error", "The agent failed; nothing was charged.")
+            )
+
+    async def _agent(self, request: web.Request) -> Answer:
+        if request.method != "POST":
+            return error_answer(
+                405,
+                "Method Not Allowed",
+                f'POST a JSON body {{"prompt": ...}} here; the agent card is at '
+                f"{self.path}{CARD_PATH}.",
+                Allow="POST",
+            )
+        try:
+            prompt = await read_prompt(request, self.max_body_bytes, self.body_timeout)
+        except BadRequest as bad:
+            return bad.answer
+        token = request.headers.get("payment-signature", "").strip() or None
+        url = self.endpoint_url(request)
+        try:
+            return await self.flow.core.runtime.run(
+                self.flow.serve(prompt, token, url, connected=lambda: _connected(request))
+            )
+        except RuntimeClosed:
+            return error_answer(503, "Service Unavailable", "The agent is shutting down.")
+
+    async def card(self, request: web.Request) -> web.Response:
+        """``GET .../.well-known/agent.json``: who this agent is and how it is paid."""
+        try:
+            url = self.endpoint_url(request)
+            answer = await self.flow.core.runtime.run(self._card(url))
+        except RuntimeClosed:
+            answer = error_answer(503, "Service Unavailable", "The agent is shutting down.")
+        except Exception as exc:  # pragma: no cover - the last line of defence
+            log.error("agent card failed unexpectedly (%s)", type(exc).__name__)
+            answer = error_answer(500, "Internal Server Error", "The agent card is unavailable.")
+        return to_response(answer)
+
+    async def _card(self, url: str) -> Answer:
+        plan_id = self.flow.plan_id()
+        if plan_id is None:
+            return error_answer(
+                503, "Service Unavailable", "This agent is not selling yet: no plan is configured."
+            )
+        try:
+            facts = await self.flow.facts(plan_id)
+        except OUTAGE_ERRORS:
+            return error_answer(
+                503, "Service Unavailable", "The payment service is unreachable; retry shortly."
+            )
+        agent_id = self.flow.agent_id()
+        name, description = await self._agent_name(agent_id)
+        card = build_card(
+            name=name,
+            description=description or facts.description,
+            agent_id=agent_id,
+            plan_id=plan_id,
+            url=url,
+            scheme=facts.scheme,
+            network=facts.network,
+            credits_per_request=facts.clamp(self.flow.core.config.credits_per_request),
+        )
+        return Answer.json(200, card, {"Cache-Control": "max-age=60"})
+
+    async def _agent_name(self, agent_id: str | None) -> tuple[str, str | None]:
+        """The registered agent's name (remembered; at most a few agent ids ever appear)."""
+        if agent_id is None:
+            return AGENT_NAME_FALLBACK, None
+        if agent_id in self._names:
+            return self._names[agent_id]
+        try:
+            agent = await self.flow.core.public_client().get_agent(agent_id)
+        except ServiceError:
+            return AGENT_NAME_FALLBACK, None
+        found = (agent.name, agent.metadata.main.description)
+        if len(self._names) >= 16:
+            self._names.clear()
+        self._names[agent_id] = found
+        return found

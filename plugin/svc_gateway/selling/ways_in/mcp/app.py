@@ -1,0 +1,231 @@
+"""The managed MCP server's HTTP routes (ASGI): /mcp behind a bearer check, and the rest.
+
+Server info, health, the OAuth discovery documents and dynamic client registration (SPEC.md
+endpoints table).
+
+``/mcp`` itself is the SDK's streamable-HTTP session manager (POST JSON-RPC, GET SSE, DELETE
+session). Missing bearer → HTTP 401 with ``WWW-Authenticate`` naming the protected-resource
+metadata (a layer distinct from payment-required, which travels in band).
+
+The app needs the session manager's task group running: as an ASGI lifespan (uvicorn), or with
+:meth:`McpAsgiApp.running` (the aiohttp bridge).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+from ....config import resolve_frontend_url
+from ....interop import mcp_sdk as sdk
+from .server import PaidMcpServer
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MCP_PATH = "/mcp"
+MAX_REGISTER_BYTES = 16 * 1024
+SCOPES = ["openid", "profile", "credits"]
+WELL_KNOWN = (
+    "/.well-known/oauth-protected-resource",
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/openid-configuration",
+)
+
+
+async def send_json(
+    send: Send, status: int, body: Any, headers: dict[str, str] | None = None
+) -> None:
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": raw})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+class McpAsgiApp:
+    """ASGI application of the managed server; ``prefix`` is where it is mounted ('' at root).
+
+    ``base_url(scope)`` gives the public origin + prefix (for the discovery documents)."""
+
+    def __init__(
+        self,
+        server: PaidMcpServer,
+        manager: Any,
+        *,
+        base_url: Callable[[Scope], str],
+        prefix: str = "",
+    ) -> None:
+        self.server = server
+        self.manager = manager
+        self.base_url = base_url
+        self.prefix = prefix.rstrip("/")
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The session manager's task group (enter and leave in one task)."""
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = str(scope.get("path") or "/")
+        if self.prefix and path.startswith(self.prefix):
+            path = path[len(self.prefix) :] or "/"
+        method = str(scope.get("method") or "GET").upper()
+        if path.rstrip("/") == MCP_PATH:
+            await self._mcp(scope, receive, send)
+        elif path in WELL_KNOWN and method == "GET":
+            await send_json(send, 200, self._discovery(path, self.base_url(scope)))
+        elif path == WELL_KNOWN[0] + MCP_PATH and method == "GET":  # RFC 9728 path form
+            await send_json(send, 200, self._discovery(WELL_KNOWN[0], self.base_url(scope)))
+        elif path == "/register" and method == "POST":
+            await self._register(receive, send)
+        elif path == "/health" and method == "GET":
+            await send_json(send, 200, {"status": "ok", "serverName": self.server.server_name})
+        elif path == "/" and method == "GET":
+            await send_json(send, 200, self._info(self.base_url(scope)))
+        else:
+            await send_json(send, 404, {"error": "not_found", "message": f"No route {path}"})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        async with self.running():
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if sdk.bearer_of(_header(scope, b"authorization")) is None:
+            metadata = self.base_url(scope) + WELL_KNOWN[0]
+            await send_json(
+                send,
+                401,
+                {
+                    "error": "invalid_token",
+                    "error_description": "Send Authorization: Bearer <access token> (get one "
+                    "for this agent's plan with svc_getAccessToken)",
+                },
+                {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'},
+            )
+            return
+        if self.prefix:  # the SDK routes on its own path
+            scope = {**scope, "path": MCP_PATH, "root_path": self.prefix}
+        await self.manager.handle_request(scope, receive, send)
+
+    def _oauth(self, base: str) -> dict[str, str]:
+        core = self.server.core
+        frontend = resolve_frontend_url(core.config, core.environment, core.base_url).rstrip("/")
+        backend = core.base_url.rstrip("/")
+        return {
+            "issuer": frontend,
+            "authorization_endpoint": f"{frontend}/oauth/authorize",
+            "token_endpoint": f"{backend}/oauth/token",
+            "jwks_uri": f"{backend}/.well-known/jwks.json",
+            "userinfo_endpoint": f"{backend}/oauth/userinfo",
+            "registration_endpoint": f"{base}/register",
+        }
+
+    def _discovery(self, path: str, base: str) -> dict[str, Any]:
+        oauth = self._oauth(base)
+        if path == WELL_KNOWN[0]:
+            return {
+                "resource": base + MCP_PATH,
+                "authorization_servers": [oauth["issuer"]],
+                "scopes_supported": SCOPES,
+                "bearer_methods_supported": ["header"],
+                "resource_name": self.server.server_name,
+            }
+        document: dict[str, Any] = {
+            **oauth,
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none", "client_secret_post"],
+            "scopes_supported": SCOPES,
+        }
+        if path == WELL_KNOWN[2]:
+            document["subject_types_supported"] = ["public"]
+            document["id_token_signing_alg_values_supported"] = ["RS256"]
+        else:
+            del document["userinfo_endpoint"]
+        return document
+
+    def _info(self, base: str) -> dict[str, Any]:
+        server = self.server
+        info: dict[str, Any] = {
+            "name": server.server_name,
+            "version": server.version,
+            "planId": server.plan_id(),
+            "endpoints": {"mcp": base + MCP_PATH, "health": base + "/health"},
+            "oauth": self._oauth(base),
+            "tools": [uri for uri in server.logical_uris()],
+        }
+        agent_id = server.agent_id()
+        if agent_id:
+            info["agentId"] = agent_id
+            info["oauth"]["client_id"] = agent_id
+        return info
+
+    async def _register(self, receive: Receive, send: Send) -> None:
+        """RFC 7591 dynamic client registration (the client id is the agent's, when known)."""
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > MAX_REGISTER_BYTES:
+                await send_json(send, 413, {"error": "invalid_request"})
+                return
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        uris = request.get("redirect_uris") if isinstance(request, dict) else None
+        if not isinstance(request, dict) or not isinstance(uris, list) or not uris:
+            await send_json(
+                send,
+                400,
+                {
+                    "error": "invalid_redirect_uri"
+                    if isinstance(request, dict)
+                    else "invalid_client_metadata",
+                    "error_description": "redirect_uris is required and must be a non-empty "
+                    "array of URLs",
+                },
+            )
+            return
+        issued = int(time.time())
+        method = request.get("token_endpoint_auth_method") or "none"
+        answer: dict[str, Any] = {
+            "client_id": self.server.agent_id() or f"svc-mcp-client-{secrets.token_hex(8)}",
+            "client_id_issued_at": issued,
+            "client_name": str(request.get("client_name") or "MCP Client")[:200],
+            "redirect_uris": [str(u)[:2048] for u in uris[:20]],
+            "grant_types": request.get("grant_types") or ["authorization_code"],
+            "response_types": request.get("response_types") or ["code"],
+            "token_endpoint_auth_method": method,
+            "scope": request.get("scope") or " ".join(SCOPES),
+        }
+        if method in ("client_secret_basic", "client_secret_post"):
+            answer["client_secret"] = secrets.token_urlsafe(32)
+            answer["client_secret_expires_at"] = 0
+        await send_json(send, 201, answer)

@@ -1,0 +1,311 @@
+"""Serving the paid MCP server: uvicorn on its own port, or mounted on a host's aiohttp app.
+
+Why two ways: the SDK's transport is ASGI (anyio task group, SSE streams, session cleanup), and
+uvicorn is the server it is built and tested with, so the stand-alone server runs the ASGI app
+under uvicorn on the plugin loop (``paidEndpointHost:paidMcpPort``). A host with an aiohttp
+``http_app`` gets the routes on that app instead, through :func:`aiohttp_bridge`, a small
+ASGI-over-aiohttp adapter (request body in, status/headers/body chunks out; streamed, so the
+GET SSE stream works); the session manager then runs on the host's loop and each paid call
+hops to the plugin loop, where the flow lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from ....chat.core import PluginCore
+from ....config import ConfigError
+from ....host import GatewayAPI, host_http_app
+from ....interop import mcp_sdk as sdk
+from ....redact import get_logger
+from ...flow.flow import PaidFlow
+from ...handlers import (
+    AgentHandler,
+    HandlerError,
+    call_maybe_async,
+    default_handler,
+    to_answer,
+)
+from ..endpoint import _resolve_handler
+from .app import MCP_PATH, WELL_KNOWN, McpAsgiApp, Message, Scope
+from .server import Options, PaidMcpServer
+
+log = get_logger("svc_gateway.paid_mcp")
+
+STARTUP_TIMEOUT_SECS = 10.0
+ASK_SCHEMA = {
+    "type": "object",
+    "properties": {"prompt": {"type": "string", "minLength": 1, "description": "The question"}},
+    "required": ["prompt"],
+}
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class PaidMcp:
+    """A running paid MCP server: its URL (``…/mcp``), its registrations, how to stop it."""
+
+    def __init__(self, server: PaidMcpServer, app: McpAsgiApp, url: str) -> None:
+        self.server = server
+        self.app = app
+        self.url = url
+        self._stop: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def stats(self) -> Any:
+        return self.server.flow.stats
+
+    def logical_uri(self, name: str, kind: str = "tools") -> str:
+        return self.server.logical_uri(kind, name)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            await stop()
+
+    def __repr__(self) -> str:
+        return f"PaidMcp(url={self.url!r}, serverName={self.server.server_name!r})"
+
+
+class _ClosedStreamFilter(logging.Filter):
+    """mcp 1.x logs a client ending its session while its GET stream is open as an ERROR with
+    a traceback (``ClosedResourceError`` in the standalone SSE writer); that is a normal
+    goodbye, so it is kept at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ == "ClosedResourceError" and "SSE writer" in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_closed_streams() -> None:
+    sdk_log = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _ClosedStreamFilter) for f in sdk_log.filters):
+        sdk_log.addFilter(_ClosedStreamFilter())
+
+
+def _base_url_from(scope: Scope) -> str:
+    headers = dict(scope.get("headers") or [])
+    host = headers.get(b"host", b"").decode("latin-1")
+    if not host:
+        server = scope.get("server") or ("127.0.0.1", 0)
+        host = f"{server[0]}:{server[1]}"
+    return f"{scope.get('scheme', 'http')}://{host}"
+
+
+def build_app(server: PaidMcpServer, *, host: str, public: str | None = None) -> McpAsgiApp:
+    quiet_closed_streams()
+    mcp_server = sdk.build_server(server.server_name, server.version, server)
+    loopback = host in _LOOPBACK and public is None
+    allowed = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else None
+    manager = sdk.session_manager(mcp_server, allowed_hosts=allowed)
+    origin = public.rstrip("/") if public else None
+    return McpAsgiApp(server, manager, base_url=lambda scope: origin or _base_url_from(scope))
+
+
+async def serve(server: PaidMcpServer, *, host: str, port: int) -> PaidMcp:
+    """Serve under uvicorn on the running loop; port 0 picks a free one."""
+    import uvicorn
+
+    app = build_app(server, host=host)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        log_config=None,  # the host owns logging; uvicorn must not reconfigure it
+        log_level="warning",
+        access_log=False,
+    )
+    runner = uvicorn.Server(config)
+    task = asyncio.get_running_loop().create_task(runner.serve())
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT_SECS):
+            while not runner.started:
+                if task.done():
+                    break
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        runner.should_exit = True
+    if not runner.started:
+        with contextlib.suppress(BaseException):
+            await task
+        raise ConfigError(
+            f"the paid MCP server cannot listen on {host}:{port}; choose another paidMcpPort "
+            "(0 = any free port)"
+        )
+    bound = runner.servers[0].sockets[0].getsockname()[1]
+    shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    handle = PaidMcp(server, app, f"http://{shown}:{bound}{MCP_PATH}")
+
+    async def stop() -> None:
+        runner.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    handle._stop = stop
+    log.info("paid MCP server listening at %s", handle.url)
+    return handle
+
+
+def aiohttp_bridge(asgi: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[Any]]:
+    """An aiohttp handler that runs the ASGI app for the request (same loop)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        host, port = (sockname or ("127.0.0.1", 0))[:2]
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": request.scheme,
+            "path": request.path,
+            "raw_path": request.raw_path.split("?")[0].encode(),
+            "query_string": request.query_string.encode(),
+            "root_path": "",
+            "headers": [(k.lower(), v) for k, v in request.raw_headers],
+            "server": (host, port),
+            "client": (request.remote or "", 0),
+        }
+        state: dict[str, Any] = {"response": None, "body_done": False}
+
+        async def receive() -> Message:
+            if not state["body_done"]:
+                chunk = await request.content.read(64 * 1024)
+                state["body_done"] = request.content.at_eof()
+                return {"type": "http.request", "body": chunk, "more_body": not state["body_done"]}
+            await asyncio.Event().wait()  # no disconnect signal: wait until cancelled
+            return {"type": "http.disconnect"}  # pragma: no cover
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                response = web.StreamResponse(status=int(message["status"]))
+                for key, value in message.get("headers") or []:
+                    response.headers.add(
+                        bytes(key).decode("latin-1"), bytes(value).decode("latin-1")
+                    )
+                await response.prepare(request)
+                state["response"] = response
+            elif message["type"] == "http.response.body":
+                response = state["response"]
+                await response.write(bytes(message.get("body") or b""))
+                if not message.get("more_body"):
+                    await response.write_eof()
+
+        await asgi(scope, receive, send)
+        response = state["response"]
+        if response is None:
+            return web.json_response({"error": "no response"}, status=500)
+        assert isinstance(response, web.StreamResponse)
+        return response
+
+    return handle
+
+
+def mount(app: web.Application, handle: PaidMcp) -> None:
+    """Add ``/mcp`` (and its protected-resource document) to a host's aiohttp app and run the
+    session manager with the app (startup to cleanup)."""
+    if app.frozen:
+        raise ConfigError(
+            "the host's http_app is already running, so the paid MCP server cannot be added "
+            "to it; register the plugin before the host starts its web app"
+        )
+    bridge = aiohttp_bridge(handle.app)
+    app.router.add_route("*", MCP_PATH, bridge)
+    app.router.add_get(WELL_KNOWN[0] + MCP_PATH, bridge)
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def run_manager() -> None:
+        async with handle.app.running():
+            await stop.wait()
+
+    async def on_startup(_app: web.Application) -> None:
+        tasks.append(asyncio.get_running_loop().create_task(run_manager()))
+
+    async def on_cleanup(_app: web.Application) -> None:
+        stop.set()
+        for task in tasks:
+            await task
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+
+
+def ask_tool(handler: AgentHandler) -> Callable[[dict[str, Any]], Any]:
+    """The gateway's agent handler as the ``ask`` tool: ``{prompt}`` → the handler's JSON."""
+
+    async def ask(arguments: dict[str, Any]) -> Any:
+        answer = to_answer(await call_maybe_async(handler, {"prompt": arguments["prompt"]}))
+        if not answer.ok:
+            raise HandlerError(f"the agent answered {answer.status}")
+        try:
+            return json.loads(answer.body)
+        except ValueError:
+            return answer.body.decode("utf-8", errors="replace")
+
+    return ask
+
+
+def create_server(
+    core: PluginCore,
+    *,
+    server_name: str,
+    plan_id: str | None = None,
+    agent_id: str | None = None,
+    flow: PaidFlow | None = None,
+) -> PaidMcpServer:
+    """A paid MCP server for a builder's own registrations, billed by ``flow`` (default: a new
+    flow of this plugin, selling ``plan_id`` or the configured plan)."""
+    if flow is None:
+        # no settle store: every MCP request withholds instead of queueing, so this flow never
+        # opens one (and never contends for the HTTP endpoint's journal lock)
+        flow = PaidFlow(
+            core,
+            handler=default_handler,  # the flow's own handler is the HTTP endpoint's; unused
+        )
+        core.runtime.add_closer(flow.aclose)
+    return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
+
+
+async def attach_paid_mcp(
+    api: GatewayAPI, core: PluginCore, *, flow: PaidFlow | None = None
+) -> PaidMcp:
+    """``enablePaidMcp``: the gateway's agent as the paid tool ``ask``, on its own port or
+    mounted at ``/mcp`` on the host's app. Shares the HTTP endpoint's flow when given (one book
+    of credits in flight per payer)."""
+    config = core.config
+    handler = _resolve_handler(api, config, None)
+    server = create_server(core, server_name=config.mcp_server_name, flow=flow)
+    server.tool(
+        "ask",
+        ask_tool(handler),
+        description="Ask the agent a question; paid per call.",
+        input_schema=ASK_SCHEMA,
+        options=Options(credits=config.credits_per_request),
+    )
+    host_app = host_http_app(api)
+    if host_app is not None:
+        base = getattr(api, "http_base_url", None)
+        app = build_app(server, host="0.0.0.0", public=base if isinstance(base, str) else None)
+        url = (str(base).rstrip("/") if isinstance(base, str) and base else "") + MCP_PATH
+        handle = PaidMcp(server, app, url)
+        mount(host_app, handle)
+        log.info("paid MCP server mounted on the host's web app at %s", url)
+        return handle
+    handle = await serve(server, host=config.paid_endpoint_host, port=config.paid_mcp_port)
+    core.runtime.add_closer(handle.close)
+    return handle

@@ -1,0 +1,250 @@
+"""Sell any route of an aiohttp app: ``payment_middleware`` and ``build_payment_app``.
+
+SPEC.md "Gating middleware for agent deployments", in aiohttp terms. A request whose
+``"METHOD /path"`` matches a configured route is sold through the one paid flow
+(:meth:`PaidFlow.handle`: admission, verify, the route's handler, settle, receipt or
+withholding, deadlines, the settle queue); any other request passes through untouched.
+``settings`` are the plugin's own config keys (``svcApiKey``, ``environment``, ``baseUrl``,
+``paidBudgetSecs``, ``handlerTimeoutSecs``, ``settleQueuePath``, ``stateUrl``, ...), so no chat
+host is needed. The flow runs on the app's own loop; with ``stateUrl`` its admission book, settle
+store and stats are shared with every other replica through Redis, as the paid endpoint's are.
+
+The downstream response is buffered before the receipt is attached, so a gated route cannot
+stream: a handler that prepares a ``StreamResponse`` is stopped before anything is sent and the
+request fails (500, nothing charged) with an error saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ...chat.core import PluginCore
+from ...chat.login import CredentialStore, default_config_dir
+from ...config import load_config
+from ...redact import get_logger, install
+from ...runtime import PluginRuntime
+from ..flow.flow import PaidFlow, PaidStats
+from ..flow.replay import digest
+from ..handlers import Answer, HandlerError, to_answer
+from ..state.shared import shared_state
+from ..types import PaidOutcome, PaidRequest
+from .http import _connected, to_response
+from .routes import Route, RouteConfig, RouteMap
+
+if TYPE_CHECKING:
+    from ..state.redis_store import RedisState
+
+__all__ = ["PaymentMiddleware", "build_payment_app", "payment_middleware"]
+
+log = get_logger("svc_gateway.paid")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Routes = Mapping[str, RouteConfig | Mapping[str, Any]]
+#: where ``build_payment_app`` keeps its middleware (``app[PAYMENTS]``: stats, close)
+PAYMENTS: web.AppKey[PaymentMiddleware] = web.AppKey("svc_payments")
+
+
+class StreamingRefused(HandlerError):
+    """A gated route's handler tried to stream: its answer could not carry a receipt."""
+
+
+async def _no_prompt_handler(_request: dict[str, Any]) -> Any:
+    raise HandlerError("the payment middleware sells routes, not prompts")
+
+
+class PaymentMiddleware:
+    """An aiohttp middleware (``await mw(request, handler)``) gating the configured routes.
+
+    ``stats`` counts what it sold; ``flow`` is the paid flow behind it; :meth:`close` (run by
+    the app's cleanup when :meth:`install` was called) stops its settle-queue retries and
+    closes its service client."""
+
+    #: what ``@web.middleware`` marks: aiohttp calls ``mw(request, handler)``
+    __middleware_version__ = 1
+
+    def __init__(self, routes: Routes, settings: Mapping[str, Any]) -> None:
+        self.routes = RouteMap(routes)
+        config = load_config(_with_queue_path(settings, self.routes))
+        install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
+        self._runtime = PluginRuntime(name="svc-payments")
+        self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
+        self.core.restore_session()
+        #: the state shared with other replicas (``stateUrl``), ``None`` in-process
+        self.shared: RedisState | None = shared_state(self.core)
+        self.flow = PaidFlow(
+            self.core,
+            handler=_no_prompt_handler,
+            book=self.shared.book if self.shared is not None else None,
+            queue=self.shared.store if self.shared is not None else None,
+        )
+        public = config.paid_endpoint_public_url
+        parts = urlsplit(public) if public else None
+        self._origin = f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
+        self._started = False
+        self._closed = False
+
+    @property
+    def stats(self) -> PaidStats:
+        return self.flow.stats
+
+    def install(self, app: web.Application) -> None:
+        """Add the middleware to ``app`` (not started yet): its settle store opens when the app
+        starts (an app that cannot open it does not start) and closes with the app."""
+        app.middlewares.append(self)
+        app.on_startup.append(self._startup)
+        app.on_cleanup.append(self._cleanup)
+
+    async def _startup(self, _app: web.Application) -> None:
+        await self.start()
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the settle store and retry what a previous run left owed (once; the first
+        gated request does it when the app was not built with :meth:`install`)."""
+        if self._started:
+            return
+        self._started = True
+        if self.shared is not None:
+            self.shared.share(self.flow.stats)
+        owed = await self.flow.start()
+        if owed:
+            log.warning("%d paid request(s) of a previous run are not settled yet", owed)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.flow.aclose()
+        if self.shared is not None:  # after the flow: its book and store close first
+            await self.shared.aclose(self.flow.stats)
+        await self.core.aclose()
+        self._runtime.close()
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = self.routes.match(request.method, request.path)
+        if route is None:
+            return await handler(request)
+        if not self._started:
+            await self.start()
+        outcome = await self.sell(request, handler, route)
+        return to_response(outcome.answer)
+
+    async def sell(self, request: web.Request, handler: Handler, route: Route) -> PaidOutcome:
+        """One gated request through the paid flow."""
+        token = request.headers.get("payment-signature", "").strip() or None
+        body_digest = None
+        if token:
+            body = await request.read()  # aiohttp keeps it: the handler can read it again
+            body_digest = digest(request.method, request.path_qs, body)
+        config = route.config
+        working = {"on": False}
+
+        async def work() -> Answer:
+            working["on"] = True
+            try:
+                return await _buffered(handler, request)
+            finally:
+                working["on"] = False
+
+        _guard_streaming(request, working)
+        paid = PaidRequest(
+            token=token,
+            url=self._url(request),
+            work=work,
+            verb=request.method,
+            plan_id=config.plan_id,
+            agent_id=config.agent_id,
+            credits=config.credits if isinstance(config.credits, int) else _price(config, request),
+            scheme=config.scheme_override,
+            network=config.network,
+            description=config.description,
+            mime_type=config.mime_type,
+            route=route.key,
+            body_digest=body_digest,
+            connected=lambda: _connected(request),
+        )
+        return await self.flow.handle(paid)
+
+    def _url(self, request: web.Request) -> str:
+        """The resource URL of the envelope: the request's own, without its query, on the
+        public origin when ``paidEndpointPublicUrl`` names one."""
+        if self._origin is not None:
+            return self._origin + request.path
+        return str(request.url.with_query(None).with_fragment(None))
+
+
+def _with_queue_path(settings: Mapping[str, Any], routes: RouteMap) -> Mapping[str, Any]:
+    """Without ``settleQueuePath``, the owed settles of these routes' plans get their own file
+    in the plugin's config directory (its lock keeps one store per file: the plugin's own paid
+    endpoint, or an app selling other plans, uses another one)."""
+    if settings.get("settleQueuePath"):
+        return settings
+    plans = sorted({route.config.plan_id for route in routes.routes})
+    name = f"settle-queue-routes-{digest(*plans)[:12]}.json"
+    return {**settings, "settleQueuePath": str(default_config_dir() / name)}
+
+
+def _price(config: RouteConfig, request: web.Request) -> Callable[[], Awaitable[int]]:
+    async def price() -> int:
+        return await config.price(request)
+
+    return price
+
+
+def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:
+    """Stop a handler that prepares its response itself (a stream) before any byte is sent:
+    aiohttp calls the request's prepare hook before it writes the status line."""
+    original = request._prepare_hook
+
+    async def hook(response: web.StreamResponse) -> None:
+        if working["on"]:
+            # the status line is not written yet, but the shared writer was already set up
+            # for the stream (chunking, compression): undo that for the answer we send instead
+            writer: Any = request._payload_writer
+            writer.chunked, writer.length, writer._compress = False, None, None
+            raise StreamingRefused(
+                f"{request.method} {request.path} is a paid route, and paid routes cannot "
+                "stream (the receipt header goes on a buffered answer): return a web.Response"
+            )
+        await original(response)
+
+    object.__setattr__(request, "_prepare_hook", hook)
+
+
+async def _buffered(handler: Handler, request: web.Request) -> Answer:
+    """Run the downstream handler; its answer as plain data (an ``HTTPException`` it raises is
+    its answer: a 404 is the route's 404, uncharged)."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        return to_answer(exc)
+    if not isinstance(response, web.Response):
+        raise StreamingRefused(
+            f"{request.method} {request.path} is a paid route and returned a streaming "
+            "response; paid routes cannot stream: return a web.Response"
+        )
+    return to_answer(response)
+
+
+def payment_middleware(routes: Routes, settings: Mapping[str, Any]) -> PaymentMiddleware:
+    """An aiohttp middleware selling ``routes`` (``"METHOD /path"`` → :class:`RouteConfig`)
+    with the plugin config ``settings``. Use it in ``web.Application(middlewares=[...])`` (and
+    ``await mw.close()`` at shutdown), or call ``mw.install(app)``, which does both."""
+    return PaymentMiddleware(routes, settings)
+
+
+def build_payment_app(routes: Routes, settings: Mapping[str, Any]) -> web.Application:
+    """A ``web.Application`` with the payment middleware installed; add your handlers to it.
+    The middleware is at ``app[PAYMENTS]`` (its ``stats``)."""
+    config = load_config(settings)
+    app = web.Application(client_max_size=config.max_body_bytes)
+    middleware = PaymentMiddleware(routes, settings)
+    middleware.install(app)
+    app[PAYMENTS] = middleware
+    return app

@@ -1,0 +1,151 @@
+"""Which requests are sold, and for how much: ``RouteConfig`` and the ``"METHOD /path"`` map.
+
+SPEC.md ("Gating middleware for agent deployments"): a route map key is ``"METHOD /path"``;
+path parameters written ``{param}`` or ``:param`` match one path segment, by position. A
+request that matches no entry passes through ungated.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from aiohttp import web
+
+from ...config import ConfigError
+from ...service.models import Scheme
+
+#: credits of one request: a fixed number, or a function of the request (sync or async)
+RouteCredits = int | Callable[[web.Request], "int | Awaitable[int]"]
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "*"})
+_SCHEMES = ("svc:erc4337", "svc:card-delegation")
+_PARAM = re.compile(r"^(?:\{[A-Za-z_][A-Za-z0-9_]*\}|:[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """How one route is sold (SPEC.md's RouteConfig table, field for field)."""
+
+    plan_id: str
+    credits: RouteCredits = 1
+    agent_id: str | None = None
+    network: str | None = None
+    scheme: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.plan_id, str) or not self.plan_id.strip():
+            raise ConfigError("RouteConfig.plan_id must be a non-empty plan id string")
+        credits = self.credits
+        if isinstance(credits, bool) or not (isinstance(credits, int) or callable(credits)):
+            raise ConfigError(
+                "RouteConfig.credits must be an int or a function of the request returning one"
+            )
+        if isinstance(credits, int) and credits < 0:
+            raise ConfigError("RouteConfig.credits must not be negative")
+        if self.scheme is not None and self.scheme not in _SCHEMES:
+            raise ConfigError(f"RouteConfig.scheme must be one of {', '.join(_SCHEMES)}")
+        for name in ("agent_id", "network", "description", "mime_type"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"RouteConfig.{name} must be a string or None")
+
+    @property
+    def scheme_override(self) -> Scheme | None:
+        scheme: Scheme | None = self.scheme  # type: ignore[assignment]  # checked above
+        return scheme
+
+    async def price(self, request: web.Request) -> int:
+        """The credits this request costs; a function's exception propagates (answered 500)."""
+        credits = self.credits
+        if isinstance(credits, int):
+            return credits
+        value = credits(request)
+        if inspect.isawaitable(value):
+            value = await value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError("the route's credits function must return an int")
+        return value
+
+    @classmethod
+    def coerce(cls, value: RouteConfig | Mapping[str, Any]) -> RouteConfig:
+        """A ``RouteConfig`` or a plain dict of its fields (snake_case or camelCase)."""
+        if isinstance(value, RouteConfig):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError("each route maps to a RouteConfig or a dict of its fields")
+        known = {f.name for f in fields(cls)}
+        camel = {"planId": "plan_id", "agentId": "agent_id", "mimeType": "mime_type"}
+        args: dict[str, Any] = {}
+        for key, item in value.items():
+            name = camel.get(key, key)
+            if name not in known:
+                raise ConfigError(f"unknown RouteConfig field {key!r}")
+            args[name] = item
+        if "plan_id" not in args:
+            raise ConfigError("a route needs a plan_id")
+        return cls(**args)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One entry of the map: ``key`` as written, its method and its path segments."""
+
+    key: str
+    method: str
+    segments: tuple[str | None, ...]  # None: a parameter (any one segment)
+    config: RouteConfig
+
+    def matches(self, method: str, parts: tuple[str, ...]) -> bool:
+        if self.method not in ("*", method) or len(parts) != len(self.segments):
+            return False
+        pairs = zip(self.segments, parts, strict=True)
+        return all(want is None or want == got for want, got in pairs)
+
+
+def _split(path: str) -> tuple[str, ...]:
+    return tuple(part for part in path.split("/") if part)
+
+
+def parse_route(key: str, config: RouteConfig | Mapping[str, Any]) -> Route:
+    """``"POST /runs/{run_id}"`` → a :class:`Route`; a clear ConfigError on a bad key."""
+    method, _, path = key.strip().partition(" ")
+    method, path = method.upper(), path.strip()
+    if method not in _METHODS or not path.startswith("/"):
+        raise ConfigError(
+            f"route key {key!r} must be 'METHOD /path', e.g. 'POST /runs/wait' (methods: "
+            "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS or *)"
+        )
+    segments = tuple(None if _PARAM.match(part) else part for part in _split(path))
+    return Route(key.strip(), method, segments, RouteConfig.coerce(config))
+
+
+class RouteMap:
+    """The gated routes; exact segments beat parameters when two entries could match."""
+
+    def __init__(self, routes: Mapping[str, RouteConfig | Mapping[str, Any]]) -> None:
+        if not isinstance(routes, Mapping):
+            raise ConfigError('routes must map "METHOD /path" to a RouteConfig')
+        parsed = [parse_route(key, config) for key, config in routes.items()]
+        # more literal segments first: "/runs/wait" wins over "/runs/{id}"
+        self.routes = sorted(parsed, key=lambda r: -sum(s is not None for s in r.segments))
+        self._hits: dict[tuple[str, str], Route | None] = {}
+
+    def match(self, method: str, path: str) -> Route | None:
+        cached = (method, path)
+        if cached in self._hits:
+            return self._hits[cached]
+        parts = _split(path)
+        found = next((r for r in self.routes if r.matches(method, parts)), None)
+        if len(self._hits) >= 4096:  # paths with parameters are unbounded: keep it small
+            self._hits.clear()
+        self._hits[cached] = found
+        return found
+
+    def __len__(self) -> int:
+        return len(self.routes)

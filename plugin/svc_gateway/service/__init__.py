@@ -1,0 +1,1 @@
+"""The service client: talking to the service (client, transport, models, errors, prices)."""
