@@ -1,7 +1,7 @@
 """The async service client: every operation the tools, the hook and the paid endpoint use.
 
-Transport, retries and error mapping live in :mod:`svc_gateway.service.transport`; this module is the
-service's operations (WIRE.md §2–§8) and the create-first delegation flow for tokens.
+Transport, retries and error mapping live in :mod:`.transport`; this module is the service's
+operations (WIRE.md §2–§8) and the create-first delegation flow for tokens.
 """
 
 from __future__ import annotations
