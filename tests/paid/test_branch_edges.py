@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.selling.flow import flow as flow_module
+from svc_gateway.selling.flow import admission as flow_module
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache, build_envelope
 from svc_gateway.selling.state.book import Admission, CreditBook
 from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue

@@ -14,14 +14,10 @@ import httpx
 import pytest
 
 from svc_gateway.config import ConfigError, load_config
+from svc_gateway.selling.state.open import open_state
 from svc_gateway.selling.state.redis_book import RedisAdmissionBook
 from svc_gateway.selling.state.redis_store import RedisSettleStore, connect_client
-from svc_gateway.selling.state.shared import (
-    StateUnavailable,
-    claim_ttl_secs,
-    describe_state_url,
-    open_state,
-)
+from svc_gateway.selling.state.shared import StateUnavailable, claim_ttl_secs, describe_state_url
 
 from .conftest import StubMarketFactory
 from .redis_server import RedisServer

@@ -18,8 +18,9 @@ from ...interop.agent_card import CARD_PATH, build_card
 from ...redact import get_logger
 from ...runtime import RuntimeClosed
 from ...service.errors import ServiceError
-from ..flow.flow import PaidFlow, error_answer
+from ..flow.flow import PaidFlow
 from ..flow.plans import OUTAGE_ERRORS
+from ..flow.refusals import error_answer
 from ..handlers import Answer
 
 log = get_logger("svc_gateway.paid")
@@ -44,7 +45,7 @@ def to_response(answer: Answer) -> web.Response:
     return response
 
 
-def _connected(request: web.Request) -> bool:
+def client_connected(request: web.Request) -> bool:
     """Whether the client of ``request`` is still connected (aiohttp drops the transport when
     the connection is lost; a read of two attributes, safe from the plugin loop's thread)."""
     transport = request.transport
@@ -170,7 +171,7 @@ class PaidRoutes:
         url = self.endpoint_url(request)
         try:
             return await self.flow.core.runtime.run(
-                self.flow.serve(prompt, token, url, connected=lambda: _connected(request))
+                self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
             )
         except RuntimeClosed:
             return error_answer(503, "Service Unavailable", "The agent is shutting down.")

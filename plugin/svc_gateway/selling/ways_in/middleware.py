@@ -27,12 +27,13 @@ from ...chat.login import CredentialStore, default_config_dir
 from ...config import load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
-from ..flow.flow import PaidFlow, PaidStats
+from ..flow.flow import PaidFlow
 from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
-from ..state.shared import shared_state
+from ..state.open import shared_state
+from ..state.stats import PaidStats
 from ..types import PaidOutcome, PaidRequest
-from .http import _connected, to_response
+from .http import client_connected, to_response
 from .routes import Route, RouteConfig, RouteMap
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class PaymentMiddleware:
             mime_type=config.mime_type,
             route=route.key,
             body_digest=body_digest,
-            connected=lambda: _connected(request),
+            connected=lambda: client_connected(request),
         )
         return await self.flow.handle(paid)
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from ....encoding import compact_json
 from ....redact import get_logger
-from ...flow.flow import PaidFlow, token_payer
+from ...flow.admission import token_payer
+from ...flow.flow import PaidFlow
 from ...flow.replay import digest
 from ...handlers import Answer
 from ...types import Outcome as FlowOutcome
