@@ -24,7 +24,7 @@ def test_nothing_imports_mcp_until_it_is_used() -> None:
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     code = (
         "import sys, svc_gateway, svc_gateway.paid_mcp, svc_gateway.tools.query,"
-        " svc_gateway.tools.query_mcp;"
+        " svc_gateway.buying.mcp;"
         "print(sorted(m for m in ('mcp', 'uvicorn', 'starlette') if m in sys.modules))"
     )
     done = subprocess.run(

@@ -17,6 +17,7 @@ from typing import Any, cast
 import pytest
 from aiohttp import ClientSession, web
 
+from svc_gateway.buying import addresses as query_address
 from svc_gateway.buying.addresses import is_loopback_host
 from svc_gateway.buying.answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS
 from svc_gateway.chat.core import PluginCore
@@ -26,7 +27,7 @@ from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fiat_price, fixed_credits
-from svc_gateway.tools import TOOLS, query_address
+from svc_gateway.tools import TOOLS
 
 from .support import DEMO_TOKEN, Market, MarketFactory
 
