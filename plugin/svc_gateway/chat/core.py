@@ -27,7 +27,7 @@ from ..runtime import PluginRuntime
 from ..service.client import ServiceClient
 from ..service.errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
 from ..service.models import PlanBalance
-from .login import CredentialStore
+from .credentials import CredentialStore
 
 if TYPE_CHECKING:
     from ..service.transport import SessionFactory
