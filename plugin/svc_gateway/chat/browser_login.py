@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, urlsplit
 
-from ..config import ApiKey, parse_api_key
+from ..api_keys import ApiKey, parse_api_key
 
 if TYPE_CHECKING:  # the HTTP server is imported only when a browser login starts
     from aiohttp import web
