@@ -1,4 +1,4 @@
-"""The plan, agent and payment type a paying tool uses: the parameter, else config or the plan."""
+"""Which plan, agent and payment type a paying tool uses: its parameter, else config or the plan."""
 
 from __future__ import annotations
 
