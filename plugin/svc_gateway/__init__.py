@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .chat.commands import Commands
     from .chat.context import BalanceContext
     from .chat.core import PluginCore
-    from .chat.login import CredentialStore
+    from .chat.credentials import CredentialStore
     from .config import ConfigError
     from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
     from .runtime import PluginRuntime

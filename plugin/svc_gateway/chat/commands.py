@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from ..host import Caller, CommandContext, CommandSpec
 from ..redact import get_logger
+from .browser_login import BrowserLogin, LoginError, manual_instructions
 from .core import PluginCore
-from .login import BrowserLogin, LoginError, manual_instructions
 from .receipts import ReceiptBook, earnings_text, spend_text
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PluginHandle, register
-from ..chat.login import CredentialStore
+from ..chat.credentials import CredentialStore
 from ..selling import PaidEndpoint
 from .embedded import DEMO_TOKEN
 from .reference import ReferenceGateway

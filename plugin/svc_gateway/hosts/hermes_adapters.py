@@ -57,7 +57,8 @@ def result_json(result: object) -> str:
 
 
 def describe_failure(what: str, error: BaseException) -> None:
-    # The message is redacted and there is no traceback: exception texts and frames may hold keys.
+    """Log a failed svc call: redacted, without a traceback (exception texts and frames may
+    hold keys)."""
     log.warning("svc %s failed: %s: %s", what, type(error).__name__, redact(str(error)))
 
 

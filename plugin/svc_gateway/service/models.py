@@ -7,6 +7,7 @@ from a decimal string or a number and written as decimal strings (WIRE.md §1.4)
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -16,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SecretStr,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -378,6 +380,15 @@ class SettleResult(WireModel):
             "creditsRedeemed": str(self.credits_redeemed or 0),
             "remainingBalance": str(self.remaining_balance or 0),
         }
+
+
+@dataclass(frozen=True)
+class Onboarded:
+    """A white-label customer the organization onboarded (the key is never shown)."""
+
+    api_key: SecretStr | None
+    address: str | None
+    consent_required: bool = False
 
 
 class VersionInfo(WireModel):

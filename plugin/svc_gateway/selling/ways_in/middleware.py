@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from ...chat.core import PluginCore
-from ...chat.login import CredentialStore, default_config_dir
+from ...chat.credentials import CredentialStore, default_config_dir
 from ...config import load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
