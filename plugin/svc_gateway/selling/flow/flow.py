@@ -63,7 +63,13 @@ from ..state.book import Admission, CreditBook, Refusal
 from ..state.protocols import AdmissionBook, SettleStore
 from ..state.shared import StateUnavailable
 from ..types import Outcome, PaidOutcome, PaidRequest
-from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
+from .plans import (
+    OUTAGE_ERRORS,
+    PlanFacts,
+    PlanFactsCache,
+    build_envelope,
+    payment_deadline_secs,
+)
 from .refusals import GUIDANCE, RETRY_AFTER_SECS, RefusalMixin, error_answer
 from .replay import Paid, ReplayCache, digest
 from .settling import (
@@ -313,18 +319,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
         except OUTAGE_ERRORS as exc:
             return self._unavailable(exc, "read the plan")
         trace.set(scheme=facts.scheme, network=facts.network)
-        token = request.token
-        if not token:
-            return self._refuse(facts, agent_id, request, "No payment-signature header was sent")
-        if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
-            return self._refuse(
-                facts, agent_id, request, "The payment-signature is not a valid token"
-            )
-        if request.body_digest is not None:
-            paid = self.replays.lookup(token, request.route)
-            if paid is not None and paid.body == request.body_digest:
-                return self._replay(paid)
-        try:
+        try:  # priced first: every 402 states the price (x402 ``amount``)
             amount = facts.clamp(await self._request_price(request))
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
@@ -339,7 +334,17 @@ class PaidFlow(SettleMixin, RefusalMixin):
             verb=request.verb,
             description=request.description,
             mime_type=request.mime_type,
+            amount=amount,
         )
+        token = request.token
+        if not token:
+            return self._refuse(envelope, "No payment-signature header was sent")
+        if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
+            return self._refuse(envelope, "The payment-signature is not a valid token")
+        if request.body_digest is not None:
+            paid = self.replays.lookup(token, request.route)
+            if paid is not None and paid.body == request.body_digest:
+                return self._replay(paid)
         with trace.verify():
             trace.set(credits_requested=amount)
             try:
@@ -347,12 +352,12 @@ class PaidFlow(SettleMixin, RefusalMixin):
                 verdict = await client.verify(envelope, token, amount)
             except errors.ServiceError as exc:
                 trace.fail(exc.code)
-                return self._verify_failed(exc, facts, agent_id, request)
+                return self._verify_failed(exc, envelope)
             if not verdict.is_valid:
                 reason = verdict.invalid_reason or "The access token was not accepted"
                 trace.fail(reason)
                 log.info("payment refused on plan %s: %s", plan_id, reason)
-                return self._refuse(facts, agent_id, request, reason)
+                return self._refuse(envelope, reason)
             payer = verdict.payer or token_payer(token)
             trace.set(payer=payer)
         admission: Admission | None = None
@@ -368,7 +373,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
                 log.warning("could not read payer %s's balance (%s); not metered", payer, exc.code)
                 claim = None
             if isinstance(claim, Refusal):
-                return self._refuse(facts, agent_id, request, claim.reason)
+                return self._refuse(envelope, claim.reason)
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
@@ -541,16 +546,24 @@ class PaidFlow(SettleMixin, RefusalMixin):
         verb: str = "POST",
         description: str | None = None,
         mime_type: str | None = None,
+        amount: int,
     ) -> PaymentRequirement:
         """The request's envelope, built once per (plan facts, agent, URL, verb, resource
-        description) and then shared (never mutated: a refusal copies it)."""
-        key = (facts, agent_id, url, verb, description, mime_type)
+        description, amount) and then shared (never mutated: a refusal copies it)."""
+        key = (facts, agent_id, url, verb, description, mime_type, amount)
         envelope = self._envelopes.get(key)
         if envelope is None:
             if len(self._envelopes) >= ENVELOPES_KEPT:
                 self._envelopes.clear()
             envelope = self._envelopes[key] = build_envelope(
-                facts, agent_id, url, verb=verb, description=description, mime_type=mime_type
+                facts,
+                agent_id,
+                url,
+                verb=verb,
+                description=description,
+                mime_type=mime_type,
+                amount=amount,
+                max_timeout_secs=payment_deadline_secs(self.core.config),
             )
         return envelope
 

@@ -8,6 +8,7 @@ they answer 503/502, never 402.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...encoding import b64_json
@@ -15,8 +16,8 @@ from ...redact import get_logger
 from ...service import errors
 from ...service.models import PaymentRequirement
 from ..handlers import Answer, SyncHandlerPool
-from ..types import Outcome, PaidOutcome, PaidRequest
-from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope
+from ..types import Outcome, PaidOutcome
+from .plans import OUTAGE_ERRORS
 from .settling import PaidCall
 
 if TYPE_CHECKING:
@@ -52,32 +53,26 @@ class RefusalMixin:
     stats: PaidStats
     handler_pool: SyncHandlerPool
 
-    def _refuse(
-        self, facts: PlanFacts, agent_id: str | None, request: PaidRequest, reason: str
-    ) -> PaidOutcome:
+    def _refuse(self, envelope: PaymentRequirement, reason: str) -> PaidOutcome:
+        """402 with the request's envelope (priced), ``reason`` as its ``error``."""
         self.stats.refused += 1
-        envelope = build_envelope(
-            facts,
-            agent_id,
-            request.url,
-            error=reason,
-            verb=request.verb,
-            description=request.description,
-            mime_type=request.mime_type,
-        )
+        envelope = envelope.model_copy(update={"error": reason})
         answer = self._payment_required(envelope, reason)
         return PaidOutcome(Outcome.REFUSED, answer, reason, envelope=envelope)
 
     def _refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
+        """402 for a withheld answer: a fresh envelope, and x402's failed ``payment-response``."""
         self.stats.refused += 1
         envelope = call.envelope.model_copy(update={"error": reason})
         answer = self._payment_required(envelope, f"The payment was not accepted ({reason})")
+        receipt = ("payment-response", b64_json(envelope.settle_failure(reason)))
+        answer = replace(answer, headers=(*answer.headers, receipt))
         return PaidOutcome(Outcome.WITHHELD, answer, reason, envelope=envelope)
 
     @staticmethod
     def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
-        return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+        return Answer.json(402, body, {"payment-required": b64_json(envelope.x402())})
 
     def _state_outage(self, exc: StateUnavailable) -> PaidOutcome:
         """The shared state store did not answer: fail closed, before the handler."""
@@ -118,14 +113,12 @@ class RefusalMixin:
         answer = self._outage(exc, doing)
         return PaidOutcome(Outcome.UNAVAILABLE, answer, f"could not {doing}")
 
-    def _verify_failed(
-        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, request: PaidRequest
-    ) -> PaidOutcome:
+    def _verify_failed(self, exc: errors.ServiceError, envelope: PaymentRequirement) -> PaidOutcome:
         """Map a failed verify call: the payer's fault → 402, the service's or ours → 503/502."""
         if isinstance(exc, errors.PaymentRequired) or (
             isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
         ):
-            return self._refuse(facts, agent_id, request, exc.message)
+            return self._refuse(envelope, exc.message)
         if isinstance(exc, OUTAGE_ERRORS):
             return self._unavailable(exc, "verify a payment")
         self.stats.unavailable += 1
