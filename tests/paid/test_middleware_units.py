@@ -184,7 +184,8 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
     stub = StubService(balance=5)
     await stub.start()
     queue_file = tmp_path / "queue.json"
-    envelope = build_envelope(PlanFacts.fallback(PLAN_ID, "local"), None, "http://x/ask")
+    facts = PlanFacts.fallback(PLAN_ID, "local")
+    envelope = build_envelope(facts, None, "http://x/ask", amount=1, max_timeout_secs=60)
     old = SettleQueue(queue_file)
     old.add(PendingSettle("req-old", PLAN_ID, PAYER, 1, make_token(PAYER), envelope.wire(), now()))
     # an owed settle whose payer was never known: retried all the same, nothing to restore

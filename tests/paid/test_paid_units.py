@@ -252,7 +252,16 @@ CARD_PLAN = {
 
 def test_plan_facts_carry_the_card_provider_bounds_and_names() -> None:
     facts = PlanFacts.from_plan(Plan.model_validate(CARD_PLAN), "live")
-    assert facts == PlanFacts("card-1", SCHEME_CARD, "adyen", 2, 5, "Pro", "answers for a fee")
+    assert facts == PlanFacts(
+        "card-1",
+        SCHEME_CARD,
+        "adyen",
+        2,
+        5,
+        "Pro",
+        "answers for a fee",
+        credits_chain="eip155:8453",
+    )
 
 
 class Fetches:

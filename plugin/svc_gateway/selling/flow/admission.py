@@ -23,7 +23,7 @@ from ..state.shared import StateUnavailable
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope
+from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope, payment_deadline_secs
 from .refusals import Refusals, error_answer
 from .replay import Paid, ReplayCache
 from .tracing import NullTrace
@@ -91,18 +91,7 @@ class Admitter:
         except OUTAGE_ERRORS as exc:
             return refusals.unavailable(exc, "read the plan")
         trace.set(scheme=facts.scheme, network=facts.network)
-        token = request.token
-        if not token:
-            return refusals.refuse(facts, agent_id, request, "No payment-signature header was sent")
-        if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
-            return refusals.refuse(
-                facts, agent_id, request, "The payment-signature is not a valid token"
-            )
-        if request.body_digest is not None:
-            paid = self.replays.lookup(token, request.route)
-            if paid is not None and paid.body == request.body_digest:
-                return self.replay(paid)
-        try:
+        try:  # priced first: every 402 states the price (x402 ``amount``)
             amount = facts.clamp(await self.request_price(request))
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
@@ -117,7 +106,17 @@ class Admitter:
             verb=request.verb,
             description=request.description,
             mime_type=request.mime_type,
+            amount=amount,
         )
+        token = request.token
+        if not token:
+            return refusals.refuse(envelope, "No payment-signature header was sent")
+        if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
+            return refusals.refuse(envelope, "The payment-signature is not a valid token")
+        if request.body_digest is not None:
+            paid = self.replays.lookup(token, request.route)
+            if paid is not None and paid.body == request.body_digest:
+                return self.replay(paid)
         with trace.verify():
             trace.set(credits_requested=amount)
             try:
@@ -125,12 +124,12 @@ class Admitter:
                 verdict = await client.verify(envelope, token, amount)
             except errors.ServiceError as exc:
                 trace.fail(exc.code)
-                return refusals.verify_failed(exc, facts, agent_id, request)
+                return refusals.verify_failed(exc, envelope)
             if not verdict.is_valid:
                 reason = verdict.invalid_reason or "The access token was not accepted"
                 trace.fail(reason)
                 log.info("payment refused on plan %s: %s", plan_id, reason)
-                return refusals.refuse(facts, agent_id, request, reason)
+                return refusals.refuse(envelope, reason)
             payer = verdict.payer or token_payer(token)
             trace.set(payer=payer)
         admission: Admission | None = None
@@ -146,7 +145,7 @@ class Admitter:
                 log.warning("could not read payer %s's balance (%s); not metered", payer, exc.code)
                 claim = None
             if isinstance(claim, Refusal):
-                return refusals.refuse(facts, agent_id, request, claim.reason)
+                return refusals.refuse(envelope, claim.reason)
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
@@ -195,15 +194,23 @@ class Admitter:
         verb: str = "POST",
         description: str | None = None,
         mime_type: str | None = None,
+        amount: int,
     ) -> PaymentRequirement:
         """The request's envelope, built once per (plan facts, agent, URL, verb, resource
-        description) and then shared (never mutated: a refusal copies it)."""
-        key = (facts, agent_id, url, verb, description, mime_type)
+        description, amount) and then shared (never mutated: a refusal copies it)."""
+        key = (facts, agent_id, url, verb, description, mime_type, amount)
         envelope = self.envelopes.get(key)
         if envelope is None:
             if len(self.envelopes) >= ENVELOPES_KEPT:
                 self.envelopes.clear()
             envelope = self.envelopes[key] = build_envelope(
-                facts, agent_id, url, verb=verb, description=description, mime_type=mime_type
+                facts,
+                agent_id,
+                url,
+                verb=verb,
+                description=description,
+                mime_type=mime_type,
+                amount=amount,
+                max_timeout_secs=payment_deadline_secs(self.core.config),
             )
         return envelope

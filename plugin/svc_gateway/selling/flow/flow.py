@@ -209,9 +209,16 @@ class PaidFlow:
         verb: str = "POST",
         description: str | None = None,
         mime_type: str | None = None,
+        amount: int,
     ) -> PaymentRequirement:
         return self.admitter.envelope(
-            facts, agent_id, url, verb=verb, description=description, mime_type=mime_type
+            facts,
+            agent_id,
+            url,
+            verb=verb,
+            description=description,
+            mime_type=mime_type,
+            amount=amount,
         )
 
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:

@@ -8,6 +8,8 @@ operator's problem, not the payer's: they answer 503/502, never 402.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...encoding import b64_json
 from ...redact import get_logger
 from ...service import errors
@@ -15,9 +17,9 @@ from ...service.models import PaymentRequirement
 from ..handlers import Answer, SyncHandlerPool
 from ..state.shared import StateUnavailable
 from ..state.stats import PaidStats
-from ..types import Outcome, PaidOutcome, PaidRequest
+from ..types import Outcome, PaidOutcome
 from .calls import PaidCall
-from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope
+from .plans import OUTAGE_ERRORS
 
 log = get_logger("svc_gateway.paid")
 
@@ -71,32 +73,26 @@ class Refusals:
         )
         return PaidOutcome(Outcome.UNAVAILABLE, answer, "no plan")
 
-    def refuse(
-        self, facts: PlanFacts, agent_id: str | None, request: PaidRequest, reason: str
-    ) -> PaidOutcome:
+    def refuse(self, envelope: PaymentRequirement, reason: str) -> PaidOutcome:
+        """402 with the request's envelope (priced), ``reason`` as its ``error``."""
         self.stats.refused += 1
-        envelope = build_envelope(
-            facts,
-            agent_id,
-            request.url,
-            error=reason,
-            verb=request.verb,
-            description=request.description,
-            mime_type=request.mime_type,
-        )
+        envelope = envelope.model_copy(update={"error": reason})
         answer = self.payment_required(envelope, reason)
         return PaidOutcome(Outcome.REFUSED, answer, reason, envelope=envelope)
 
     def refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
+        """402 for a withheld answer: a fresh envelope, and x402's failed ``payment-response``."""
         self.stats.refused += 1
         envelope = call.envelope.model_copy(update={"error": reason})
         answer = self.payment_required(envelope, f"The payment was not accepted ({reason})")
+        receipt = ("payment-response", b64_json(envelope.settle_failure(reason)))
+        answer = replace(answer, headers=(*answer.headers, receipt))
         return PaidOutcome(Outcome.WITHHELD, answer, reason, envelope=envelope)
 
     @staticmethod
     def payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
-        return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+        return Answer.json(402, body, {"payment-required": b64_json(envelope.x402())})
 
     def state_outage(self, exc: StateUnavailable) -> PaidOutcome:
         """The shared state store did not answer: fail closed, before the handler."""
@@ -137,14 +133,12 @@ class Refusals:
         answer = self.outage(exc, doing)
         return PaidOutcome(Outcome.UNAVAILABLE, answer, f"could not {doing}")
 
-    def verify_failed(
-        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, request: PaidRequest
-    ) -> PaidOutcome:
+    def verify_failed(self, exc: errors.ServiceError, envelope: PaymentRequirement) -> PaidOutcome:
         """Map a failed verify call: the payer's fault → 402, the service's or ours → 503/502."""
         if isinstance(exc, errors.PaymentRequired) or (
             isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
         ):
-            return self.refuse(facts, agent_id, request, exc.message)
+            return self.refuse(envelope, exc.message)
         if isinstance(exc, OUTAGE_ERRORS):
             return self.unavailable(exc, "verify a payment")
         self.stats.unavailable += 1

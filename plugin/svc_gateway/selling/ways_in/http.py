@@ -45,6 +45,22 @@ def to_response(answer: Answer) -> web.Response:
     return response
 
 
+def paid_response(answer: Answer) -> web.Response:
+    """A paid route's answer, cached as x402's reference servers say: a 402 ``no-store``, any
+    other answer ``private`` (a shared cache or CDN never serves one payer's answer to another;
+    the handler's own directives are kept, but ``public`` gives way)."""
+    response = to_response(answer)
+    if answer.status == 402:
+        response.headers["Cache-Control"] = "no-store"
+        return response
+    own = [d.strip() for d in response.headers.get("Cache-Control", "").split(",") if d.strip()]
+    kept = [d for d in own if d.lower() != "public"]
+    if "private" not in (d.lower() for d in kept):
+        kept.append("private")
+    response.headers["Cache-Control"] = ", ".join(kept)
+    return response
+
+
 def client_connected(request: web.Request) -> bool:
     """Whether the client of ``request`` is still connected (aiohttp drops the transport when
     the connection is lost; a read of two attributes, safe from the plugin loop's thread)."""
@@ -147,10 +163,10 @@ class PaidRoutes:
     async def agent(self, request: web.Request) -> web.Response:
         """``POST <agentEndpointPath>``: never a traceback, whatever happens."""
         try:
-            return to_response(await self._agent(request))
+            return paid_response(await self._agent(request))
         except Exception as exc:  # pragma: no cover - the last line of defence
             log.error("paid endpoint failed unexpectedly (%s)", type(exc).__name__)
-            return to_response(
+            return paid_response(
                 error_answer(500, "Internal Server Error", "The agent failed; nothing was charged.")
             )
 

@@ -33,7 +33,7 @@ from ..handlers import Answer, HandlerError, to_answer
 from ..state.open import shared_state
 from ..state.stats import PaidStats
 from ..types import PaidOutcome, PaidRequest
-from .http import client_connected, to_response
+from .http import client_connected, paid_response
 from .routes import Route, RouteConfig, RouteMap
 
 if TYPE_CHECKING:
@@ -129,15 +129,21 @@ class PaymentMiddleware:
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         route = self.routes.match(request.method, request.path)
+        verb = request.method
+        if route is None and verb == "HEAD":  # a paid GET covers HEAD (RFC 9110 §9.3.2):
+            route, verb = self.routes.match("GET", request.path), "GET"  # sold as that GET
         if route is None:
             return await handler(request)
         if not self._started:
             await self.start()
-        outcome = await self.sell(request, handler, route)
-        return to_response(outcome.answer)
+        outcome = await self.sell(request, handler, route, verb=verb)
+        return paid_response(outcome.answer)
 
-    async def sell(self, request: web.Request, handler: Handler, route: Route) -> PaidOutcome:
-        """One gated request through the paid flow."""
+    async def sell(
+        self, request: web.Request, handler: Handler, route: Route, *, verb: str | None = None
+    ) -> PaidOutcome:
+        """One gated request through the paid flow (``verb``: what it is sold as, when not
+        its own method: a HEAD is sold as the GET it mirrors)."""
         token = request.headers.get("payment-signature", "").strip() or None
         body_digest = None
         if token:
@@ -158,7 +164,7 @@ class PaymentMiddleware:
             token=token,
             url=self._url(request),
             work=work,
-            verb=request.method,
+            verb=verb or request.method,
             plan_id=config.plan_id,
             agent_id=config.agent_id,
             credits=config.credits if isinstance(config.credits, int) else _price(config, request),
