@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from ..config import DEFAULT_NETWORK
 from ..encoding import decode_access_token, is_address
 from . import errors
-from .delegations import CARD_PROVIDERS, DelegationPool, pick_card
+from .delegations import CARD_PROVIDERS, DelegationPool, delegation_from_answer, pick_card
 from .models import (
     SCHEME_CARD,
     SCHEME_CRYPTO,
@@ -40,7 +40,6 @@ from .models import (
     SettleResult,
     VerifyResult,
     VersionInfo,
-    delegation_from_answer,
 )
 from .transport import ApiTransport, data_of, parse_model, require_str, seg
 

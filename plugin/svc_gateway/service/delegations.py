@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import errors
 from .models import Delegation, PaymentMethod
@@ -104,3 +104,12 @@ class DelegationPool:
 
 def _key(provider: str, card_id: str | None) -> str:
     return f"{provider}:{card_id or ''}"
+
+
+def delegation_from_answer(body: dict[str, Any], provider: str, duration_secs: int) -> Delegation:
+    """Build a delegation record, computing the expiry we will reuse it until."""
+    return Delegation(
+        delegation_id=str(body.get("delegationId") or ""),
+        provider=provider,
+        expires_at=time.time() + duration_secs,
+    )

@@ -6,7 +6,6 @@ from a decimal string or a number and written as decimal strings (WIRE.md §1.4)
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -448,12 +447,3 @@ class VersionInfo(WireModel):
     your_pinned_version: str | None = None
     your_effective_version: str | None = None
     your_version_resolved_from: str | None = None
-
-
-def delegation_from_answer(body: dict[str, Any], provider: str, duration_secs: int) -> Delegation:
-    """Build a delegation record, computing the expiry we will reuse it until."""
-    return Delegation(
-        delegation_id=str(body.get("delegationId") or ""),
-        provider=provider,
-        expires_at=time.time() + duration_secs,
-    )
