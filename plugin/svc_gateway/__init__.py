@@ -214,6 +214,7 @@ def register(
             except ConfigError as error:
                 raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
             handle.extras["paid_endpoint"] = endpoint
+            commands.sales.add("paid endpoint", lambda: endpoint.stats, endpoint.shared_stats)
             core.paid_endpoint_url = endpoint.url
             core.paid_endpoint_bound_url = endpoint.bound_url
             from .chat.seller_notes import startup_notes
@@ -224,7 +225,9 @@ def register(
             from .selling.ways_in.mcp import attach_paid_mcp
 
             flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-            handle.extras["paid_mcp"] = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+            paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+            handle.extras["paid_mcp"] = paid_mcp
+            commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
     except BaseException:
         runtime.close()
         raise

@@ -365,6 +365,7 @@ class ToolMeter:
             at=time.time(),
             call_id=ctx.call_id,
             request_id=outcome.request_id,
+            sold=True,
         )
 
     async def aclose(self) -> None:
