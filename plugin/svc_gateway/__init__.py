@@ -206,6 +206,15 @@ def register(
             runtime.add_closer(meter.aclose)
             api.on(AROUND_TOOL_CALL, meter)
             handle.extras["meter"] = meter
+            listed = getattr(api, "host_tools", None)  # a host that lists its own tools
+            offered: list[str] = [str(name) for name in listed] if isinstance(listed, dict) else []
+            for pattern in meter.unoffered(offered) if isinstance(listed, dict) else ():
+                log.warning(
+                    "meteredTools names %r, but no tool this host offers matches it (the "
+                    "host's tools: %s): it will never be charged",
+                    pattern,
+                    ", ".join(sorted(offered)) or "none",
+                )
         if config.enable_paid_endpoint:
             from .selling import attach_paid_endpoint
 
