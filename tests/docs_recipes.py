@@ -100,6 +100,9 @@ MIDDLEWARE_APP = Recipe(
 HERMES_SETTINGS = Recipe(
     "docs/hosts.md", "## In Hermes Agent", "yaml", 2, "tests/hermes/test_readme_hermes.py"
 )
+HOSTED_OFFLINE = Recipe(
+    "docs/hosted.md", "## Try it offline", "", 2, "tests/chat/test_docs_hosted.py"
+)
 README_TOUR = Recipe(
     "README.md", "## A 30-second tour", "text", 1, "tests/chat/test_readme_tour.py"
 )
@@ -111,4 +114,5 @@ RECIPES: dict[str, Recipe] = {
     "MIDDLEWARE_APP": MIDDLEWARE_APP,
     "HERMES_SETTINGS": HERMES_SETTINGS,
     "README_TOUR": README_TOUR,
+    "HOSTED_OFFLINE": HOSTED_OFFLINE,
 }

@@ -68,7 +68,10 @@ class PluginConfig(BaseModel):
     )
     environment: Environment = Field(
         default="sandbox",
-        description="sandbox, live, or local (the embedded sandbox; needs baseUrl)",
+        description=(
+            "sandbox, live, or local (the embedded sandbox; needs baseUrl); its service URL is "
+            "baseUrl, else $SVC_SANDBOX_BASE_URL or $SVC_LIVE_BASE_URL"
+        ),
     )
     base_url: str | None = Field(
         default=None,

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from ...chat.core import PluginCore
 from ...chat.credentials import CredentialStore, default_config_dir
-from ...config import load_config
+from ...config import ConfigError, load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
 from ..flow.flow import PaidFlow
@@ -74,6 +74,11 @@ class PaymentMiddleware:
         self._runtime = PluginRuntime(name="svc-payments")
         self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
         self.core.restore_session()
+        try:  # an unusable configuration refuses to start, never a 500 on each request
+            self.core.base_url  # noqa: B018 (resolving it is the check)
+        except ConfigError as exc:
+            self._runtime.close()
+            raise ConfigError(f"the payment middleware cannot start: {exc}") from None
         #: the state shared with other replicas (``stateUrl``), ``None`` in-process
         self.shared: RedisState | None = shared_state(self.core)
         self.flow = PaidFlow(
