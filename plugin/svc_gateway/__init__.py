@@ -225,6 +225,11 @@ def register(
 
             flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
             handle.extras["paid_mcp"] = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+        if config.enable_paid_a2a:
+            from .selling.ways_in.a2a import attach_paid_a2a
+
+            flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
+            handle.extras["paid_a2a"] = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
     except BaseException:
         runtime.close()
         raise
