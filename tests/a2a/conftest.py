@@ -69,7 +69,7 @@ class A2AMarket:
     async def client(self, **config: Any) -> Any:
         http = httpx.AsyncClient(timeout=30)
         card = await A2ACardResolver(http, self.agent.base).get_agent_card()
-        factory = ClientFactory(ClientConfig(streaming=False, httpx_client=http, **config))
+        factory = ClientFactory(ClientConfig(httpx_client=http, **{"streaming": False, **config}))
         return factory.create(card)
 
 
@@ -116,7 +116,9 @@ def reply_text(reply: StreamResponse) -> str:
 async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[MarketFactory]:
     made: list[A2AMarket] = []
 
-    async def factory(*, per_request: int = 1, config: dict[str, Any] | None = None) -> A2AMarket:
+    async def factory(
+        *, per_request: int = 1, config: dict[str, Any] | None = None, transport: Any = None
+    ) -> A2AMarket:
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
         builder_client = ServiceClient(sandbox.base_url, builder["apiKey"])
@@ -137,7 +139,9 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
             }
         )
         store = CredentialStore(tmp_path / f"a2a-{len(made)}", use_keyring=False)
-        handle = await asyncio.to_thread(svc_gateway.register, gateway, store=store)
+        handle = await asyncio.to_thread(
+            svc_gateway.register, gateway, store=store, session_factory=transport
+        )
         agent: PaidA2A = handle.extras["paid_a2a"]
         agent.flow.settle_backoff = (0.0, 0.0)
         endpoints = [{"POST": agent.url}, {"POST": agent.rest_url}]
