@@ -68,3 +68,41 @@ async def test_an_impostor_card_naming_another_agent_is_refused_before_paying(
     assert "nothing was paid" in error["message"]
     assert impostor.agent.flow.stats.requests == 0  # nothing sent to it
     assert await honest.burned() == 0
+
+
+async def query_error(market: A2AMarket, tmp_path: Path, **params: str) -> dict[str, str]:
+    buyer, handle = await buyer_of(market, tmp_path)
+    try:
+        result = await buyer.call_tool(
+            "svc_queryAgent", {"agentUrl": market.url, "prompt": "hello there", **params}
+        )
+    finally:
+        await asyncio.to_thread(handle.close)
+    assert result.isError, result.structuredContent
+    error: dict[str, str] = result.structuredContent["error"]
+    return error
+
+
+async def test_a_card_naming_another_agent_than_asked_is_refused(
+    market: A2AMarket, tmp_path: Path
+) -> None:
+    error = await query_error(market, tmp_path, agentId="did:svc:someone-else")
+    assert error["code"] == "agent_mismatch" and "nothing was paid" in error["message"]
+    assert market.agent.flow.stats.requests == 0 and await market.burned() == 0
+
+
+async def test_a_plan_the_agent_does_not_sell_is_refused(market: A2AMarket, tmp_path: Path) -> None:
+    error = await query_error(market, tmp_path, planId="not-a-plan-it-sells")
+    assert error["code"] == "plan_not_sold"
+    assert market.agent.flow.stats.requests == 0 and await market.burned() == 0
+
+
+async def test_an_agent_that_fails_charges_nothing_and_says_so(
+    make_market: MarketFactory, tmp_path: Path
+) -> None:
+    market = await make_market(config={"agentHandler": "tests.a2a.failing:boom"})
+    error = await query_error(market, tmp_path)
+    assert error["code"] == "agent_error"
+    assert "the agent broke" not in error["message"]  # the exception stays with the seller
+    assert "nothing was charged" in error["message"]
+    assert await market.burned() == 0
