@@ -1,9 +1,10 @@
 """svc_queryAgent for an A2A agent: pay it in band with the official a2a-sdk 1.x client.
 
 An agent is an A2A agent when the card at its origin's ``/.well-known/agent-card.json`` names
-``agentUrl`` as one of its interfaces (:func:`a2a_interface`); anything else is left to the HTTP
-path (:class:`NotA2A`). The same rules as HTTP and MCP, in the same order, nothing minted before
-every check has passed:
+``agentUrl`` as one of its interfaces (:func:`a2a_interface`); anything else, or a probe that
+fails within :data:`PROBE_SECS`, is left to the HTTP path (:class:`NotA2A`), which runs its own
+checks under its own deadline. The same rules as HTTP and MCP, in the same order, nothing minted
+before every check has passed:
 
 1. the URL (HTTPS, or plain HTTP on this machine) and its address (loopback, public or
    allow-listed), before any traffic;
@@ -50,6 +51,8 @@ log = get_logger("svc_gateway.tools.query")
 
 CARD_PATH = "/.well-known/agent-card.json"
 CARD_MAX_BYTES = 64 * 1024
+#: the longest the A2A probe (address check and card) may take before the HTTP path is tried
+PROBE_SECS = 5.0
 
 
 class NotA2A(Exception):
@@ -90,6 +93,33 @@ async def _card_json(http: httpx.AsyncClient, agent_url: str) -> dict[str, Any] 
     return data if isinstance(data, dict) else None
 
 
+async def _probe(core: PluginCore, agent_url: str, secs: float) -> None:
+    """:class:`NotA2A` unless the agent's address is allowed and its origin's card names
+    ``agent_url`` as an A2A interface. A refused address is left to the HTTP path, which checks
+    (and reports) it again; a DNS lookup that outlasts the deadline is reported here."""
+    import httpx
+
+    deadline = core.config.request_timeout_secs
+    scope = asyncio.timeout(deadline)
+    try:
+        async with scope:
+            await check_agent_address(core, agent_url)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise timed_out(Step(), deadline, agent_url) from None  # as the HTTP path says it
+    except ToolFailure:
+        raise NotA2A from None  # the HTTP path checks again and reports it
+    try:
+        async with asyncio.timeout(secs):
+            async with httpx.AsyncClient(timeout=secs, follow_redirects=False) as http:
+                raw = await _card_json(http, agent_url)
+    except TimeoutError:
+        raise NotA2A from None
+    if raw is None or not a2a_interface(raw, agent_url):
+        raise NotA2A
+
+
 def _sdk() -> Any:
     """The a2a-sdk 1.x client names, or a failure saying how to install them."""
     import importlib.util
@@ -116,6 +146,9 @@ async def query_a2a_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
+    await _probe(core, p.agent_url, min(PROBE_SECS, deadline))
+    if not p.prompt.strip():
+        raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     step = Step()
     scope = asyncio.timeout(deadline)  # ONE deadline: DNS, the card, the service, the send
     try:
@@ -162,7 +195,6 @@ async def _buy(
 ) -> tuple[Purchase, str, Any]:
     import httpx
 
-    await check_agent_address(core, p.agent_url)
     timeout = httpx.Timeout(core.config.request_timeout_secs + HTTPX_SLACK_SECS)
 
     async def too_large(response: httpx.Response) -> None:
@@ -179,11 +211,6 @@ async def _buy(
         timeout=timeout, follow_redirects=False, event_hooks={"response": [too_large]}
     ) as http:
         step.waiting = "agent"
-        raw = await _card_json(http, p.agent_url)
-        if raw is None or not a2a_interface(raw, p.agent_url):
-            raise NotA2A
-        if not p.prompt.strip():
-            raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
         sdk = _sdk()
         try:
             card = await sdk.client.A2ACardResolver(http, _origin(p.agent_url)).get_agent_card()
