@@ -237,6 +237,11 @@ def register(
             paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
             handle.extras["paid_mcp"] = paid_mcp
             commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
+        if config.enable_paid_a2a:
+            from .selling.ways_in.a2a import attach_paid_a2a
+
+            flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
+            handle.extras["paid_a2a"] = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
     except BaseException:
         runtime.close()
         raise

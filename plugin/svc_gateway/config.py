@@ -147,6 +147,25 @@ class PluginConfig(BaseModel):
         le=65535,
         description="Port of the paid MCP server when the plugin serves it (0 = any free port)",
     )
+    enable_paid_a2a: bool = Field(
+        default=False,
+        alias="enablePaidA2A",
+        description="Sell the agent over A2A 1.x with the official a2a-sdk server, paid in band "
+        "(the a2a extra)",
+    )
+    paid_a2a_port: int = Field(
+        default=8404,
+        alias="paidA2APort",
+        ge=0,
+        le=65535,
+        description="Port of the paid A2A agent (on paidEndpointHost; 0 = any free port)",
+    )
+    paid_a2a_public_url: str | None = Field(
+        default=None,
+        alias="paidA2APublicUrl",
+        description="Public origin of the paid A2A agent, when behind a proxy (its card's "
+        "interface URLs start with it)",
+    )
     mcp_server_name: str = Field(
         default="svc-agent",
         alias="serverName",
@@ -272,7 +291,7 @@ class PluginConfig(BaseModel):
                 raise ValueError(f"{pattern[:60]}: must be an integer or module:function")
         return value
 
-    @field_validator("base_url", "frontend_url", "paid_endpoint_public_url")
+    @field_validator("base_url", "frontend_url", "paid_endpoint_public_url", "paid_a2a_public_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:

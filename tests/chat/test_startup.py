@@ -67,5 +67,6 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         "webbrowser",
         "httpx",  # only svc_queryAgent's calls to other agents use it, imported there
         "rich",
+        "a2a",  # the a2a-sdk: only enablePaidA2A and paying an A2A agent import it
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"

@@ -1,7 +1,8 @@
 """svc_queryAgent, declared: its parameters and the tool; buying/ holds every step of paying.
 
 An MCP agent (``agentUrl`` ending in ``/mcp``, or ``tool``/``listTools`` given) is bought from by
-:mod:`..buying.mcp`, any other by :mod:`..buying.http`.
+:mod:`..buying.mcp`, an A2A agent (its card names ``agentUrl`` as an interface) by
+:mod:`..buying.a2a`, any other by :mod:`..buying.http`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ..buying.a2a import NotA2A, query_a2a_agent
 from ..buying.answers import MAX_ANSWER_BYTES
 from ..buying.http import query_http_agent
 from ..buying.mcp import is_mcp_url, query_mcp_agent
@@ -84,4 +86,7 @@ class QueryAgentParams(Params):
 async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     if p.tool_name is not None or p.list_tools or is_mcp_url(p.agent_url):
         return await query_mcp_agent(core, p)
-    return await query_http_agent(core, p)
+    try:
+        return await query_a2a_agent(core, p)
+    except NotA2A:
+        return await query_http_agent(core, p)

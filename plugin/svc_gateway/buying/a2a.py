@@ -1,0 +1,408 @@
+"""svc_queryAgent for an A2A agent: pay it in band with the official a2a-sdk 1.x client.
+
+An agent is an A2A agent when the card at its origin's ``/.well-known/agent-card.json`` names
+``agentUrl`` as one of its interfaces (:func:`a2a_interface`); anything else, or a probe that
+fails within :data:`PROBE_SECS`, is left to the HTTP path (:class:`NotA2A`), which runs its own
+checks under its own deadline. The same rules as HTTP and MCP, in the same order, nothing minted
+before every check has passed:
+
+1. the URL (HTTPS, or plain HTTP on this machine) and its address (loopback, public or
+   allow-listed), before any traffic;
+2. the card, resolved with the SDK's ``A2ACardResolver``; its payment extension must agree with
+   the service: the agent id it names (or ``agentId``) is an agent the service knows, ``agentUrl``
+   is one of that agent's registered endpoints (an impostor serving another agent's id is
+   refused here), and the plan paid with is one the agent sells;
+3. a v3 token bound to ``agentUrl`` (:func:`..tokens.mint`), sent as ``x402.payment.payload`` in
+   the message's metadata with one blocking ``SendMessage`` to ``agentUrl`` only (the client is
+   given a card holding that one interface: the SDK posts to whatever URL a card names), with
+   our own deadline (the SDK defaults to streaming and 5 s);
+4. the reply: a completed task's answer (cut to :data:`.answers.MAX_TEXT_CHARS`, quoted as data
+   by the tool layer) with its checked receipt (the extension's ``x402.payment.receipts``), or
+   a failure saying what the service shows was charged (:mod:`.charges`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
+from ..chat.plans import plan_payment_type
+from ..encoding import decode_access_token
+from ..interop import a2a_x402 as x402
+from ..interop.agent_card import ID_LIMIT, TooLarge, read_limited
+from ..redact import get_logger
+from ..safe_text import one_line, quoted
+from .addresses import check_agent_address, check_agent_url
+from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, Purchase, check_receipt
+from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
+from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
+from .request import AgentQuery
+from .tokens import mint, token_version
+
+if TYPE_CHECKING:
+    import httpx
+
+log = get_logger("svc_gateway.tools.query")
+
+CARD_PATH = "/.well-known/agent-card.json"
+CARD_MAX_BYTES = 64 * 1024
+#: the longest the A2A probe (address check and card) may take before the HTTP path is tried
+PROBE_SECS = 5.0
+
+
+class NotA2A(Exception):
+    """``agentUrl`` is not an interface of an A2A agent card: the HTTP path buys from it."""
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _same(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def a2a_interface(card: dict[str, Any], agent_url: str) -> bool:
+    """The card (as JSON) names ``agent_url`` as one of its A2A 1.x JSON-RPC interfaces."""
+    listed = card.get("supportedInterfaces")
+    return isinstance(listed, list) and any(
+        isinstance(item, dict)
+        and isinstance(item.get("url"), str)
+        and _same(item["url"], agent_url)
+        and item.get("protocolBinding") == "JSONRPC"
+        for item in listed
+    )
+
+
+async def _card_json(http: httpx.AsyncClient, agent_url: str) -> dict[str, Any] | None:
+    import httpx
+
+    try:
+        async with http.stream("GET", _origin(agent_url) + CARD_PATH) as reply:
+            if reply.status_code != 200:
+                return None
+            data = json.loads(await read_limited(reply, CARD_MAX_BYTES))
+    except (httpx.HTTPError, TooLarge, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+async def _probe(core: PluginCore, agent_url: str, secs: float) -> None:
+    """:class:`NotA2A` unless the agent's address is allowed and its origin's card names
+    ``agent_url`` as an A2A interface. A refused address is left to the HTTP path, which checks
+    (and reports) it again; a DNS lookup that outlasts the deadline is reported here."""
+    import httpx
+
+    deadline = core.config.request_timeout_secs
+    scope = asyncio.timeout(deadline)
+    try:
+        async with scope:
+            await check_agent_address(core, agent_url)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise timed_out(Step(), deadline, agent_url) from None  # as the HTTP path says it
+    except ToolFailure:
+        raise NotA2A from None  # the HTTP path checks again and reports it
+    try:
+        async with asyncio.timeout(secs):
+            async with httpx.AsyncClient(timeout=secs, follow_redirects=False) as http:
+                raw = await _card_json(http, agent_url)
+    except TimeoutError:
+        raise NotA2A from None
+    if raw is None or not a2a_interface(raw, agent_url):
+        raise NotA2A
+
+
+def _sdk() -> Any:
+    """The a2a-sdk 1.x client names, or a failure saying how to install them."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("a2a.helpers") is not None
+    except ImportError:
+        found = False
+    if not found:
+        raise ToolFailure(
+            "a2a_unavailable",
+            "This agent speaks A2A, and paying it needs a2a-sdk 1.x; nothing was paid",
+            "Install the plugin's a2a extra (pip install 'svc-gateway-plugin[a2a]').",
+        )
+    import a2a.client
+    import a2a.types
+
+    return a2a
+
+
+async def query_a2a_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
+    """svc_queryAgent for an A2A agent; :class:`NotA2A` (before any token exists) when
+    ``agentUrl`` is not an A2A interface."""
+    check_agent_url(p.agent_url)
+    client = core.client()  # NotLoggedIn before any traffic
+    deadline = core.config.request_timeout_secs
+    await _probe(core, p.agent_url, min(PROBE_SECS, deadline))
+    if not p.prompt.strip():
+        raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
+    step = Step()
+    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, the card, the service, the send
+    try:
+        async with scope:
+            purchase, token, reply = await _buy(core, p, step, scope)
+            completed = _sdk().types.TaskState.TASK_STATE_COMPLETED
+            answer = _interpret(reply, client.address, purchase, completed)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        failure = timed_out(step, deadline, p.agent_url)
+        if step.token_sent:
+            failure = await with_charge(core, step, failure, answered=False)
+        raise failure from None
+    except _Answered as answered:
+        raise await with_charge(core, step, answered.failure, answered=True) from None
+    except ToolFailure as failure:
+        if step.token_sent:
+            raise await with_charge(core, step, failure, answered=False) from None
+        raise
+    finally:
+        step.done(core)
+    answer["agentUrl"] = p.agent_url
+    answer["tokenVersion"] = token_version(token)
+    await balance_after(core, purchase.plan_id, answer, step.balance_before)
+    core.paid_for(f"agent {purchase.agent_id}", purchase.plan_id, answer.get("receipt"))
+    warnings = [*purchase.warnings, *answer.pop("warnings", [])]
+    if warnings:
+        answer["warnings"] = warnings
+    log.info("paid A2A agent %s", purchase.agent_id)
+    return answer
+
+
+class _Answered(Exception):
+    """The agent answered the paid message without an answer (it will not settle later)."""
+
+    def __init__(self, failure: ToolFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+async def _buy(
+    core: PluginCore, p: AgentQuery, step: Step, scope: asyncio.Timeout
+) -> tuple[Purchase, str, Any]:
+    import httpx
+
+    timeout = httpx.Timeout(core.config.request_timeout_secs + HTTPX_SLACK_SECS)
+
+    async def too_large(response: httpx.Response) -> None:
+        size = response.headers.get("content-length", "")
+        if size.isdigit() and int(size) > MAX_ANSWER_BYTES:
+            raise ToolFailure(
+                "answer_too_large",
+                f"The agent's reply is {size} bytes, more than the "
+                f"{MAX_ANSWER_BYTES // 1024} KiB svc_queryAgent reads",
+                "Ask for a shorter answer, or call the agent another way.",
+            )
+
+    async with httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, event_hooks={"response": [too_large]}
+    ) as http:
+        step.waiting = "agent"
+        sdk = _sdk()
+        try:
+            card = await sdk.client.A2ACardResolver(http, _origin(p.agent_url)).get_agent_card()
+        except sdk.client.A2AClientError as exc:
+            raise ToolFailure(
+                "agent_card_invalid",
+                f"The agent's A2A card at {_origin(p.agent_url)}{CARD_PATH} does not resolve "
+                f"({type(exc).__name__}); nothing was paid",
+                "Check agentUrl, or ask the agent's owner to fix its card.",
+            ) from None
+        step.waiting = "service"
+        purchase = await _decide(core, p, card)
+        step.plan_id = purchase.plan_id
+        token, step.balance_before = await asyncio.gather(
+            mint(core, p, purchase), read_balance(core, purchase.plan_id)
+        )
+        step.waiting, step.token_sent = "agent", True
+        reply = await _send(sdk, http, card, p, token, scope)
+    return purchase, token, reply
+
+
+def _params(card: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    for extension in card.capabilities.extensions:
+        if extension.uri == x402.X402_EXTENSION:
+            return dict(MessageToDict(extension.params))
+    return {}
+
+
+async def _decide(core: PluginCore, p: AgentQuery, card: Any) -> Purchase:
+    """The card's payment extension against the service's record of the agent."""
+    params = _params(card)
+    named = params.get("agentId") if isinstance(params.get("agentId"), str) else None
+    if not params:
+        raise ToolFailure(
+            "agent_card_unpaid",
+            f"The A2A card at {_origin(p.agent_url)} declares no x402 payment extension; "
+            "nothing was paid",
+            "This agent does not sell through the Agent Payments Service.",
+        )
+    if p.agent_id and named and named != p.agent_id:
+        raise ToolFailure(
+            "agent_mismatch",
+            f"The A2A card names agent {one_line(named, ID_LIMIT)}, not {p.agent_id}; nothing "
+            "was paid",
+            "Check agentUrl and agentId: you may be talking to a different agent.",
+        )
+    agent_id = p.agent_id or named
+    if not agent_id:
+        raise ToolFailure(
+            "unknown_agent",
+            f"The A2A card at {_origin(p.agent_url)} names no agent id; nothing was paid",
+            "Pass agentId (the id the agent registered with the service).",
+        )
+    document = await agent_document(core, agent_id)
+    if not is_registered(p.agent_url, registered_endpoints(document), agent_id):
+        raise ToolFailure(
+            "agent_url_not_registered",
+            f"{p.agent_url} is not one of the endpoints agent {agent_id} registered with the "
+            "service, so paying it could hand a token to someone else; nothing was paid",
+            "Use the A2A interface URL the agent registered.",
+        )
+    sold = agent_plan_ids(document)
+    offered = [str(x) for x in params.get("planIds") or [] if isinstance(x, str)]
+    plan_id = p.plan_id or next((x for x in offered if x in sold), None)
+    if plan_id is None or plan_id not in sold:
+        raise ToolFailure(
+            "plan_not_sold",
+            f"Agent {agent_id} does not sell "
+            + (f"plan {one_line(plan_id, ID_LIMIT)}" if plan_id else "the plans its card names")
+            + "; nothing was paid",
+            "Pass planId with a plan the agent registered (svc_orderPlan buys one).",
+        )
+    payment_type = await plan_payment_type(core, plan_id, p.payment_type)
+    return Purchase(agent_id, plan_id, payment_type, [])
+
+
+async def _send(
+    sdk: Any, http: httpx.AsyncClient, card: Any, p: AgentQuery, token: str, scope: asyncio.Timeout
+) -> Any:
+    """One blocking send to ``agentUrl`` only, the payment in the message's metadata."""
+    types, client_mod = sdk.types, sdk.client
+    only = types.AgentCard()
+    only.CopyFrom(card)
+    del only.supported_interfaces[:]
+    only.supported_interfaces.append(
+        types.AgentInterface(url=p.agent_url, protocol_binding="JSONRPC", protocol_version="1.0")
+    )
+    config = client_mod.ClientConfig(
+        streaming=False, httpx_client=http, supported_protocol_bindings=["JSONRPC"]
+    )
+    client = client_mod.ClientFactory(config).create(only)
+    message = types.Message(
+        role=types.Role.ROLE_USER,
+        message_id=str(uuid.uuid4()),
+        parts=[types.Part(text=p.prompt)],
+        metadata={
+            x402.STATUS: x402.PAYMENT_SUBMITTED,
+            x402.PAYLOAD: decode_access_token(token),
+        },
+    )
+    when = scope.when()
+    left = max(0.1, when - asyncio.get_running_loop().time()) if when is not None else None
+    context = client_mod.ClientCallContext(
+        service_parameters={"A2A-Extensions": x402.X402_EXTENSION}, timeout=left
+    )
+    try:
+        async for reply in client.send_message(
+            types.SendMessageRequest(message=message), context=context
+        ):
+            return reply
+    except ToolFailure:
+        raise
+    except Exception as exc:  # the SDK's errors: transport, HTTP status, JSON-RPC error
+        if isinstance(exc, client_mod.A2AClientTimeoutError):
+            raise TimeoutError from None
+        answered = (
+            getattr(exc, "message", None)
+            if not isinstance(exc, client_mod.A2AClientError)
+            else None
+        )
+        failure = ToolFailure(
+            "agent_error" if answered else "agent_unreachable",
+            f"The A2A agent answered with an error: {quoted(answered, 300)}"
+            if answered
+            else f"Could not talk A2A to {p.agent_url}: {type(exc).__name__}",
+            "Check agentUrl and that the agent is running.",
+        )
+        raise (_Answered(failure) if answered else failure) from None
+    finally:
+        await client.close()
+    raise _Answered(
+        ToolFailure("agent_error", "The A2A agent sent no reply", "Retry, or use another agent.")
+    )
+
+
+def _interpret(reply: Any, payer: str | None, purchase: Purchase, completed: int) -> dict[str, Any]:
+    """The task the agent answered: its answer and checked receipt, or why there is none."""
+    from google.protobuf.json_format import MessageToDict
+
+    base = {"agentId": purchase.agent_id, "planId": purchase.plan_id}
+    if not reply.HasField("task"):
+        raise _Answered(
+            ToolFailure(
+                "agent_error",
+                "The A2A agent answered with a message, not a paid task",
+                "A reply without a task carries no receipt.",
+            )
+        )
+    status = reply.task.status
+    meta = dict(MessageToDict(status.message.metadata)) if status.HasField("message") else {}
+    text = "\n".join(part.text for part in status.message.parts if part.HasField("text"))
+    state = status.state
+    if state != completed:
+        code = meta.get(x402.ERROR)
+        if meta.get(x402.STATUS) == x402.PAYMENT_REQUIRED:
+            raise _Answered(
+                ToolFailure(
+                    "payment_required",
+                    "The agent refused the payment"
+                    + (f" ({one_line(code, 40)})" if isinstance(code, str) else "")
+                    + f": {quoted(text, 300)}; its answer was not delivered",
+                    f"Order plan {purchase.plan_id} (svc_orderPlan) if you have no credits left, "
+                    "then call svc_queryAgent again; svc_checkBalance shows what was charged.",
+                )
+            )
+        raise _Answered(
+            ToolFailure(
+                "agent_error",
+                f"The A2A agent did not complete the task: {quoted(text, 300)}",
+                "A task that does not complete delivers nothing.",
+            )
+        )
+    warnings: list[str] = []
+    answer: dict[str, Any] = {**base, "answer": text[:MAX_TEXT_CHARS]}
+    if len(text) > MAX_TEXT_CHARS:
+        warnings.append(
+            f"The answer was cut short: only its first {MAX_TEXT_CHARS} characters are shown. "
+            "The request was charged."
+        )
+    receipts = meta.get(x402.RECEIPTS)
+    raw = receipts[-1] if isinstance(receipts, list) and receipts else None
+    if isinstance(raw, dict):
+        normalised = {
+            **raw,
+            **{k: x402.count(raw.get(k)) for k in ("creditsRedeemed", "remainingBalance")},
+        }
+        answer["receipt"], problems = check_receipt(normalised, payer)
+        warnings.extend(problems)
+    else:
+        answer["receipt"] = None
+        warnings.append("The agent sent no payment receipt (a free call, or it reports none).")
+    answer["warnings"] = warnings
+    return answer

@@ -1,0 +1,108 @@
+"""svc_queryAgent paying an A2A agent with the official a2a-sdk client, from a second gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import svc_gateway
+from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.hosts.reference import ReferenceGateway
+
+from .conftest import GRANTED, A2AMarket, MarketFactory
+
+
+async def buyer_of(
+    market: A2AMarket, tmp_path: Path
+) -> tuple[ReferenceGateway, svc_gateway.PluginHandle]:
+    gateway = ReferenceGateway(
+        {
+            "environment": "local",
+            "baseUrl": market.sandbox.base_url,
+            "svcApiKey": market.subscriber_key,
+        }
+    )
+    store = CredentialStore(tmp_path / "buyer", use_keyring=False)
+    handle = await asyncio.to_thread(svc_gateway.register, gateway, store=store)
+    return gateway, handle
+
+
+async def test_query_agent_pays_an_a2a_agent_and_reports_the_exact_charge(
+    market: A2AMarket, tmp_path: Path
+) -> None:
+    buyer, handle = await buyer_of(market, tmp_path)
+    try:
+        result = await buyer.call_tool(
+            "svc_queryAgent", {"agentUrl": market.url, "prompt": "three little words"}
+        )
+    finally:
+        await asyncio.to_thread(handle.close)
+    assert not result.isError, result.structuredContent
+    out = result.structuredContent
+    assert "3 words" in out["answer"]
+    assert out["receipt"]["valid"] is True and out["receipt"]["creditsRedeemed"] == "1"
+    assert out["balanceAfter"] == str(GRANTED - 1)
+    assert out["agentId"] == market.agent_id and out["planId"] == market.plan_id
+    assert out["tokenVersion"] == 3
+    assert "warnings" not in out
+    assert await market.burned() == 1  # the ledger: granted = balance + burned
+
+
+async def test_an_impostor_card_naming_another_agent_is_refused_before_paying(
+    make_market: MarketFactory, tmp_path: Path
+) -> None:
+    honest = await make_market()
+    impostor = await make_market()
+    impostor.handle.core.agent_id = honest.agent_id  # its card claims the honest agent's id
+    impostor.subscriber_key = honest.subscriber_key
+    buyer, handle = await buyer_of(honest, tmp_path)
+    try:
+        result = await buyer.call_tool(
+            "svc_queryAgent", {"agentUrl": impostor.url, "prompt": "pay me"}
+        )
+    finally:
+        await asyncio.to_thread(handle.close)
+    assert result.isError
+    error = result.structuredContent["error"]
+    assert error["code"] == "agent_url_not_registered"
+    assert "nothing was paid" in error["message"]
+    assert impostor.agent.flow.stats.requests == 0  # nothing sent to it
+    assert await honest.burned() == 0
+
+
+async def query_error(market: A2AMarket, tmp_path: Path, **params: str) -> dict[str, str]:
+    buyer, handle = await buyer_of(market, tmp_path)
+    try:
+        result = await buyer.call_tool(
+            "svc_queryAgent", {"agentUrl": market.url, "prompt": "hello there", **params}
+        )
+    finally:
+        await asyncio.to_thread(handle.close)
+    assert result.isError, result.structuredContent
+    error: dict[str, str] = result.structuredContent["error"]
+    return error
+
+
+async def test_a_card_naming_another_agent_than_asked_is_refused(
+    market: A2AMarket, tmp_path: Path
+) -> None:
+    error = await query_error(market, tmp_path, agentId="did:svc:someone-else")
+    assert error["code"] == "agent_mismatch" and "nothing was paid" in error["message"]
+    assert market.agent.flow.stats.requests == 0 and await market.burned() == 0
+
+
+async def test_a_plan_the_agent_does_not_sell_is_refused(market: A2AMarket, tmp_path: Path) -> None:
+    error = await query_error(market, tmp_path, planId="not-a-plan-it-sells")
+    assert error["code"] == "plan_not_sold"
+    assert market.agent.flow.stats.requests == 0 and await market.burned() == 0
+
+
+async def test_an_agent_that_fails_charges_nothing_and_says_so(
+    make_market: MarketFactory, tmp_path: Path
+) -> None:
+    market = await make_market(config={"agentHandler": "tests.a2a.failing:boom"})
+    error = await query_error(market, tmp_path)
+    assert error["code"] == "agent_error"
+    assert "the agent broke" not in error["message"]  # the exception stays with the seller
+    assert "nothing was charged" in error["message"]
+    assert await market.burned() == 0
