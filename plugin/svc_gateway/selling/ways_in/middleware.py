@@ -127,21 +127,25 @@ class PaymentMiddleware:
         self._runtime.close()
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = self.routes.match(request.method, request.path)
+        # decided on the route aiohttp's router resolved, never on a parse of request.path
+        route = self.routes.dispatched(request.method, request)
+        verb = request.method
         if route is None:
             return await handler(request)
         if not self._started:
             await self.start()
-        outcome = await self.sell(request, handler, route)
+        outcome = await self.sell(request, handler, route, verb=verb)
         return to_response(outcome.answer)
 
-    async def sell(self, request: web.Request, handler: Handler, route: Route) -> PaidOutcome:
-        """One gated request through the paid flow."""
+    async def sell(
+        self, request: web.Request, handler: Handler, route: Route, *, verb: str | None = None
+    ) -> PaidOutcome:
+        """One gated request through the paid flow (sold as ``verb``, default its method)."""
         token = request.headers.get("payment-signature", "").strip() or None
         body_digest = None
         if token:
             body = await request.read()  # aiohttp keeps it: the handler can read it again
-            body_digest = digest(request.method, request.path_qs, body)
+            body_digest = digest(request.method, request.raw_path, body)
         config = route.config
         working = {"on": False}
 
@@ -157,7 +161,7 @@ class PaymentMiddleware:
             token=token,
             url=self._url(request),
             work=work,
-            verb=request.method,
+            verb=verb or request.method,
             plan_id=config.plan_id,
             agent_id=config.agent_id,
             credits=config.credits if isinstance(config.credits, int) else _price(config, request),
@@ -175,7 +179,7 @@ class PaymentMiddleware:
         """The resource URL of the envelope: the request's own, without its query, on the
         public origin when ``paidEndpointPublicUrl`` names one."""
         if self._origin is not None:
-            return self._origin + request.path
+            return self._origin + request.rel_url.raw_path
         return str(request.url.with_query(None).with_fragment(None))
 
 
