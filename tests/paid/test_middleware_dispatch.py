@@ -91,3 +91,20 @@ async def test_a_variable_spanning_segments_is_gated_by_the_route_written_per_se
     assert free_answer.status_code == 200  # a route nobody gated passes through
     assert ran == ["free"]
     await conserved(seller, 0)
+
+
+async def test_head_on_a_paid_get_is_gated_like_the_get(make_seller: SellerFactory) -> None:
+    seller, app = await seller_app(make_seller)
+    async with httpx.AsyncClient(base_url=seller.origin) as http:
+        unpaid = await http.head("/reports/r-1/summary")
+        assert unpaid.status_code == 402 and ran == []  # the handler never ran
+        assert "x-summary" not in unpaid.headers  # nothing of the answer leaked
+        envelope = decode_b64_json(unpaid.headers["payment-required"])
+        assert envelope is not None and envelope["accepts"][0]["extra"]["httpVerb"] == "GET"
+        token = await seller.token(seller.dynamic_plan, seller.dynamic_agent)
+        bought = await http.head("/reports/r-1/summary", headers={"payment-signature": token})
+    assert bought.status_code == 200 and bought.headers["x-summary"] == "the paid answer"
+    receipt = decode_b64_json(bought.headers["payment-response"])
+    assert receipt is not None and receipt["creditsRedeemed"] == "3"
+    assert ran == ["r-1"] and app[PAYMENTS].stats.settled == 1
+    await conserved(seller, 3)

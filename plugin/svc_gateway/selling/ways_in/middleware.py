@@ -130,6 +130,10 @@ class PaymentMiddleware:
         # decided on the route aiohttp's router resolved, never on a parse of request.path
         route = self.routes.dispatched(request.method, request)
         verb = request.method
+        if route is None and verb == "HEAD":
+            # aiohttp answers HEAD with the GET's handler: a paid GET covers its HEAD (RFC 9110
+            # §9.3.2), sold as that GET (its envelope and tokens say GET)
+            route, verb = self.routes.dispatched("GET", request), "GET"
         if route is None:
             return await handler(request)
         if not self._started:
