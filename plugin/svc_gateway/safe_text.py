@@ -80,3 +80,8 @@ def quoted(text: object, limit: int = DEFAULT_LIMIT) -> str:
     text itself contains are escaped, so it cannot close the quote and continue as prose.
     """
     return json.dumps(one_line(text, limit), ensure_ascii=False)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 credit``, ``2 credits``, ``0 calls``: a count with its noun agreeing."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"

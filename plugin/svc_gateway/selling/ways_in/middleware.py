@@ -23,16 +23,17 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from ...chat.core import PluginCore
-from ...chat.login import CredentialStore, default_config_dir
-from ...config import load_config
+from ...chat.credentials import CredentialStore, default_config_dir
+from ...config import ConfigError, load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
-from ..flow.flow import PaidFlow, PaidStats
+from ..flow.flow import PaidFlow
 from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
-from ..state.shared import shared_state
+from ..state.open import shared_state
+from ..state.stats import PaidStats
 from ..types import PaidOutcome, PaidRequest
-from .http import _connected, to_response
+from .http import client_connected, paid_response
 from .routes import Route, RouteConfig, RouteMap
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ class PaymentMiddleware:
         self._runtime = PluginRuntime(name="svc-payments")
         self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
         self.core.restore_session()
+        try:  # an unusable configuration refuses to start, never a 500 on each request
+            self.core.base_url  # noqa: B018 (resolving it is the check)
+        except ConfigError as exc:
+            self._runtime.close()
+            raise ConfigError(f"the payment middleware cannot start: {exc}") from None
         #: the state shared with other replicas (``stateUrl``), ``None`` in-process
         self.shared: RedisState | None = shared_state(self.core)
         self.flow = PaidFlow(
@@ -139,12 +145,13 @@ class PaymentMiddleware:
         if not self._started:
             await self.start()
         outcome = await self.sell(request, handler, route, verb=verb)
-        return to_response(outcome.answer)
+        return paid_response(outcome.answer)
 
     async def sell(
         self, request: web.Request, handler: Handler, route: Route, *, verb: str | None = None
     ) -> PaidOutcome:
-        """One gated request through the paid flow (sold as ``verb``, default its method)."""
+        """One gated request through the paid flow (``verb``: what it is sold as, when not
+        its own method: a HEAD is sold as the GET it mirrors)."""
         token = request.headers.get("payment-signature", "").strip() or None
         body_digest = None
         if token:
@@ -175,7 +182,7 @@ class PaymentMiddleware:
             mime_type=config.mime_type,
             route=route.key,
             body_digest=body_digest,
-            connected=lambda: _connected(request),
+            connected=lambda: client_connected(request),
         )
         return await self.flow.handle(paid)
 
