@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from svc_gateway.host import ToolCallContext, ToolResult
-from svc_gateway.selling.ways_in.metering import ToolMeter, default_failed
+from svc_gateway.selling.ways_in.metering import HostToolError, ToolMeter, default_failed
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import CountingTransport, HostFactory, make_plan
 from tests.hosted.test_metered_tools import (
@@ -239,5 +239,6 @@ async def test_a_host_on_the_plugin_loop_and_the_failure_test(
     result = await handle.runtime.run(meter(ctx, tool))  # the host runs on the plugin loop
     assert result == '{"image": "x"}'
     assert await balance(builder_client, plan, alice) == GRANTED - 3
-    assert default_failed('{"error": "x"}') and not default_failed("plain text")
-    assert not default_failed({"ok": 1}) and default_failed(ToolResult.error("a", "b", "c"))
+    # only the host's error channel is a failure, never the content (the user's own output)
+    assert not default_failed('{"error": "x"}') and not default_failed({"error": "x"})
+    assert default_failed(ToolResult.error("a", "b", "c")) and default_failed(HostToolError("x"))

@@ -80,18 +80,20 @@ async def test_two_middleware_replicas_on_one_redis_admit_exactly_what_the_payer
         assert shared is not None
         assert await shared.book.known(seller.fixed_plan, seller.buyer_address) == (0, 0)
     # both replicas pushed their counters when their apps closed
-    totals = await shared_totals(redis_server.url)
+    totals = await shared_totals(redis_server.url, seller)
     assert totals["settled"] == 5 and totals["refused"] == 3
     ledger = await seller.ledger(seller.fixed_plan)
     assert ledger == {"granted": 10, "burned": 10, "balance": 0, "expired": 0}
 
 
-async def shared_totals(url: str) -> dict[str, Any]:
-    from svc_gateway.selling.state.redis_store import SharedStats, connect_client
+async def shared_totals(url: str, seller: Seller) -> dict[str, Any]:
+    """The counters every replica of ``seller`` pushed (its own namespace on that Redis)."""
+    from svc_gateway.selling.state.redis_store import SharedStats, connect_client, seller_prefix
 
     client = connect_client(url)
     try:
-        return await SharedStats(client, where="test").totals()
+        prefix = seller_prefix(seller.builder.address)
+        return await SharedStats(client, where="test", prefix=prefix).totals()
     finally:
         await client.aclose()
 

@@ -214,6 +214,11 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
         "settleQueuePath": str(queue_file),
     }
     app = build_payment_app({"POST /ask": RouteConfig(plan_id=PLAN_ID)}, settings)
+
+    async def ask(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app.router.add_post("/ask", ask)  # the gate sells only what the app's router serves
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -396,3 +396,24 @@ async def test_a_caller_gone_before_the_answer_leaves_the_batch_intact(books: Bo
     await book.aclose()  # waits for the batch on its way
     in_flight = (await book.known(PLAN, PAYER) or (0, 0))[1]
     assert in_flight in (2, 3)  # the cancelled claim, if made, expires like a dead replica's
+
+
+async def test_the_claims_hash_expires_with_the_account_and_the_claims_set(
+    books: Books,
+) -> None:
+    """A replica that dies holding a claim leaves nothing behind: the claims hash (the claims'
+    amounts) carries the same expiry as the account hash and the claims set, and all three are
+    gone once it passes."""
+    service = Service(3)
+    dead = books.book(service, claim_ttl_secs=0.2, idle_secs=0.2)
+    assert isinstance(await dead.admit(PLAN, PAYER, 1), Admission)  # never closed
+    client = books.clients[0]
+    keys = dead.keys(PLAN, PAYER)
+    ttls = [await client.pttl(key) for key in keys]
+    assert all(0 < ttl <= 1300 for ttl in ttls), ttls  # the claim's expiry and a second
+    assert max(ttls) - min(ttls) < 100, ttls  # one expiry for the three keys
+    for _ in range(100):  # bounded: 3 s
+        if not await client.exists(*keys):
+            break
+        await asyncio.sleep(0.03)
+    assert [await client.exists(key) for key in keys] == [0, 0, 0]

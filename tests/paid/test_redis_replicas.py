@@ -21,7 +21,7 @@ import pytest
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.sandbox.context import STORE
-from svc_gateway.selling.state.redis_store import SharedStats, connect_client
+from svc_gateway.selling.state.redis_store import SharedStats, connect_client, seller_prefix
 
 from .conftest import no_top_up
 from .redis_server import RedisServer
@@ -148,6 +148,10 @@ async def post_all(
         return await asyncio.gather(*(one(i) for i in range(n)))
 
 
+def payer(market: Market) -> str:
+    return market.subscriber_address.lower()
+
+
 async def test_two_replicas_on_one_redis_answer_exactly_what_the_credits_pay_for(
     make_market: MarketFactory,
     spawn: Spawn,
@@ -182,12 +186,13 @@ async def test_two_replicas_on_one_redis_answer_exactly_what_the_credits_pay_for
     # the shared counters add up both replicas
     client = connect_client(redis_server.url)
     try:
-        totals = await SharedStats(client, where="test").totals()
+        shared = SharedStats(client, where="test", prefix=seller_prefix(market.builder_address))
+        totals = await shared.totals()
     finally:
         await client.aclose()
     assert totals["requests"] == 200 and totals["settled"] == 150
     assert totals["refused"] == 50 and totals["credits_settled"] == 150
-    acct = f"svc:acct:{{{market.plan_id}|{market.subscriber_address.lower()}}}"
+    acct = f"{seller_prefix(market.builder_address)}acct:{{{market.plan_id}|{payer(market)}}}"
     client = connect_client(redis_server.url)
     try:
         assert await client.hmget(acct, "balance", "inflight") == [b"0", b"0"]
@@ -210,6 +215,7 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
     proxy = FaultProxy(sandbox.origin)
     await proxy.start()
     client = connect_client(redis_server.url)
+    order = f"{seller_prefix(market.builder_address)}settle:order"  # the seller's owed settles
     try:
         a, b = await spawn(
             market, proxy.base_url, handler_delay=0.3, claim_ttl=claim_ttl, lease=1.5
@@ -218,7 +224,7 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
         first = await post_all([a.url, b.url], token, 20)
         assert all(r is not None and r.status_code == 200 for r in first)
         assert not any(r is not None and "payment-response" in r.headers for r in first)
-        assert await client.zcard("svc:settle:order") == 20  # every delivered answer is owed
+        assert await client.zcard(order) == 20  # every delivered answer is owed
 
         # A is killed while five of its handlers run (admitted, claims held, nothing delivered)
         doomed = asyncio.create_task(post_all([a.url], token, 5, prefix="doomed"))
@@ -233,10 +239,10 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
 
         del proxy.always["x402/settle"]  # the service is back: B retries every owed settle
         for _ in range(1000):  # bounded: 20 s
-            if await client.zcard("svc:settle:order") == 0:
+            if await client.zcard(order) == 0:
                 break
             await asyncio.sleep(0.02)
-        assert await client.zcard("svc:settle:order") == 0
+        assert await client.zcard(order) == 0
         burned = burns(sandbox, market.plan_id)
         # each of the 20 delivered answers was paid once, on its original agentRequestId
         assert len(burned) == 20 and len(set(burned)) == 20 and None not in burned
@@ -248,7 +254,7 @@ async def test_a_replica_killed_mid_burst_loses_nothing_and_locks_no_one_out(
         assert [r.status_code for r in last if r is not None] == [200] * 20
         assert all("payment-response" in r.headers for r in last if r is not None)
         # and the shared book is square: nothing left in flight, the balance as the ledger's
-        acct = f"svc:acct:{{{market.plan_id}|{market.subscriber_address.lower()}}}"
+        acct = f"{seller_prefix(market.builder_address)}acct:{{{market.plan_id}|{payer(market)}}}"
         assert await client.hmget(acct, "balance", "inflight") == [b"0", b"0"]
         stats = await asyncio.to_thread(b.stop)
     finally:

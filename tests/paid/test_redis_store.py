@@ -19,6 +19,7 @@ from svc_gateway.selling.state.redis_store import (
     RedisState,
     SharedStats,
     connect_client,
+    seller_prefix,
 )
 from svc_gateway.selling.state.settle_journal import SettleJournal, SettleQueueLocked
 from svc_gateway.selling.state.settle_queue import PendingSettle
@@ -26,6 +27,8 @@ from svc_gateway.selling.state.shared import StateUnavailable
 from svc_gateway.selling.state.stats import PaidStats
 
 from .redis_server import RedisServer
+
+OWNER = "0xB0B0000000000000000000000000000000000001"  # the seller whose namespace is used
 
 
 def entry(n: int, queued_at: float = 1000.0) -> PendingSettle:
@@ -219,8 +222,10 @@ async def test_closing_while_the_periodic_push_runs_counts_it_once(
 ) -> None:
     """aclose() cancels the periodic pusher. A push Redis has already applied, whose reply is
     still on its way, must not be counted again by the last push at close."""
-    state = RedisState.connect(redis_server.url, load_config({}), _never, tmp_path / "spool.json")
-    await state.client.delete("svc:stats")
+    state = RedisState.connect(
+        redis_server.url, load_config({}), _never, tmp_path / "spool.json", owner=lambda: OWNER
+    )
+    await state.client.delete(state.stats.key())
     applied = asyncio.Event()
     real_pipeline = state.client.pipeline
 
@@ -245,7 +250,8 @@ async def test_closing_while_the_periodic_push_runs_counts_it_once(
     await state.aclose(stats)  # cancels the pusher inside that push, then pushes once more
     check = connect_client(redis_server.url)
     try:
-        assert await SharedStats(check, where="t").totals() == {"requests": 100}
+        shared = SharedStats(check, where="t", prefix=seller_prefix(OWNER))
+        assert await shared.totals() == {"requests": 100}
     finally:
         await check.aclose()
 
@@ -274,7 +280,9 @@ async def test_a_replicas_state_pushes_its_counters_until_closed(
         raise AssertionError("no read expected")
 
     config = load_config({"stateUrl": redis_server.url})
-    state = RedisState.connect(redis_server.url, config, no_read, tmp_path / "spool.json")
+    state = RedisState.connect(
+        redis_server.url, config, no_read, tmp_path / "spool.json", owner=lambda: OWNER
+    )
     assert repr(state) == f"RedisState(where='127.0.0.1:{redis_server.port}/0')"
     stats = PaidStats(requests=2)
     state.share(stats, every=0.02)
@@ -285,7 +293,9 @@ async def test_a_replicas_state_pushes_its_counters_until_closed(
     assert await state.stats.totals() == {"requests": 2}
     stats.requests += 1
     await state.aclose(stats)  # the last push
-    idle = RedisState.connect(redis_server.url, config, no_read, tmp_path / "spool2.json")
+    idle = RedisState.connect(
+        redis_server.url, config, no_read, tmp_path / "spool2.json", owner=lambda: OWNER
+    )
     assert await idle.stats.totals() == {"requests": 3}
     await idle.aclose()  # never shared: nothing to stop or push
 

@@ -16,12 +16,16 @@ import pytest
 from svc_gateway.config import ConfigError, load_config
 from svc_gateway.selling.state.open import open_state
 from svc_gateway.selling.state.redis_book import RedisAdmissionBook
-from svc_gateway.selling.state.redis_store import RedisSettleStore, connect_client
+from svc_gateway.selling.state.redis_store import (
+    RedisSettleStore,
+    connect_client,
+    seller_prefix,
+)
 from svc_gateway.selling.state.shared import StateUnavailable, claim_ttl_secs, describe_state_url
 
 from .conftest import StubMarketFactory
 from .redis_server import RedisServer
-from .stub_service import StubService, make_token
+from .stub_service import BUILDER, StubService, make_token
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYER = "0x" + "ab" * 20
@@ -170,7 +174,11 @@ async def test_a_replica_settles_or_gives_up_what_another_queued_and_closes_its_
     one = await make_stub_market(stub=stub, config=config, store_dir="one")
     two = await make_stub_market(stub=stub, config=config, store_dir="two")
     other = RedisSettleStore(
-        connect_client(redis_server.url), where="t", spool=tmp_path / "x.json", lease_secs=30
+        connect_client(redis_server.url),
+        where="t",
+        prefix=seller_prefix(BUILDER),  # the replicas' seller: its queue
+        spool=tmp_path / "x.json",
+        lease_secs=30,
     )
     flow = two.endpoint.flow
     book = flow.book

@@ -7,12 +7,18 @@ to its sender), and ``pre_gateway_dispatch`` receives each inbound gateway messa
 dispatches it, on the same asyncio task that then awaits the plugin command; a context variable set
 there names the sender to that command (a CLI command, where no such hook fires, names nobody).
 Where Hermes names nobody, the plugin acts as the gateway's own account, and logs that it does.
+
+A metered tool failed (and is not charged) when Hermes says so: the call raised, or Hermes's tool
+registry caught the tool's exception (it logs it, on ``tools.registry``, and answers the model
+with error JSON). What the tool itself returned is never parsed for an ``"error"``: it may be its
+user's own output.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
 import uuid
 from collections import OrderedDict
@@ -33,6 +39,52 @@ SESSIONS_KEPT = 10_000
 _COMMAND_SENDER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
     "svc_command_sender", default=None
 )
+
+
+#: where Hermes's tool registry logs the exception of a tool it ran (``registry.dispatch``)
+REGISTRY_LOGGER = "tools.registry"
+#: the errors Hermes's registry logged for the metered call running in this context
+_TOOL_ERRORS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "svc_tool_errors", default=None
+)
+
+
+class _RegistryErrors(logging.Filter):
+    """Notes, for the metered call running in this context, each error Hermes's registry
+    logs: its tool raised (the registry turned the exception into the model's answer)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        seen = _TOOL_ERRORS.get()
+        if seen is not None and record.levelno >= logging.ERROR:
+            kind = record.exc_info[0] if record.exc_info else None
+            seen.append(kind.__name__ if kind is not None else "error")
+        return True
+
+
+_REGISTRY_FILTER = _RegistryErrors()
+
+
+def _watch_registry() -> None:
+    registry_log = logging.getLogger(REGISTRY_LOGGER)
+    if _REGISTRY_FILTER not in registry_log.filters:
+        registry_log.addFilter(_REGISTRY_FILTER)
+
+
+def run_watched(next_call: Callable[..., Any], args: Any) -> Any:
+    """``next_call(args)`` (a thread of its own); a :class:`HostToolError` around its result
+    when Hermes's registry caught the tool's exception on the way."""
+    from ..selling.ways_in.metering import HostToolError
+
+    seen: list[str] = []
+    token = _TOOL_ERRORS.set(seen)
+    try:
+        result = next_call(args)
+    finally:
+        _TOOL_ERRORS.reset(token)
+    if seen:
+        log.info("svc: Hermes's registry caught %s from the metered tool; not charged", seen[0])
+        return HostToolError(result)
+    return result
 
 
 def _text(value: Any) -> str | None:
@@ -104,6 +156,7 @@ def make_tool_middleware(
     exception is re-raised as Hermes raised it."""
     config = meter.operator.config
     wait = config.handler_timeout_secs + 3 * config.paid_budget_secs + 5
+    _watch_registry()
 
     def svc_tool_execution(
         tool_name: Any = None,
@@ -117,7 +170,7 @@ def make_tool_middleware(
         name = tool_name if isinstance(tool_name, str) else ""
         if meter.price_of(name) is None:
             return next_call(args)
-        from ..selling.ways_in.metering import ToolFailed, block
+        from ..selling.ways_in.metering import ToolFailed, block, delivered
 
         arguments = dict(args) if isinstance(args, dict) else {}
         ctx = ToolCallContext(
@@ -125,7 +178,7 @@ def make_tool_middleware(
         )
 
         async def run_tool() -> Any:
-            return await asyncio.to_thread(next_call, args)
+            return await asyncio.to_thread(run_watched, next_call, args)
 
         try:
             result = runtime.run_sync(meter.meter(ctx, run_tool), timeout=wait)
@@ -138,6 +191,7 @@ def make_tool_middleware(
             )
         if isinstance(result, ToolFailed):
             raise result.error
+        result = delivered(result)
         return render(result) if isinstance(result, ToolResult) else result
 
     return svc_tool_execution

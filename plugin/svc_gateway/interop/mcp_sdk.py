@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ..config import ConfigError
-from ..redact import install
+from ..redact import get_logger, install
 
 #: JSON-RPC error codes of the payment layer (payments-py ``mcp/utils/errors.py``)
 PAYMENT_REQUIRED_CODE = -32003
@@ -125,10 +125,13 @@ def build_server(name: str, version: str, handlers: Handlers) -> Any:
 
 def redact_sdk_logs() -> None:
     """The SDK logs whole messages at DEBUG, ``_meta["x402/payment"]`` included: its loggers
-    get the plugin's redacting filter (which masks the payment's signature)."""
+    get the plugin's redacting filter (which masks the payment's signature). So does the root
+    logger: mcp 1.x logs messages it cannot validate with ``logging.warning(...)``, a record
+    of the root logger itself, which the filters of the ``mcp`` loggers never see."""
     importlib.import_module("mcp.server.streamable_http_manager")
     importlib.import_module("mcp.client.streamable_http")
     install("mcp")
+    get_logger("")  # the root logger (records logged on it directly)
 
 
 def _server_v1(name: str, version: str, handlers: Handlers) -> Any:

@@ -46,6 +46,12 @@ def classify_settle_error(exc: BaseException) -> Settled | None:
     return None
 
 
+def not_mine(exc: BaseException) -> bool:
+    """A 403 that is not the payer's refusal (``BCK.X402.*``): this key may not settle that
+    plan's requests ("only the owner"). A queued one stays for its owner: it is not lost."""
+    return isinstance(exc, errors.PermissionDenied) and not exc.code.startswith("BCK.X402.")
+
+
 #: told how a queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
 QueuedListener = Callable[[str, str, dict[str, Any] | None], None]
 
@@ -315,6 +321,15 @@ class Settler:
             kind = classify_settle_error(exc)
             if kind is None or kind is Settled.DEFERRED:
                 return None
+            if not_mine(exc):  # another seller's settle: left for its owner, never "lost"
+                log.warning(
+                    "queued settle for agentRequestId %s (plan %s) is not this seller's to "
+                    "settle (%s); left in the queue for the plan's owner",
+                    entry.request_id,
+                    entry.plan_id,
+                    exc.code,
+                )
+                return 0
             return await self._give_up(entry, f"{exc.code}: {exc.message}")
         except Exception:  # a timeout, a closed client: try again later
             return None

@@ -45,6 +45,16 @@ class Worker:
             return PaidOutcome(Outcome.WORK_FAILED, failed, "the credits function failed")
         if amount <= 0:
             return PaidOutcome(Outcome.PAID, answer, "free", result=answer)
+        if amount > call.amount:  # authorize, then capture: never more than was verified
+            log.warning(
+                "the credits function priced %d credits, above the %d verified and claimed for "
+                "agentRequestId %s; settling %d",
+                amount,
+                call.amount,
+                call.request_id,
+                call.amount,
+            )
+            amount = call.amount
         return replace(call, amount=amount)
 
     async def run(self, request: PaidRequest) -> Answer:

@@ -6,6 +6,7 @@ Nothing here imports ``redis`` at load: the package is an optional extra (``pip 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,15 @@ if TYPE_CHECKING:
 log = get_logger("svc_gateway.paid")
 
 
-def open_state(config: PluginConfig, read_balance: BalanceRead, spool: Path) -> RedisState:
+def open_state(
+    config: PluginConfig,
+    read_balance: BalanceRead,
+    spool: Path,
+    owner: Callable[[], str | None] = lambda: None,
+) -> RedisState:
     """The Redis-backed book, settle store and stats for ``config.state_url``; ``spool`` is
-    this replica's local file for settles queued while Redis is unreachable."""
+    this replica's local file for settles queued while Redis is unreachable; ``owner`` names
+    the seller's account, whose namespace every key is in."""
     url = config.state_url
     if not url:
         raise ConfigError("open_state needs stateUrl")
@@ -33,7 +40,7 @@ def open_state(config: PluginConfig, read_balance: BalanceRead, spool: Path) -> 
         raise ConfigError(
             "stateUrl needs the redis package: pip install 'svc-gateway-plugin[redis]'"
         ) from None
-    return RedisState.connect(url, config, read_balance, spool)
+    return RedisState.connect(url, config, read_balance, spool, owner=owner)
 
 
 def shared_state(core: PluginCore) -> RedisState | None:
@@ -46,6 +53,9 @@ def shared_state(core: PluginCore) -> RedisState | None:
     async def read_balance(plan_id: str, payer: str) -> int:
         return (await core.public_client().get_plan_balance(plan_id, payer)).balance
 
-    state = open_state(core.config, read_balance, spool=default_queue_path(core))
+    def owner() -> str | None:  # the plans' owner: the account whose key settles
+        return core.session.address if core.session is not None else None
+
+    state = open_state(core.config, read_balance, spool=default_queue_path(core), owner=owner)
     log.info("paid flow shares its admission book and settle queue at %s", state.where)
     return state

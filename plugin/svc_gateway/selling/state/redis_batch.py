@@ -11,6 +11,7 @@ and its calls sent again; a connection that fails fails every call of the batch 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -20,6 +21,22 @@ from redis.exceptions import NoScriptError, RedisError
 from .shared import StateUnavailable
 
 _Call = tuple[AsyncScript, list[str], list[Any], "asyncio.Future[Any]"]
+
+#: the prefix of every key, or how to name it now (``None``: this seller is not known yet)
+Prefix = str | Callable[[], str | None]
+
+
+class SellerUnknown(Exception):
+    """No seller is logged in yet, so the keys of its namespace cannot be named."""
+
+
+def key_prefix(prefix: Prefix, where: str) -> str:
+    """The key prefix now; :class:`StateUnavailable` while the seller is not known (the shared
+    state then fails closed or keeps things locally, as during an outage)."""
+    value = prefix() if callable(prefix) else prefix
+    if not value:
+        raise StateUnavailable(where, SellerUnknown())
+    return value
 
 
 class ScriptBatch:

@@ -19,6 +19,10 @@ book is short.
 A Redis outage fails admission closed (:class:`~.shared.StateUnavailable`, a 503 before
 the handler); a close (settled, release, refused) that cannot reach Redis is kept here and sent
 once Redis answers again (until then the claim's expiry bounds what it holds); so is a restore.
+
+Every key starts with the seller's prefix (:class:`~.redis_store.RedisState` names it after the
+plans' owner), so sellers sharing one Redis never share a key; it is named when a script is
+sent (a prefix not known yet, nobody logged in, counts as an outage).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from redis.exceptions import RedisError
 
 from ...redact import get_logger
 from .book import BALANCE_TTL_SECS, Admission, BalanceRead, Refusal, read_once
-from .redis_batch import ScriptBatch
+from .redis_batch import Prefix, ScriptBatch, key_prefix
 from .shared import StateUnavailable
 
 log = get_logger("svc_gateway.paid")
@@ -187,7 +191,7 @@ class RedisAdmissionBook:
         read_balance: BalanceRead,
         *,
         where: str,
-        prefix: str = "svc:",
+        prefix: Prefix = "svc:",
         claim_ttl_secs: float,
         owed_ttl_secs: float,
         balance_ttl_secs: float = BALANCE_TTL_SECS,
@@ -209,7 +213,9 @@ class RedisAdmissionBook:
         self._batch = ScriptBatch(client, where)
         self._loading: dict[tuple[str, str], asyncio.Future[_Read]] = {}
         self._recent: dict[tuple[str, str], tuple[float, _Read]] = {}
-        self._backlog: deque[tuple[Any, list[str], list[Any]]] = deque()
+        #: updates kept while Redis is unreachable: (script, plan, payer, args), keys named
+        #: when sent
+        self._backlog: deque[tuple[Any, str, str, list[Any]]] = deque()
         self._flushing = asyncio.Lock()
         self.reads = 0
         self.dropped_updates = 0
@@ -218,7 +224,10 @@ class RedisAdmissionBook:
         return f"RedisAdmissionBook(where={self.where!r}, backlog={len(self._backlog)})"
 
     def keys(self, plan_id: str, payer: str) -> list[str]:
-        base = f"{self.prefix}acct:{{{plan_id}|{payer.lower()}}}"
+        """The account hash, claims set and claims hash of (plan, payer), in this seller's
+        namespace (:class:`StateUnavailable` while it is not known)."""
+        prefix = key_prefix(self.prefix, self.where)
+        base = f"{prefix}acct:{{{plan_id}|{payer.lower()}}}"
         return [base, base + ":claims", base + ":amounts"]
 
     async def known(self, plan_id: str, payer: str) -> tuple[int, int] | None:
@@ -280,7 +289,7 @@ class RedisAdmissionBook:
         key = (plan_id, payer.lower())
         claim = f"owed:{request_id}" if request_id else f"owed:{uuid.uuid4().hex}"
         args = [amount, claim, _ms(self.owed_ttl_secs), self._idle_ms]
-        await self._later(self._restore, self.keys(*key), args, "restore")
+        await self._later(self._restore, *key, args, "restore")
         return Admission(key[0], key[1], amount, claim)
 
     async def settled(self, admission: Admission, redeemed: int, remaining: int | None) -> None:
@@ -308,14 +317,13 @@ class RedisAdmissionBook:
         """Send the updates kept while Redis was unreachable, oldest first (one flusher)."""
         async with self._flushing:
             while self._backlog:
-                script, keys, args = self._backlog[0]
-                await self._batch.call(script, keys, args)
+                script, plan_id, payer, args = self._backlog[0]
+                await self._batch.call(script, self.keys(plan_id, payer), args)
                 self._backlog.popleft()
 
     async def _closing(
         self, admission: Admission, mode: str, redeemed: int, remaining: int | None
     ) -> None:
-        keys = self.keys(admission.plan_id, admission.payer)
         args: list[Any] = [
             mode,
             admission.claim_id,
@@ -323,18 +331,20 @@ class RedisAdmissionBook:
             "" if remaining is None else remaining,
             self._idle_ms,
         ]
-        await self._later(self._close, keys, args, mode)
+        await self._later(self._close, admission.plan_id, admission.payer, args, mode)
 
-    async def _later(self, script: Any, keys: list[str], args: list[Any], what: str) -> None:
-        """Run ``script`` (after what is kept, if anything is); if Redis does not answer,
-        keep it for later."""
+    async def _later(
+        self, script: Any, plan_id: str, payer: str, args: list[Any], what: str
+    ) -> None:
+        """Run ``script`` on (plan, payer)'s keys (after what is kept, if anything is); if
+        Redis does not answer, keep it for later."""
         try:
             if not self._backlog:
-                await self._batch.call(script, keys, args)
+                await self._batch.call(script, self.keys(plan_id, payer), args)
                 return
         except StateUnavailable:
             pass
-        self._backlog.append((script, keys, args))
+        self._backlog.append((script, plan_id, payer, args))
         if len(self._backlog) > self.max_backlog:
             self._backlog.popleft()
             self.dropped_updates += 1

@@ -13,6 +13,11 @@ answers again; removals wait in memory the same way.
 Stats: each replica adds what its :class:`~.stats.PaidStats` counted since the last push to
 one Redis hash (``HINCRBY``, about once a second and at shutdown); :meth:`SharedStats.totals`
 reads the sum over every replica.
+
+Several sellers may share one Redis: every key (book, settle queue, stats) starts with
+``svc:<owner>:``, the address of the account whose key settles (the plans' owner,
+:func:`seller_prefix`). A replica sees and claims only its own seller's entries, so it never
+leases a settle it cannot make; its counters are its seller's alone.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,7 @@ from redis.exceptions import RedisError
 from ...config import PluginConfig
 from ...redact import get_logger
 from .book import BalanceRead
+from .redis_batch import Prefix, key_prefix
 from .redis_book import RedisAdmissionBook
 from .settle_journal import SettleJournal
 from .settle_queue import MAX_AGE_SECS, MAX_ENTRIES, PendingSettle
@@ -96,7 +103,7 @@ class RedisSettleStore:
         client: aioredis.Redis,
         *,
         where: str,
-        prefix: str = "svc:",
+        prefix: Prefix = "svc:",
         spool: Path,
         lease_secs: float,
         max_entries: int = MAX_ENTRIES,
@@ -108,7 +115,7 @@ class RedisSettleStore:
         self._opening = asyncio.Lock()
         self.lease_secs = lease_secs
         self.max_entries = max_entries
-        self._keys = [prefix + "settle:entries", prefix + "settle:order", prefix + "settle:lease"]
+        self.prefix = prefix
         self._add = client.register_script(ADD)
         self._claim = client.register_script(CLAIM)
         self._removals: set[str] = set()
@@ -117,6 +124,12 @@ class RedisSettleStore:
     def __repr__(self) -> str:
         spooled = len(self.spool) if self.spool is not None else 0
         return f"RedisSettleStore(where={self.where!r}, spooled={spooled})"
+
+    def _keys(self) -> list[str]:
+        """Entries hash, order set, lease set, in this seller's namespace (StateUnavailable
+        while it is not known: the local spool keeps what comes meanwhile)."""
+        prefix = key_prefix(self.prefix, self.where)
+        return [prefix + "settle:entries", prefix + "settle:order", prefix + "settle:lease"]
 
     async def add(self, entry: PendingSettle) -> list[str]:
         self._removals.discard(entry.request_id)
@@ -148,7 +161,7 @@ class RedisSettleStore:
             await self._sync()
             raw = await self._run(
                 self._claim(
-                    keys=self._keys, args=[limit, round(self.lease_secs * 1000), CLAIM_SCAN]
+                    keys=self._keys(), args=[limit, round(self.lease_secs * 1000), CLAIM_SCAN]
                 )
             )
         except StateUnavailable:
@@ -158,8 +171,9 @@ class RedisSettleStore:
     async def entries(self) -> list[PendingSettle]:
         try:
             await self._sync()
-            ids = await self._run(self._redis.zrange(self._keys[1], 0, -1))
-            raw = await self._run(self._redis.hmget(self._keys[0], ids)) if ids else []
+            keys = self._keys()
+            ids = await self._run(self._redis.zrange(keys[1], 0, -1))
+            raw = await self._run(self._redis.hmget(keys[0], ids)) if ids else []
         except StateUnavailable:
             return await (await self._local()).entries()
         found = await self._decode([item for item in raw if item is not None])
@@ -170,7 +184,7 @@ class RedisSettleStore:
         unreachable."""
         with contextlib.suppress(StateUnavailable):
             await self._sync()
-            self._last_count = int(await self._run(self._redis.zcard(self._keys[1])))
+            self._last_count = int(await self._run(self._redis.zcard(self._keys()[1])))
         return self._last_count + len(await self._local())
 
     async def aclose(self) -> None:
@@ -190,7 +204,7 @@ class RedisSettleStore:
     async def _push(self, entry: PendingSettle) -> list[str]:
         data = json.dumps(asdict(entry), separators=(",", ":"))
         args: list[str | float] = [entry.request_id, data, entry.queued_at, self.max_entries]
-        evicted = await self._run(self._add(keys=self._keys, args=args))
+        evicted = await self._run(self._add(keys=self._keys(), args=args))
         dropped = [_text(item) for item in evicted]
         for request_id in dropped:
             log.error("dropped the unsettled request %s: the settle queue is full", request_id)
@@ -204,10 +218,11 @@ class RedisSettleStore:
             await spool.remove(entry.request_id)
         if self._removals:
             removals = sorted(self._removals)
+            keys = self._keys()
             pipe = self._redis.pipeline(transaction=True)
-            pipe.hdel(self._keys[0], *removals)
-            pipe.zrem(self._keys[1], *removals)
-            pipe.zrem(self._keys[2], *removals)
+            pipe.hdel(keys[0], *removals)
+            pipe.zrem(keys[1], *removals)
+            pipe.zrem(keys[2], *removals)
             await self._run(pipe.execute())
             self._removals.difference_update(removals)
 
@@ -251,10 +266,10 @@ _COUNTERS = ("settle_queue", "receipts")  # a gauge and a list: not summed over 
 class SharedStats:
     """Every replica's :class:`~.stats.PaidStats` counters, summed in one Redis hash."""
 
-    def __init__(self, client: aioredis.Redis, *, where: str, prefix: str = "svc:") -> None:
+    def __init__(self, client: aioredis.Redis, *, where: str, prefix: Prefix = "svc:") -> None:
         self._redis = client
         self.where = where
-        self.key = prefix + "stats"
+        self.prefix = prefix
         self._pushed: dict[str, int] = {}
         # one push at a time: two pushes computing their deltas from the same baseline (the
         # periodic one and the last one at close) would add the same counts twice
@@ -272,22 +287,33 @@ class SharedStats:
             deltas = {k: v for k, v in deltas.items() if v}
             if not deltas:
                 return
+            key = self.key()
             pipe = self._redis.pipeline(transaction=True)
             for name, delta in deltas.items():
-                pipe.hincrby(self.key, name, delta)
+                pipe.hincrby(key, name, delta)
             try:
                 await pipe.execute()
             except (RedisError, OSError) as exc:
                 raise StateUnavailable(self.where, exc) from None
             self._pushed = now
 
+    def key(self) -> str:
+        """This seller's counters hash (StateUnavailable while the seller is not known)."""
+        return key_prefix(self.prefix, self.where) + "stats"
+
     async def totals(self) -> dict[str, int]:
-        """The counters summed over every replica (as last pushed)."""
+        """The counters summed over every replica of this seller (as last pushed)."""
+        key = self.key()
         try:
-            raw = await self._redis.hgetall(self.key)
+            raw = await self._redis.hgetall(key)
         except (RedisError, OSError) as exc:
             raise StateUnavailable(self.where, exc) from None
         return {_text(k): int(v) for k, v in raw.items()}
+
+
+def seller_prefix(owner: str | None) -> str | None:
+    """The key prefix of the seller whose account is ``owner`` (``None``: not known yet)."""
+    return f"svc:{owner.lower()}:" if owner else None
 
 
 def connect_client(url: str) -> aioredis.Redis:
@@ -330,18 +356,35 @@ class RedisState:
 
     @classmethod
     def connect(
-        cls, url: str, config: PluginConfig, read_balance: BalanceRead, spool: Path
+        cls,
+        url: str,
+        config: PluginConfig,
+        read_balance: BalanceRead,
+        spool: Path,
+        *,
+        owner: Callable[[], str | None],
     ) -> RedisState:
-        """Clients connect lazily, so this makes no call; each replica needs its own spool."""
+        """Clients connect lazily, so this makes no call; each replica needs its own spool.
+        ``owner`` names the seller's account (the plans' owner, whose key settles; ``None``
+        while nobody is logged in): every key lives in its namespace."""
         where = describe_state_url(url)
         client = connect_client(url)
         ttl = claim_ttl_secs(config)
+
+        def prefix() -> str | None:
+            return seller_prefix(owner())
+
         book = RedisAdmissionBook(
-            client, read_balance, where=where, claim_ttl_secs=ttl, owed_ttl_secs=MAX_AGE_SECS
+            client,
+            read_balance,
+            where=where,
+            prefix=prefix,
+            claim_ttl_secs=ttl,
+            owed_ttl_secs=MAX_AGE_SECS,
         )
         lease = 2 * config.paid_budget_secs + 5.0
-        store = RedisSettleStore(client, where=where, spool=spool, lease_secs=lease)
-        return cls(client, book, store, SharedStats(client, where=where))
+        store = RedisSettleStore(client, where=where, prefix=prefix, spool=spool, lease_secs=lease)
+        return cls(client, book, store, SharedStats(client, where=where, prefix=prefix))
 
     def share(self, stats: PaidStats, every: float = STATS_PUSH_SECS) -> None:
         """Push ``stats`` to the shared counters every ``every`` seconds (plugin loop)."""

@@ -6,7 +6,10 @@ matching tool the calling chat user's account mints an x402 token for ``metering
 ``planId``); :meth:`PaidFlow.handle` then admits (the paid endpoint's admission control: N
 parallel calls with credits for M run exactly M), verifies, runs the tool, and settles it with
 the operator's key on the verify's ``agentRequestId``. A tool that fails is not charged; a
-payer who is short gets a block result (price, balance, how to buy) and the tool does not run;
+failure comes only from the host's error channel (the tool raised, an error ``ToolResult``, a
+result the host adapter marks :class:`HostToolError`), never from parsing what the tool returned:
+its output may be the user's own text. A payer who is short gets a block result (price,
+balance, how to buy) and the tool does not run;
 a settle outage is queued like the endpoint's. The svc tools are never metered. A call id seen
 before is answered from its first run: the same call is never run or charged twice.
 """
@@ -19,7 +22,7 @@ import inspect
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,16 +61,26 @@ class ToolFailed(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class HostToolError:
+    """A host adapter's own mark that its tool failed (not charged): ``result`` is what the
+    host answers the model with (Hermes: the error JSON its registry made of the exception)."""
+
+    result: Any
+
+
 def default_failed(result: Any) -> bool:
-    """An error ``ToolResult``, or a JSON object (or its text) with a top-level ``error``."""
+    """The host's error channel only: an error ``ToolResult`` or a :class:`HostToolError`.
+    Never the content: a tool's text or object with an ``"error"`` key may be its user's own
+    output (``run_code`` printing ``{"error": "none"}``), and it is charged like any other."""
     if isinstance(result, ToolResult):
         return result.isError
-    if isinstance(result, str):
-        try:
-            result = json.loads(result)
-        except ValueError:
-            return False
-    return isinstance(result, Mapping) and bool(result.get("error"))
+    return isinstance(result, HostToolError)
+
+
+def delivered(result: Any) -> Any:
+    """What the host hands the model: a :class:`HostToolError`'s own answer, else as is."""
+    return result.result if isinstance(result, HostToolError) else result
 
 
 def block(code: str, message: str, hint: str, **details: Any) -> ToolResult:
@@ -175,12 +188,14 @@ class ToolMeter:
         result = await runtime.run(self.meter(ctx, run_tool))
         if isinstance(result, ToolFailed):
             raise result.error
-        return result
+        return delivered(result)
 
     # -- one call (plugin loop) --------------------------------------------------------------
 
     async def meter(self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]]) -> Any:
-        """The tool's result, the block result, or :class:`ToolFailed` (never raises)."""
+        """The tool's result (a :class:`HostToolError` as ``run_tool`` returned it: the host
+        unwraps it with :func:`delivered`), the block result, or :class:`ToolFailed` (never
+        raises)."""
         key = _call_key(ctx)
         while key and (seen := self._calls.get(key)) is not None:
             log.info("tool call %s was already handled; not run or charged again", ctx.call_id)

@@ -133,10 +133,13 @@ class PaymentMiddleware:
         self._runtime.close()
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = self.routes.match(request.method, request.path)
+        # decided on the route aiohttp's router resolved, never on a parse of request.path
+        route = self.routes.dispatched(request.method, request)
         verb = request.method
-        if route is None and verb == "HEAD":  # a paid GET covers HEAD (RFC 9110 §9.3.2):
-            route, verb = self.routes.match("GET", request.path), "GET"  # sold as that GET
+        if route is None and verb == "HEAD":
+            # aiohttp answers HEAD with the GET's handler: a paid GET covers its HEAD (RFC 9110
+            # §9.3.2), sold as that GET (its envelope and tokens say GET)
+            route, verb = self.routes.dispatched("GET", request), "GET"
         if route is None:
             return await handler(request)
         if not self._started:
@@ -153,7 +156,7 @@ class PaymentMiddleware:
         body_digest = None
         if token:
             body = await request.read()  # aiohttp keeps it: the handler can read it again
-            body_digest = digest(request.method, request.path_qs, body)
+            body_digest = digest(request.method, request.raw_path, body)
         config = route.config
         working = {"on": False}
 
@@ -187,7 +190,7 @@ class PaymentMiddleware:
         """The resource URL of the envelope: the request's own, without its query, on the
         public origin when ``paidEndpointPublicUrl`` names one."""
         if self._origin is not None:
-            return self._origin + request.path
+            return self._origin + request.rel_url.raw_path
         return str(request.url.with_query(None).with_fragment(None))
 
 

@@ -3,6 +3,10 @@
 SPEC.md ("Gating middleware for agent deployments"): a route map key is ``"METHOD /path"``;
 path parameters written ``{param}`` or ``:param`` match one path segment, by position. A
 request that matches no entry passes through ungated.
+
+A request is matched on what aiohttp's router dispatched it to (:func:`dispatched`), never on
+a parse of its own of the request path: ``/docs/q3%2Freport/summary`` is the route
+``/docs/{doc_id}/summary`` with ``doc_id = "q3/report"`` for the router, so it is for the gate.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -24,6 +29,11 @@ RouteCredits = int | Callable[[web.Request], "int | Awaitable[int]"]
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "*"})
 _SCHEMES = ("svc:erc4337", "svc:card-delegation")
 _PARAM = re.compile(r"^(?:\{[A-Za-z_][A-Za-z0-9_]*\}|:[A-Za-z_][A-Za-z0-9_]*)$")
+#: a variable in an aiohttp resource's canonical path (``DynamicResource`` writes ``{name}``)
+_VAR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: what the router dispatched: the resource's path slots (a variable's value is one slot,
+#: whatever it holds) and the same with each value split at its ``/`` (a ``{tail:.*}``)
+Dispatched = tuple[tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,43 @@ def _split(path: str) -> tuple[str, ...]:
     return tuple(part for part in path.split("/") if part)
 
 
+def dispatched(request: web.Request) -> Dispatched | None:
+    """The path aiohttp's router resolved this request to, as path segments: the matched
+    resource's canonical path with each ``{name}`` replaced by the value its handler gets in
+    ``match_info``. ``None`` when the router matched nothing (its 404/405 runs, no handler).
+
+    Two views: a variable's value as one segment, as the router matched it (an encoded
+    ``%2F`` does not split it), and the same with values split at ``/`` (a variable with a
+    regex such as ``{tail:.*}`` spans segments)."""
+    info = request.match_info
+    if getattr(info, "http_exception", None) is not None:
+        return None
+    resource = info.route.resource
+    if resource is None:
+        return None
+    values: Mapping[str, str] = info
+    slots: list[str] = []
+    spread: list[str] = []
+    for segment in _split(resource.canonical):
+        whole = _VAR.fullmatch(segment)
+        if whole is not None:
+            value = values.get(whole[1], "")
+            slots.append(value)
+            spread.extend(_split(value))
+        elif "{" in segment:  # variables inside a segment: "report.{ext}"
+            value = _VAR.sub(lambda m: values.get(m[1], ""), segment)
+            slots.append(value)
+            spread.extend(_split(value))
+        else:
+            slots.append(unquote(segment))
+            spread.append(unquote(segment))
+    if isinstance(resource, web.StaticResource):  # the file path below its prefix
+        tail = _split(values.get("filename", ""))
+        slots.extend(tail)
+        spread.extend(tail)
+    return tuple(slots), tuple(spread)
+
+
 def parse_route(key: str, config: RouteConfig | Mapping[str, Any]) -> Route:
     """``"POST /runs/{run_id}"`` → a :class:`Route`; a clear ConfigError on a bad key."""
     method, _, path = key.strip().partition(" ")
@@ -134,17 +181,31 @@ class RouteMap:
         parsed = [parse_route(key, config) for key, config in routes.items()]
         # more literal segments first: "/runs/wait" wins over "/runs/{id}"
         self.routes = sorted(parsed, key=lambda r: -sum(s is not None for s in r.segments))
-        self._hits: dict[tuple[str, str], Route | None] = {}
+        self._hits: dict[tuple[str, tuple[str, ...]], Route | None] = {}
 
-    def match(self, method: str, path: str) -> Route | None:
-        cached = (method, path)
+    def match(self, method: str, path: str | tuple[str, ...]) -> Route | None:
+        """The entry for ``method`` on ``path`` (a path, or its segments as :func:`dispatched`
+        gives them)."""
+        parts = _split(path) if isinstance(path, str) else path
+        cached = (method, parts)
         if cached in self._hits:
             return self._hits[cached]
-        parts = _split(path)
         found = next((r for r in self.routes if r.matches(method, parts)), None)
         if len(self._hits) >= 4096:  # paths with parameters are unbounded: keep it small
             self._hits.clear()
         self._hits[cached] = found
+        return found
+
+    def dispatched(self, method: str, request: web.Request) -> Route | None:
+        """The entry for ``method`` on the route aiohttp's router dispatched ``request`` to
+        (:func:`dispatched`): its one-slot view first, then its values split at ``/``."""
+        resolved = dispatched(request)
+        if resolved is None:
+            return None
+        slots, spread = resolved
+        found = self.match(method, slots)
+        if found is None and spread != slots:
+            found = self.match(method, spread)
         return found
 
     def __len__(self) -> int:

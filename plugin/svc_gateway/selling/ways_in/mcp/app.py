@@ -31,6 +31,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 MCP_PATH = "/mcp"
 MAX_REGISTER_BYTES = 16 * 1024
+#: the largest JSON-RPC POST body read (the SDK's own limit for one message)
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SCOPES = ["openid", "profile", "credits"]
 WELL_KNOWN = (
     "/.well-known/oauth-protected-resource",
@@ -47,6 +49,60 @@ async def send_json(
     head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": raw})
+
+
+def request_without_id(body: bytes) -> str | None:
+    """Why a JSON-RPC POST body is refused before the SDK sees it: a message without an id
+    (or a null one) whose method is not a notification's. The SDK would take it for a
+    notification, fail to validate it and log it whole (mcp 1.x: at WARNING, on the root
+    logger), a paid ``tools/call``'s ``_meta["x402/payment"]`` included. ``None``: pass it on
+    (a body that is not JSON gets the SDK's own parse error)."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    for item in message if isinstance(message, list) else [message]:
+        if not isinstance(item, dict) or "method" not in item:
+            continue
+        method, ident = item.get("method"), item.get("id")
+        has_id = isinstance(ident, str | int) and not isinstance(ident, bool)
+        if not has_id and not (isinstance(method, str) and method.startswith("notifications/")):
+            shown = method[:60] if isinstance(method, str) else "this method"
+            return f"{shown} is a request: send it with an id (a notification cannot be one)"
+    return None
+
+
+def _rpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, ``None`` when it is over ``limit`` bytes."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message.get("type") != "http.request":
+            break  # the client left: the SDK sees an empty body
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body"):
+            break
+    return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the SDK: the body already read, then the client's own messages."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -126,6 +182,16 @@ class McpAsgiApp:
                 {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'},
             )
             return
+        if str(scope.get("method") or "").upper() == "POST":
+            body = await _read_body(receive, MAX_MESSAGE_BYTES)
+            if body is None:
+                await send_json(send, 413, _rpc_error(-32600, "The message is too large"))
+                return
+            problem = request_without_id(body)
+            if problem is not None:
+                await send_json(send, 400, _rpc_error(-32600, problem))
+                return
+            receive = _replay(body, receive)
         if self.prefix:  # the SDK routes on its own path
             scope = {**scope, "path": MCP_PATH, "root_path": self.prefix}
         await self.manager.handle_request(scope, receive, send)

@@ -116,6 +116,7 @@ async def serve(server: PaidMcpServer, *, host: str, port: int) -> PaidMcp:
     """Serve under uvicorn on the running loop; port 0 picks a free one."""
     import uvicorn
 
+    await server.core.runtime.run(server.check_plans())
     app = build_app(server, host=host)
     config = uvicorn.Config(
         app,
@@ -234,6 +235,8 @@ def mount(app: web.Application, handle: PaidMcp) -> None:
             await stop.wait()
 
     async def on_startup(_app: web.Application) -> None:
+        server = handle.server
+        await server.core.runtime.run(server.check_plans())  # a ConfigError stops the app
         tasks.append(asyncio.get_running_loop().create_task(run_manager()))
 
     async def on_cleanup(_app: web.Application) -> None:

@@ -24,6 +24,7 @@ from ....encoding import b64url_nopad, compact_json
 from ....interop import mcp_sdk as sdk
 from ....redact import get_logger
 from ...flow.flow import PaidFlow
+from ...flow.plans import PlanFacts
 from .paid_call import RECEIPT_META, Outcome, Verdict, charge, run_free
 from .results import (
     call_any,
@@ -78,6 +79,18 @@ class Options:
     def verify_amount(self) -> int:
         """What is verified and claimed before the work: the fixed price, else maxAmount."""
         return self.credits if isinstance(self.credits, int) else self.max_amount
+
+    def over_plan(self, facts: PlanFacts) -> str | None:
+        """Why these options cannot be sold on the plan ``facts`` describe: credits priced
+        from the result with a ``max_amount`` above the plan's ``maxAmount`` (the ceiling
+        verified and advertised would be one no call can be charged)."""
+        plan_max = facts.max_amount
+        if callable(self.credits) and plan_max is not None and self.max_amount > plan_max:
+            return (
+                f"maxAmount {self.max_amount} is above the {plan_max} credits plan "
+                f"{facts.plan_id} charges per request at most"
+            )
+        return None
 
 
 @dataclass
@@ -137,7 +150,34 @@ class PaidMcpServer:
         key = (entry.kind, entry.name)
         if key in self._entries:
             raise ConfigError(f"{entry.kind[:-1]} {entry.name!r} is already registered")
+        plan_id = self.plan_id(entry.options)
+        facts = self.flow.facts_cache.peek(plan_id) if plan_id else None
+        if facts is not None:  # the plan is known (read by check_plans or a call): check now
+            self._refuse_over_plan(entry, facts)
         self._entries[key] = entry
+
+    def _refuse_over_plan(self, entry: Registration, facts: PlanFacts) -> None:
+        problem = entry.options.over_plan(facts)
+        if problem:
+            raise ConfigError(
+                f"{entry.kind[:-1]} {entry.name!r}: {problem}; lower Options.max_amount to at "
+                "most the plan's maxAmount"
+            )
+
+    async def check_plans(self) -> None:
+        """Read the plans sold (plugin loop) and refuse a registration whose ``max_amount`` is
+        above its plan's ``maxAmount`` (ConfigError); later registrations are checked against
+        what was read. A plan that cannot be read now is checked on its calls once read."""
+        plans = {self.plan_id(e.options) for e in self._entries.values()} | {self.plan_id()}
+        for plan_id in sorted(p for p in plans if p):
+            try:
+                facts = await self.flow.facts(plan_id)
+            except Exception as exc:
+                log.warning("could not read plan %s (%s); checked per call", plan_id, exc)
+                continue
+            for entry in self._entries.values():
+                if self.plan_id(entry.options) == plan_id:
+                    self._refuse_over_plan(entry, facts)
 
     def tool(
         self,
@@ -303,6 +343,14 @@ class PaidMcpServer:
         if entry.options.free:
             return await self.core.runtime.run(run_free(self.flow, plan_id, work))
         credits = entry.options.credits
+        facts = self.flow.facts_cache.peek(plan_id)
+        problem = entry.options.over_plan(facts) if facts is not None else None
+        if problem:  # registered before the plan could be read: refused, nothing charged
+            log.error("%s %s is not sold: %s", entry.kind[:-1], entry.name, problem)
+            raise sdk.RpcError(
+                sdk.MISCONFIGURATION_CODE,
+                "This call's price is misconfigured on the server; nothing was charged.",
+            )
 
         async def price() -> int:
             assert callable(credits)
