@@ -94,12 +94,18 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class CommandContext:
-    """Who typed a slash command, and where."""
+    """Who typed a slash command, and where.
+
+    ``is_local_console`` is the host saying the command was typed at the gateway's own console
+    (the operator's terminal), never a chat message. With ``perUserAccounts`` only such a
+    command, or one from a sender listed in ``operatorIds``, acts on the gateway's own account:
+    a command without a sender and without this flag has no account."""
 
     args: str = ""
     sender_id: str | None = None
     channel: str | None = None
     is_authorized_sender: bool = True
+    is_local_console: bool = False
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]

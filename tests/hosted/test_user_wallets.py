@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from svc_gateway.host import CommandContext
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory, make_plan
@@ -153,9 +154,44 @@ async def test_a_user_links_their_own_key_and_the_operator_stays_the_operator(
     assert "operator" in await gateway.run_command("svc_login", "env:SVC_API_KEY", sender="dan")
     assert "/svc_login new" in await gateway.run_command("svc_login", "", sender="dan")
     assert handle.core.session is not None
-    # a command without a sender acts on the gateway's own account, and says so
+    # a command typed at the reference host's console acts on the gateway's own account
     status = await gateway.run_command("svc_login", "status")
-    assert builder["address"].lower() in status.lower() and "without a sender" in status
+    assert builder["address"].lower() in status.lower() and "console" in status
+
+
+async def test_a_command_without_a_sender_never_acts_as_the_operator(
+    make_host: HostFactory,
+    builder: dict[str, str],
+    subscriber: dict[str, str],
+    plan_id: str,
+) -> None:
+    """A host passes a chat command without a sender (a channel post, an anonymous admin):
+    with per-user accounts it has no account; only the console flag or operatorIds act as
+    the operator."""
+    gateway, handle = await make_host(
+        builder["apiKey"], perUserAccounts=True, planId=plan_id, operatorIds=["telegram:1"]
+    )
+    operator = builder["address"].lower()
+
+    async def send(name: str, args: str = "", **who: Any) -> str:
+        ctx = CommandContext(args=args, channel="telegram", **who)
+        return await gateway.commands[name].handler(ctx)
+
+    for sender in ({}, {"sender_id": ""}):
+        assert "no payments account" in await send("svc_login", "status", **sender)
+        assert operator not in (await send("svc_login", "status", **sender)).lower()
+        assert "Only the gateway's operator" in await send("svc_earnings", **sender)
+        assert "no payments account" in await send("svc_spend", **sender)
+        refused = await send("svc_login", subscriber["apiKey"], **sender)
+        assert "no payments account" in refused
+        assert "no payments account" in await send("svc_logout", **sender)
+        assert "no payments account" in await send("svc_login", "new", **sender)
+    # the operator's key was neither replaced nor removed
+    assert handle.core.session is not None and handle.core.session.address.lower() == operator
+    # a caller in operatorIds, and the host's own console, are the operator
+    assert operator in (await send("svc_login", "status", sender_id="1")).lower()
+    assert "earned" in (await send("svc_earnings", sender_id="1")).lower()
+    assert operator in (await send("svc_login", "status", is_local_console=True)).lower()
 
 
 async def test_reference_chat_lines_speak_as_users(

@@ -5,7 +5,8 @@ runs on that user's own :class:`~svc_gateway.chat.core.PluginCore`: their key (l
 ``/svc_login <env>:<KEY>``, or a white-label customer account the operator's organization opens
 for them with ``/svc_login new``), kept in the credential store under their identity. The
 operator's core (config ``svcApiKey`` or the operator's login) is used only for callers listed in
-``operatorIds``, for hosts that name nobody, and to onboard users.
+``operatorIds``, for tools of hosts that name nobody, for commands the host marks as typed at its
+local console, and to onboard users. A command without a sender has no account at all.
 """
 
 from __future__ import annotations
