@@ -41,7 +41,9 @@ def identity_digest(identity: str) -> str:
 
 def customer_email(caller: Caller, domain: str) -> str:
     """The address a chat user is onboarded under: the same user always gets the same one, so
-    onboarding again (a lost key) returns the same account."""
+    onboarding again (a lost key) returns the same account. The readable part is folded; the
+    digest is of the exact identity, so two channels that fold alike (``Slack``/``slack``,
+    ``team.a``/``team_a``) still get two addresses."""
     local = f"{_UNSAFE.sub('-', caller.channel.lower())}.{identity_digest(caller.identity)[:20]}"
     return f"{local.strip('.-') or 'user'}@{domain}"
 
