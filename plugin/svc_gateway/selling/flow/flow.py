@@ -307,7 +307,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
         self, plan_id: str, request: PaidRequest, trace: NullTrace
     ) -> PaidOutcome | PaidCall:
         """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
-        agent_id = request.agent_id or self.agent_id()
+        agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
         try:
             facts = self._override(await self.facts(plan_id), request)
         except OUTAGE_ERRORS as exc:
