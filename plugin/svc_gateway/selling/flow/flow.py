@@ -51,6 +51,7 @@ from ...redact import get_logger
 from ...service import errors
 from ...service.models import PaymentRequirement, VerifyResult
 from ..handlers import (
+    HANDLER_PAYER,
     AgentHandler,
     Answer,
     CreditsFn,
@@ -378,7 +379,11 @@ class PaidFlow(SettleMixin, RefusalMixin):
         the request is cancelled: a client gone, a host that cancels its handlers)."""
         settling = False
         try:
-            answer = await self._run_work(request)
+            held = HANDLER_PAYER.set(call.payer)  # a sync handler's threads: a fair share each
+            try:
+                answer = await self._run_work(request)
+            finally:
+                HANDLER_PAYER.reset(held)
             if not answer.ok:
                 return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
             if request.connected is not None and not request.connected():
