@@ -63,7 +63,7 @@ async def interleaved(
 
 async def _measure(service: str, rounds: int) -> dict[str, Timing]:
     import svc_gateway
-    from svc_gateway.chat.login import CredentialStore
+    from svc_gateway.chat.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
     from svc_gateway.service.client import ServiceClient
 
@@ -118,7 +118,7 @@ import aiohttp  # the host's web stack: already loaded in a gateway, so the base
 t1 = time.perf_counter()
 import svc_gateway
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.chat.login import CredentialStore
+from svc_gateway.chat.credentials import CredentialStore
 gateway = ReferenceGateway({"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"})
 with tempfile.TemporaryDirectory() as tmp:
     handle = svc_gateway.register(gateway, store=CredentialStore(Path(tmp), use_keyring=False))

@@ -206,7 +206,7 @@ def serve_paid(service: str, key: str, plan_id: str, state_url: str | None = Non
     """The plugin's own server (paidEndpointPort 0) on the plugin loop; we only wait. With
     ``state_url`` its admission book, settle queue and stats live in that Redis."""
     import svc_gateway
-    from svc_gateway.chat.login import CredentialStore
+    from svc_gateway.chat.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
 
     gateway = ReferenceGateway(

@@ -123,6 +123,8 @@ def stage(group: Group, fresh: bool) -> Path:
     shutil.rmtree(where / "mutants" / "tests", ignore_errors=True)  # stale copies of old tests
     for name in ("manifest.json", "README.md"):
         shutil.copy2(ROOT / name, where / name)
+    shutil.rmtree(where / "docs", ignore_errors=True)  # the recipe tests read their blocks here
+    shutil.copytree(ROOT / "docs", where / "docs", ignore=ignore)
     (where / "pyproject.toml").write_text(
         staged_pyproject((ROOT / "pyproject.toml").read_text(), group)
     )

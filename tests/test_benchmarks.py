@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from benchmarks.load import parse_wrk
 from benchmarks.report import Figure, Report, Target
 from benchmarks.serve import fake_key, stub_app
-from svc_gateway.config import parse_api_key
+from svc_gateway.api_keys import parse_api_key
 from svc_gateway.service.models import SettleResult, VerifyResult
 
 WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:40000/agent

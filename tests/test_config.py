@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import svc_gateway
-from svc_gateway.config import ConfigError, load_config, parse_api_key
+from svc_gateway.api_keys import parse_api_key
+from svc_gateway.config import ConfigError, load_config
 from svc_gateway.manifest import build_manifest
 from tests.helpers import fake_key
 

@@ -22,16 +22,18 @@ from keyring.backend import KeyringBackend
 from keyring.errors import PasswordDeleteError
 from pydantic import SecretStr
 
-from svc_gateway.chat.login import (
-    CREDENTIALS_FILE,
-    KEYRING_SERVICE,
+from svc_gateway.chat.browser_login import (
     BrowserLogin,
-    CredentialStore,
     LoginCancelled,
     LoginError,
     LoginTimeout,
-    default_config_dir,
     manual_instructions,
+)
+from svc_gateway.chat.credentials import (
+    CREDENTIALS_FILE,
+    KEYRING_SERVICE,
+    CredentialStore,
+    default_config_dir,
     secure_backend,
 )
 from svc_gateway.config import ConfigError

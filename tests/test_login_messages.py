@@ -83,7 +83,7 @@ async def test_a_browser_login_while_logged_in_says_who_first(
 async def test_a_refused_browser_key_logs_no_warning(
     make_host: HostFactory, sandbox: SandboxServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from svc_gateway.chat.login import BrowserLogin
+    from svc_gateway.chat.browser_login import BrowserLogin
     from tests.helpers import fake_key
 
     caplog.set_level(logging.WARNING)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .chat.commands import Commands
     from .chat.context import BalanceContext
     from .chat.core import PluginCore
-    from .chat.login import CredentialStore
+    from .chat.credentials import CredentialStore
     from .config import ConfigError
     from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
     from .runtime import PluginRuntime
@@ -206,6 +206,15 @@ def register(
             runtime.add_closer(meter.aclose)
             api.on(AROUND_TOOL_CALL, meter)
             handle.extras["meter"] = meter
+            listed = getattr(api, "host_tools", None)  # a host that lists its own tools
+            offered: list[str] = [str(name) for name in listed] if isinstance(listed, dict) else []
+            for pattern in meter.unoffered(offered) if isinstance(listed, dict) else ():
+                log.warning(
+                    "meteredTools names %r, but no tool this host offers matches it (the "
+                    "host's tools: %s): it will never be charged",
+                    pattern,
+                    ", ".join(sorted(offered)) or "none",
+                )
         if config.enable_paid_endpoint:
             from .selling import attach_paid_endpoint
 
@@ -214,6 +223,7 @@ def register(
             except ConfigError as error:
                 raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
             handle.extras["paid_endpoint"] = endpoint
+            commands.sales.add("paid endpoint", lambda: endpoint.stats, endpoint.shared_stats)
             core.paid_endpoint_url = endpoint.url
             core.paid_endpoint_bound_url = endpoint.bound_url
             from .chat.seller_notes import startup_notes
@@ -224,7 +234,9 @@ def register(
             from .selling.ways_in.mcp import attach_paid_mcp
 
             flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-            handle.extras["paid_mcp"] = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+            paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+            handle.extras["paid_mcp"] = paid_mcp
+            commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
     except BaseException:
         runtime.close()
         raise

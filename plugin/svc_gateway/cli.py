@@ -77,7 +77,7 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     except ConfigError as exc:
         raise SystemExit(f"svc-gateway: {exc}") from None
     if parsed.environment != "local" and parsed.svc_api_key is None:
-        from .chat.login import CredentialStore
+        from .chat.credentials import CredentialStore
 
         if CredentialStore().load(parsed.environment) is None:
             raise SystemExit(
@@ -112,7 +112,7 @@ def _handler_from_cwd(config: dict[str, Any]) -> str | None:
 
 async def _chat(args: argparse.Namespace) -> int:
     from . import register
-    from .chat.login import CredentialStore
+    from .chat.credentials import CredentialStore
     from .config import ConfigError
     from .hosts.embedded import embedded_session
     from .hosts.reference import ReferenceGateway, repl
@@ -123,6 +123,10 @@ async def _chat(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="svc-chat-") as scratch:
         async with embedded_session(config, enabled) as embedded:
             gateway = ReferenceGateway(embedded.plugin_config, sender_id=args.user)
+            if args.demo_tools:
+                from .hosts.demo_tools import add_demo_tools
+
+                print(f"Demo host tools: {', '.join(add_demo_tools(gateway))}")
             store = None
             if enabled:  # the embedded sandbox's throwaway key never touches the real keyring
                 store = CredentialStore(Path(scratch), use_keyring=False)
@@ -182,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         "--user",
         help="the chat user who sends the lines (hosted gateway, perUserAccounts); a line "
         "'@name ...' is sent by name",
+    )
+    chat.add_argument(
+        "--demo-tools",
+        action="store_true",
+        help="add demo host tools (image_gen, web_search) for meteredTools to meter",
     )
     demo = sub.add_parser("demo", help="sell and buy an agent answer end to end, offline")
     demo.add_argument("-q", "--quiet", action="store_true")

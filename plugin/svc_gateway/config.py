@@ -1,18 +1,17 @@
-"""Plugin configuration and API-key parsing.
+"""Plugin configuration: ``PluginConfig``, loading it, and the service URLs it resolves to.
 
 ``PluginConfig``'s camelCase aliases *are* the manifest's ``configSchema`` (a test checks that
 the two agree). Errors name the field and never echo a value, so a key can't leak through them.
+API keys are parsed in :mod:`.api_keys`, home of :class:`ConfigError` (re-exported here, where
+every caller imports it from).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import re
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import (
@@ -25,7 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from .encoding import is_address, jwt_claims
+from .api_keys import KEY_PREFIXES, ApiKey, parse_api_key
+from .api_keys import ConfigError as ConfigError  # re-exported: config and keys share it
 
 Environment = Literal["sandbox", "live", "local"]
 PaymentType = Literal["crypto", "fiat"]
@@ -34,78 +34,6 @@ ENVIRONMENTS: tuple[str, ...] = ("sandbox", "live", "local")
 DEFAULT_API_VERSION = "1.1"
 DEFAULT_NETWORK = {"sandbox": "eip155:84532", "live": "eip155:8453", "local": "eip155:84532"}
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?$")
-
-
-class ConfigError(ValueError):
-    """The configuration or an API key is not usable; the message says which field and why."""
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """A parsed API key. ``repr`` never shows the key itself."""
-
-    secret: SecretStr
-    environment: str | None
-    address: str
-    expires_at: int | None
-    deployment: str | None = None
-    """``staging`` for ``sandbox-staging:``/``live-staging:`` keys; ``None`` for production."""
-
-    @property
-    def expired(self) -> bool:
-        return self.expires_at is not None and self.expires_at <= int(time.time())
-
-
-KEY_PREFIXES: dict[str, tuple[str, str | None]] = {
-    "sandbox": ("sandbox", None),
-    "live": ("live", None),
-    "local": ("local", None),
-    "sandbox-staging": ("sandbox", "staging"),
-    "live-staging": ("live", "staging"),
-}
-"""Key prefix → (environment, deployment). As in the SDK (``environments.py``), a prefix is
-``<environment>`` or ``<environment>-<deployment>``: a staging key keeps its environment (a
-``live-staging`` key moves real money, never sandbox credits); its host comes from ``baseUrl``."""
-
-
-def parse_api_key(raw: str | SecretStr) -> ApiKey:
-    """Parse ``<env>:<jwt>`` (WIRE.md §1.2). The error never contains the key."""
-    text = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
-    text = (text or "").strip()
-    if ":" not in text:
-        raise ConfigError(
-            "Invalid API key: expected the form <environment>:<token>, "
-            "for example sandbox:eyJ... (copy it again from the dashboard)"
-        )
-    prefix, token = text.split(":", 1)
-    env = prefix.strip().lower()
-    if ":" in token:
-        raise ConfigError(
-            "Invalid API key: it has more than one environment prefix; send it as "
-            "<environment>:<token> exactly as the dashboard shows it"
-        )
-    claims = jwt_claims(token)
-    if claims is None:
-        raise ConfigError(
-            "Invalid API key: the part after the environment prefix is not a valid token "
-            "(copy the whole key again from the dashboard)"
-        )
-    address = claims.get("sub")
-    if not is_address(address):
-        raise ConfigError("Invalid API key: it names no account address (claim 'sub')")
-    exp = claims.get("exp")
-    if exp is not None and not (
-        isinstance(exp, int | float) and not isinstance(exp, bool) and math.isfinite(exp)
-    ):
-        raise ConfigError("Invalid API key: its expiry (claim 'exp') is not a time")
-    environment, deployment = KEY_PREFIXES.get(env, (None, None))
-    return ApiKey(
-        secret=SecretStr(text),
-        environment=environment,
-        address=str(address),
-        expires_at=int(exp) if exp is not None else None,
-        deployment=deployment,
-    )
 
 
 def normalize_version(value: str) -> str | None:
@@ -140,7 +68,10 @@ class PluginConfig(BaseModel):
     )
     environment: Environment = Field(
         default="sandbox",
-        description="sandbox, live, or local (the embedded sandbox; needs baseUrl)",
+        description=(
+            "sandbox, live, or local (the embedded sandbox; needs baseUrl); its service URL is "
+            "baseUrl, else $SVC_SANDBOX_BASE_URL or $SVC_LIVE_BASE_URL"
+        ),
     )
     base_url: str | None = Field(
         default=None,

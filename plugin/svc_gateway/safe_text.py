@@ -118,3 +118,8 @@ def clean_json(
     if size > max_bytes:
         raise TooBig(f"larger than {max_bytes} bytes")
     return cleaned
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 credit``, ``2 credits``, ``0 calls``: a count with its noun agreeing."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"

@@ -1,5 +1,5 @@
-"""The README's "Sell in one gateway, buy from another" runs as written: two chats, two JSON
-configs, one sandbox, on free ports (the README's fixed port 8402 is replaced by a free one)."""
+"""docs/selling.md's "Sell in one gateway, buy from another" runs as written: two chats, two JSON
+configs, one sandbox, on free ports (the page's fixed port 8402 is replaced by a free one)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,13 @@ import pytest
 
 from tests.chat.test_cli import WAIT_SECS, chat_env
 from tests.chat.test_embedded_agent import _json_blocks
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Sell in one gateway, buy from another"
+from tests.docs_recipes import TWO_GATEWAYS
+from tests.docs_recipes import blocks as recipe_blocks
 
 
 def blocks() -> list[tuple[str, str]]:
     """(language, text) of every fenced block in the section, in order."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
+    return recipe_blocks(TWO_GATEWAYS)
 
 
 def free_port() -> int:

@@ -125,7 +125,7 @@ async def test_mint_uses_the_sdks_route_and_body(amount: int, sent: int | str) -
 def test_key_prefixes_the_sdk_knows(
     prefix: str, environment: str | None, deployment: str | None
 ) -> None:
-    from svc_gateway.config import parse_api_key
+    from svc_gateway.api_keys import parse_api_key
 
     key = parse_api_key(fake_key(env=prefix, address=ADDRESS))
     assert (key.environment, key.deployment, key.address) == (environment, deployment, ADDRESS)

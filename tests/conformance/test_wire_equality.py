@@ -289,6 +289,9 @@ def envelope_dict(w: World) -> dict[str, Any]:
 
 
 def our_envelope(w: World) -> PaymentRequirement:
+    """The envelope as our seller builds it: with x402's price terms (``amount``, ``asset``,
+    ``payTo``, ``maxTimeoutSeconds``), which buyers see but verify and settle never carry (the
+    SDK does not send them: the request bodies below must still be the SDK's, byte for byte)."""
     data = envelope_dict(w)
     accept = data["accepts"][0]
     return PaymentRequirement(
@@ -299,6 +302,10 @@ def our_envelope(w: World) -> PaymentRequirement:
                 network=accept["network"],
                 plan_id=accept["planId"],
                 extra=accept["extra"],
+                amount=1,
+                asset=f"{accept['network']}/svc:{accept['planId']}",
+                pay_to="0x" + "1" * 40,
+                max_timeout_seconds=90,
             )
         ],
     )

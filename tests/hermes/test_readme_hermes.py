@@ -1,24 +1,21 @@
-"""The README's Hermes settings are valid plugin configs, and the offline one points at the
-sandbox the README tells the reader to start."""
+"""The Hermes settings in docs/hosts.md are valid plugin configs, and the offline one points at
+the sandbox the page tells the reader to start."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from svc_gateway.config import load_config
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.docs_recipes import HERMES_SETTINGS, blocks, section_of
 
 
 def hermes_blocks() -> tuple[str, list[dict[str, Any]]]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### In Hermes Agent", 1)[1].split("\n### ", 1)[0]
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)]
-    return section, [b["plugins"]["entries"]["svc"]["settings"] for b in blocks]
+    text = section_of(HERMES_SETTINGS.path, HERMES_SETTINGS.heading)
+    loaded = [yaml.safe_load(block) for _, block in blocks(HERMES_SETTINGS)]
+    return text, [b["plugins"]["entries"]["svc"]["settings"] for b in loaded]
 
 
 def test_every_hermes_settings_block_is_a_valid_config() -> None:

@@ -243,11 +243,11 @@ async def test_a_call_id_reused_by_another_user_is_their_own_call(
     assert await balance(builder_client, plan, alice) == GRANTED - 3
     assert await balance(builder_client, plan, bob) == GRANTED - 3
     spend = await gateway.run_command("svc_spend", sender="bob")
-    assert "You paid 3 credits for 1 call(s)" in spend and "tool image_gen" in spend
+    assert "You paid 3 credits for 1 call " in spend and "tool image_gen" in spend
     assert "Only the gateway's operator" in await gateway.run_command("svc_earnings", sender="bob")
     earnings = await gateway.run_command("svc_earnings")
     for payer in (alice, bob):
-        assert f"{payer}: 1 call(s), 3 settled, 0 queued, 0 lost" in earnings.lower()
+        assert f"{payer}: 1 sale, 3 settled, 0 queued, 0 lost" in earnings.lower()
 
 
 async def test_a_delegation_that_can_top_up_pays_for_the_call(
@@ -285,7 +285,7 @@ async def test_spend_and_earnings_agree_with_the_services_balances(
     for name, address in payers.items():
         burned = GRANTED - await balance(builder_client, plan, address)  # the service's figure
         total += burned
-        row = re.search(rf"{address}: (\d+) call\(s\), (\d+) settled, 0 queued, 0 lost", earnings)
+        row = re.search(rf"{address}: (\d+) sales?, (\d+) settled, 0 queued, 0 lost", earnings)
         assert row is not None and int(row.group(2)) == burned, earnings
         spend = await gateway.run_command("svc_spend", sender=name)
         assert f"You paid {burned} credits" in spend

@@ -13,7 +13,8 @@ import pytest
 
 import svc_gateway
 from svc_gateway.config import ConfigError
-from svc_gateway.selling.ways_in.mcp import Options, sdk
+from svc_gateway.interop import mcp_sdk as sdk
+from svc_gateway.selling.ways_in.mcp import Options
 from svc_gateway.selling.ways_in.mcp.results import prompt_result, resource_result, tool_result
 
 from .conftest import McpMarket
@@ -23,8 +24,8 @@ def test_nothing_imports_mcp_until_it_is_used() -> None:
     root = os.path.dirname(os.path.dirname(svc_gateway.__file__))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     code = (
-        "import sys, svc_gateway, svc_gateway.paid_mcp, svc_gateway.tools.query,"
-        " svc_gateway.tools.query_mcp;"
+        "import sys, svc_gateway, svc_gateway.selling.ways_in.mcp, svc_gateway.tools.query,"
+        " svc_gateway.buying.mcp;"
         "print(sorted(m for m in ('mcp', 'uvicorn', 'starlette') if m in sys.modules))"
     )
     done = subprocess.run(

@@ -252,7 +252,8 @@ async def spend_elsewhere(market: McpMarket, token: str, uri: str) -> None:
     """Settle ``token`` behind the server's back (a race the service resolves: the token is
     single use), so the server's own settle after the work is refused."""
     flow = market.server.flow
-    envelope = flow._envelope(await flow.facts(market.plan_id), market.agent_id, uri)
+    facts = await flow.facts(market.plan_id)
+    envelope = flow._envelope(facts, market.agent_id, uri, amount=1)
     settled = await market.server.core.client().settle(envelope, token, 1, None)
     assert settled.success
 

@@ -12,7 +12,7 @@ import httpx
 from aiohttp import web
 
 import svc_gateway
-from svc_gateway.chat.login import CredentialStore
+from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop.mcp_sdk import ClientSession
 from svc_gateway.selling.ways_in.mcp import PaidMcp

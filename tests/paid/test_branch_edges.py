@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
-from svc_gateway.selling.flow import flow as flow_module
+from svc_gateway.selling.flow import admission as flow_module
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache, build_envelope
 from svc_gateway.selling.state.book import Admission, CreditBook
 from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
@@ -128,11 +128,15 @@ async def test_plan_cache_with_a_full_map_of_shared_fetches_fetches_directly() -
 
 def test_envelope_without_an_agent_names_none() -> None:
     facts = PlanFacts.fallback(PLAN_ID, "sandbox")
-    envelope = build_envelope(facts, None, "http://127.0.0.1:1/svc/agent").wire()
+    envelope = build_envelope(
+        facts, None, "http://127.0.0.1:1/svc/agent", amount=1, max_timeout_secs=60
+    ).wire()
     extra = envelope["accepts"][0]["extra"]
     assert extra.get("agentId") is None  # the token may be for any agent of the plan
     assert extra["httpVerb"] == "POST"
-    named = build_envelope(facts, "agent-9", "http://127.0.0.1:1/svc/agent").wire()
+    named = build_envelope(
+        facts, "agent-9", "http://127.0.0.1:1/svc/agent", amount=1, max_timeout_secs=60
+    ).wire()
     assert named["accepts"][0]["extra"]["agentId"] == "agent-9"
 
 
@@ -220,10 +224,10 @@ async def test_the_envelope_memo_is_bounded_and_still_names_each_agent(
     market = await make_stub_market(stub=StubService(balance=10))
     flow = market.endpoint.flow
     facts = PlanFacts.fallback(PLAN_ID, "sandbox")
-    made = [flow._envelope(facts, f"agent-{i}", market.url) for i in range(3)]
+    made = [flow._envelope(facts, f"agent-{i}", market.url, amount=1) for i in range(3)]
     assert len(flow._envelopes) <= 2
     assert [e.accepts[0].extra["agentId"] for e in made] == ["agent-0", "agent-1", "agent-2"]
-    assert flow._envelope(facts, "agent-2", market.url) is made[2]  # kept after the clear
+    assert flow._envelope(facts, "agent-2", market.url, amount=1) is made[2]  # kept
 
 
 async def test_a_sync_credits_function_returning_a_coroutine_is_awaited(

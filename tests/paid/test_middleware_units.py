@@ -95,6 +95,23 @@ def test_bad_routes_say_what_to_write(key: str, config: Any, message: str) -> No
         parse_route(key, config)
 
 
+@pytest.mark.parametrize("build", [build_payment_app, payment_middleware])
+async def test_no_service_url_refuses_to_build_with_the_variable_to_set(
+    build: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 #3: a sandbox key without baseUrl or SVC_SANDBOX_BASE_URL fails at build with
+    one line, instead of an app that starts and answers 500 to every request."""
+    monkeypatch.delenv("SVC_SANDBOX_BASE_URL", raising=False)
+    routes = {"POST /x": RouteConfig(plan_id="p")}
+    with pytest.raises(ConfigError) as refused:
+        build(routes, {"svcApiKey": "sandbox:" + BUILDER_KEY.split(":", 1)[1]})
+    text = str(refused.value)
+    assert "cannot start" in text and "SVC_SANDBOX_BASE_URL" in text and "\n" not in text
+    monkeypatch.setenv("SVC_SANDBOX_BASE_URL", "http://127.0.0.1:9/api/v1")
+    built = build(routes, {"svcApiKey": "sandbox:" + BUILDER_KEY.split(":", 1)[1]})
+    await (built[PAYMENTS] if isinstance(built, web.Application) else built).close()
+
+
 def test_routes_must_be_a_mapping_and_settings_valid_config() -> None:
     with pytest.raises(ConfigError, match="routes must map"):
         RouteMap([("POST /x", RouteConfig(plan_id="p"))])  # type: ignore[arg-type]
@@ -184,7 +201,8 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
     stub = StubService(balance=5)
     await stub.start()
     queue_file = tmp_path / "queue.json"
-    envelope = build_envelope(PlanFacts.fallback(PLAN_ID, "local"), None, "http://x/ask")
+    facts = PlanFacts.fallback(PLAN_ID, "local")
+    envelope = build_envelope(facts, None, "http://x/ask", amount=1, max_timeout_secs=60)
     old = SettleQueue(queue_file)
     old.add(PendingSettle("req-old", PLAN_ID, PAYER, 1, make_token(PAYER), envelope.wire(), now()))
     # an owed settle whose payer was never known: retried all the same, nothing to restore

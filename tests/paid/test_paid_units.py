@@ -19,7 +19,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
-from svc_gateway.chat.login import CredentialStore
+from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache
@@ -252,7 +252,16 @@ CARD_PLAN = {
 
 def test_plan_facts_carry_the_card_provider_bounds_and_names() -> None:
     facts = PlanFacts.from_plan(Plan.model_validate(CARD_PLAN), "live")
-    assert facts == PlanFacts("card-1", SCHEME_CARD, "adyen", 2, 5, "Pro", "answers for a fee")
+    assert facts == PlanFacts(
+        "card-1",
+        SCHEME_CARD,
+        "adyen",
+        2,
+        5,
+        "Pro",
+        "answers for a fee",
+        credits_chain="eip155:8453",
+    )
 
 
 class Fetches:

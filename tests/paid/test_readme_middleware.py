@@ -1,11 +1,10 @@
-"""The README's middleware example works as written: its Python block runs verbatim in its own
-interpreter against the local sandbox, sells its two routes and leaves the free one free."""
+"""docs/selling.md's middleware example works as written: its Python block runs verbatim in its
+own interpreter against the local sandbox, sells its two routes and leaves the free one free."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
 import sys
 from pathlib import Path
@@ -13,18 +12,14 @@ from pathlib import Path
 import httpx
 
 from svc_gateway.encoding import decode_b64_json
+from tests.docs_recipes import MIDDLEWARE_APP, blocks
 
 from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
 
 def example() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Sell routes of your own aiohttp app", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert len(blocks) == 1, "the README section must have exactly one Python block"
-    return blocks[0]
+    ((_, text),) = blocks(MIDDLEWARE_APP)
+    return text
 
 
 def free_port() -> int:
@@ -33,7 +28,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_the_readme_app_sells_two_routes_and_leaves_health_free(
+async def test_the_docs_app_sells_two_routes_and_leaves_health_free(
     make_seller: SellerFactory, tmp_path: Path
 ) -> None:
     seller: Seller = await make_seller()
@@ -64,7 +59,7 @@ async def test_the_readme_app_sells_two_routes_and_leaves_health_free(
                     health = await http.get("/health")
                     break
                 except httpx.TransportError:
-                    assert proc.returncode is None, "the README app exited"
+                    assert proc.returncode is None, "the docs' app exited"
                     await asyncio.sleep(0.05)
             assert health.status_code == 200 and health.json() == {"ok": True}
             unpaid = await http.post("/runs/wait", json={"question": "why"})

@@ -14,7 +14,6 @@ import pytest
 import redis.asyncio as aioredis
 
 from svc_gateway.config import load_config
-from svc_gateway.selling.flow.flow import PaidStats
 from svc_gateway.selling.state.redis_store import (
     RedisSettleStore,
     RedisState,
@@ -24,6 +23,7 @@ from svc_gateway.selling.state.redis_store import (
 from svc_gateway.selling.state.settle_journal import SettleJournal, SettleQueueLocked
 from svc_gateway.selling.state.settle_queue import PendingSettle
 from svc_gateway.selling.state.shared import StateUnavailable
+from svc_gateway.selling.state.stats import PaidStats
 
 from .redis_server import RedisServer
 

@@ -14,14 +14,10 @@ import httpx
 import pytest
 
 from svc_gateway.config import ConfigError, load_config
+from svc_gateway.selling.state.open import open_state
 from svc_gateway.selling.state.redis_book import RedisAdmissionBook
 from svc_gateway.selling.state.redis_store import RedisSettleStore, connect_client
-from svc_gateway.selling.state.shared import (
-    StateUnavailable,
-    claim_ttl_secs,
-    describe_state_url,
-    open_state,
-)
+from svc_gateway.selling.state.shared import StateUnavailable, claim_ttl_secs, describe_state_url
 
 from .conftest import StubMarketFactory
 from .redis_server import RedisServer
@@ -88,7 +84,7 @@ def test_a_seller_without_state_url_imports_nothing_of_redis(tmp_path: Path) -> 
         from pathlib import Path
         import svc_gateway
         from svc_gateway.hosts.reference import ReferenceGateway
-        from svc_gateway.chat.login import CredentialStore
+        from svc_gateway.chat.credentials import CredentialStore
 
         gateway = ReferenceGateway({{
             "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1",

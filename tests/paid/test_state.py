@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from svc_gateway.selling.flow.flow import verified_balance
+from svc_gateway.selling.flow.admission import verified_balance
 from svc_gateway.selling.state.book import Admission, CreditBook, Refusal
 from svc_gateway.selling.state.protocols import AdmissionBook
 from svc_gateway.service.models import VerifyResult

@@ -1,5 +1,5 @@
-"""The README's "Sandbox with curl" walk-through works as written: its bash block is run with
-curl against a sandbox on 127.0.0.1 (skipped when curl or bash is not installed)."""
+"""The docs' "Sandbox with curl" walk-through (docs/sandbox.md) works as written: its bash block is
+run with curl against a sandbox on 127.0.0.1 (skipped when curl or bash is not installed)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,15 @@ from pathlib import Path
 import pytest
 
 from svc_gateway.sandbox import SandboxServer
+from tests.docs_recipes import CURL_WALKTHROUGH, blocks
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 RUN_TIMEOUT_SECS = 60
 
 
 def walkthrough() -> str:
-    """The bash block of the README's "Sandbox with curl" section that sets ``BASE``."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Sandbox with curl", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
-    steps = [b for b in blocks if "BASE=" in b]
-    assert len(steps) == 1, "the README section must have exactly one walk-through block"
+    """The bash block of the "Sandbox with curl" section that sets ``BASE``."""
+    steps = [text for _, text in blocks(CURL_WALKTHROUGH) if "BASE=" in text]
+    assert len(steps) == 1, "the section must have exactly one walk-through block"
     return steps[0]
 
 
@@ -35,7 +32,7 @@ def test_walkthrough_reads_its_base_url_from_the_environment() -> None:
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-async def test_readme_curl_walkthrough_sells_one_credit(server: SandboxServer) -> None:
+async def test_the_curl_walkthrough_sells_one_credit(server: SandboxServer) -> None:
     env = dict(os.environ)
     env["BASE"] = server.base_url
     # the block reads JSON with python3: make it this interpreter

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from svc_gateway.config import parse_api_key
+from svc_gateway.api_keys import parse_api_key
 from svc_gateway.encoding import jwt_claims
 from svc_gateway.sandbox import start_sandbox
 from svc_gateway.sandbox.context import STORE

@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from svc_gateway.buying import addresses as query_address
 from svc_gateway.host import ToolResult
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
-from svc_gateway.tools import TOOL_NAMES, TOOLS, query_address
+from svc_gateway.tools import TOOL_NAMES, TOOLS
 from tests.conftest import HostFactory, make_plan
 
 CREDITS = 100

@@ -12,8 +12,8 @@ import pytest
 
 from svc_gateway.buying import addresses as qd
 from svc_gateway.chat.core import PluginCore
+from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
-from svc_gateway.tools.base import ToolFailure
 
 URL = "https://agent.example.com/agent"
 

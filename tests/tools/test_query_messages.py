@@ -13,13 +13,16 @@ import pytest
 
 from svc_gateway.buying import addresses as qd
 from svc_gateway.buying import answers as qa
+from svc_gateway.buying import charges as qo
+from svc_gateway.buying import http as qh
 from svc_gateway.buying import purchase as qp
+from svc_gateway.buying import tokens as qt
 from svc_gateway.chat.core import PluginCore
+from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.interop.agent_card import FoundCard
 from svc_gateway.service.errors import ServiceError
 from svc_gateway.tools import query as q
-from svc_gateway.tools.base import ToolFailure
 from tests.tools.test_query_parts import PAYER, b64, core_with, purchase, reply
 
 
@@ -247,7 +250,7 @@ async def test_an_announced_oversized_answer_says_the_limit_and_what_to_do() -> 
 
     big = FoundCard({"maxAnswerBytes": qa.MAX_ANSWER_BYTES + 1}, "c")
     async with httpx.AsyncClient(transport=httpx.MockTransport(unused)) as http:
-        failure = await async_refusal(q.check_answer_size, http, "https://a.example/x", big)
+        failure = await async_refusal(qh.check_answer_size, http, "https://a.example/x", big)
     assert failure.message == (
         f"The agent says its answer is {qa.MAX_ANSWER_BYTES + 1} bytes, more than the 1024 KiB "
         "svc_queryAgent reads; nothing was paid"
@@ -263,7 +266,7 @@ async def test_the_prompt_goes_with_the_token_and_a_long_answer_is_marked_cut() 
         return httpx.Response(200, content=b"z" * (qa.MAX_ANSWER_BYTES + 10))
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as http:
-        answer = await q.post_prompt(http, "https://a.example/x", "hi", "tok")
+        answer = await qh.post_prompt(http, "https://a.example/x", "hi", "tok")
     assert answer.truncated is True and len(answer.body) <= qa.MAX_ANSWER_BYTES
     assert seen[0].method == "POST"
     assert seen[0].headers["payment-signature"] == "tok"
@@ -288,7 +291,7 @@ async def test_the_token_asked_for_is_bound_to_the_url_and_verb_with_the_configu
     stub.access_token = partial(PluginCore.access_token, stub)  # the real one, over the minter
     core = cast(PluginCore, stub)
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
-    assert await q._mint(core, params, purchase()) == "tok"
+    assert await qt.mint(core, params, purchase()) == "tok"
     (call,) = minter.calls
     assert call["plan_id"] == "p1" and call["agent_id"] == "a1"
     assert call["resource_url"] == "https://a.example/x" and call["http_verb"] == "POST"
@@ -299,7 +302,7 @@ async def test_a_failed_balance_read_says_so_word_for_word() -> None:
     from tests.tools.test_query_parts import stub_core
 
     result: dict[str, Any] = {"receipt": None}
-    await q._balance_after(stub_core(ServiceError("down", status=503)), "p1", result)
+    await qo.balance_after(stub_core(ServiceError("down", status=503)), "p1", result)
     assert result["warnings"] == ["Could not read your balance from the service after the call."]
 
 
@@ -308,7 +311,7 @@ async def test_a_refused_mint_says_which_url_and_what_to_use() -> None:
 
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
     refused = ServiceError("no", status=400, code="BCK.PROTOCOL.0031")
-    failure = await async_refusal(q._mint, stub_core(refused), params, purchase())
+    failure = await async_refusal(qt.mint, stub_core(refused), params, purchase())
     assert failure.message == (
         "The service refused a token for https://a.example/x: it is not a registered endpoint "
         "of agent a1; nothing was paid"

@@ -11,10 +11,9 @@ import pytest
 
 from svc_gateway.buying import charges as qo
 from svc_gateway.chat.core import PluginCore
+from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.service.errors import ServiceError
 from svc_gateway.tools import TOOLS
-from svc_gateway.tools import query as q
-from svc_gateway.tools.base import ToolFailure
 
 FAILURE = ToolFailure("agent_error", "The agent answered HTTP 502", "Retry later.")
 
@@ -120,7 +119,7 @@ async def test_a_balance_that_rose_during_a_paid_answer_is_a_top_up_said_out_lou
     client = _After(after)
     core = cast(PluginCore, SimpleNamespace(client=lambda: client))
     result: dict[str, Any] = {}
-    await q._balance_after(core, "p1", result, before)
+    await qo.balance_after(core, "p1", result, before)
     assert result["balanceAfter"] == str(after)
     top_up = [w for w in result["warnings"] if "automatic top-up" in w]
     assert bool(top_up) == warned

@@ -15,13 +15,16 @@ import pytest
 
 from svc_gateway.buying import addresses as qd
 from svc_gateway.buying import answers as qa
+from svc_gateway.buying import charges as qo
+from svc_gateway.buying import http as qh
 from svc_gateway.buying import purchase as qp
+from svc_gateway.buying import tokens as qt
 from svc_gateway.chat.core import PluginCore
+from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.interop.agent_card import FoundCard
 from svc_gateway.service.errors import ServiceError
 from svc_gateway.tools import query as q
-from svc_gateway.tools.base import ToolFailure
 
 PAYER = "0x" + "cd" * 20
 
@@ -247,7 +250,7 @@ def stub_core(error: ServiceError) -> PluginCore:
 
 async def test_a_failed_balance_read_after_the_call_is_a_warning() -> None:
     result: dict[str, Any] = {"receipt": None}
-    await q._balance_after(stub_core(ServiceError("down", status=503)), "p1", result)
+    await qo.balance_after(stub_core(ServiceError("down", status=503)), "p1", result)
     assert result["balanceAfter"] is None
     assert "Could not read your balance" in result["warnings"][0]
 
@@ -256,11 +259,11 @@ async def test_a_mint_refused_for_the_url_says_so() -> None:
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
     refused = ServiceError("no", status=400, code="BCK.PROTOCOL.0031")
     with pytest.raises(ToolFailure) as failure:
-        await q._mint(stub_core(refused), params, purchase())
+        await qt.mint(stub_core(refused), params, purchase())
     assert failure.value.code == "agent_url_not_registered"
     other = ServiceError("budget", status=403, code="BCK.X402.0023")
     with pytest.raises(ServiceError):
-        await q._mint(stub_core(other), params, purchase())
+        await qt.mint(stub_core(other), params, purchase())
 
 
 def test_token_version_from_the_nonce() -> None:
@@ -268,11 +271,11 @@ def test_token_version_from_the_nonce() -> None:
         doc = {"payload": {"authorization": authorization}}
         return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
 
-    assert q._token_version(token({"nonce": "abc"})) == 3
-    assert q._token_version(token({"nonce": " "})) == 2
-    assert q._token_version(token({"nonce": 5})) == 2
-    assert q._token_version(token({})) == 2
-    assert q._token_version("garbage") == 2
+    assert qt.token_version(token({"nonce": "abc"})) == 3
+    assert qt.token_version(token({"nonce": " "})) == 2
+    assert qt.token_version(token({"nonce": 5})) == 2
+    assert qt.token_version(token({})) == 2
+    assert qt.token_version("garbage") == 2
 
 
 async def test_a_failing_head_says_nothing_and_a_card_size_within_the_limit_passes() -> None:
@@ -280,16 +283,16 @@ async def test_a_failing_head_says_nothing_and_a_card_size_within_the_limit_pass
         raise httpx.ConnectError("refused", request=request)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        await q.check_answer_size(http, "https://a.example/x", None)
+        await qh.check_answer_size(http, "https://a.example/x", None)
         card = FoundCard({"maxAnswerBytes": 1000}, "https://a.example/x/.well-known/agent.json")
-        await q.check_answer_size(http, "https://a.example/x", card)
+        await qh.check_answer_size(http, "https://a.example/x", card)
 
     def big(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-length": str(qa.MAX_ANSWER_BYTES * 2)})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(big)) as http:
         with pytest.raises(ToolFailure, match="nothing was paid"):
-            await q.check_answer_size(http, "https://a.example/x", None)
+            await qh.check_answer_size(http, "https://a.example/x", None)
 
 
 async def test_allow_list_details(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -392,12 +395,12 @@ async def test_head_answers_that_fail_say_nothing_and_the_card_alone_refuses() -
         return httpx.Response(404, headers={"content-length": str(qa.MAX_ANSWER_BYTES * 9)})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(not_found)) as http:
-        await q.check_answer_size(http, "https://a.example/x", None)
+        await qh.check_answer_size(http, "https://a.example/x", None)
         exact = FoundCard({"maxAnswerBytes": qa.MAX_ANSWER_BYTES}, "c")
-        await q.check_answer_size(http, "https://a.example/x", exact)
+        await qh.check_answer_size(http, "https://a.example/x", exact)
         with pytest.raises(ToolFailure):
             big = FoundCard({"maxAnswerBytes": qa.MAX_ANSWER_BYTES + 1}, "c")
-            await q.check_answer_size(http, "https://a.example/x", big)
+            await qh.check_answer_size(http, "https://a.example/x", big)
 
 
 async def test_a_timeout_error_that_is_not_the_deadline_is_not_reported_as_one(
@@ -409,7 +412,7 @@ async def test_a_timeout_error_that_is_not_the_deadline_is_not_reported_as_one(
     async def broken(core: PluginCore, url: str) -> None:
         raise TimeoutError("from a part")
 
-    monkeypatch.setattr(q, "check_agent_address", broken)
+    monkeypatch.setattr(qh, "check_agent_address", broken)
     core = cast(PluginCore, SimpleNamespace(config=PluginConfig(), client=lambda: None))
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
     with pytest.raises(TimeoutError, match="from a part"):

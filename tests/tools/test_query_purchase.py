@@ -10,11 +10,11 @@ import pytest
 
 from svc_gateway.buying import purchase as qp
 from svc_gateway.chat.core import PluginCore
+from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.interop.agent_card import FoundCard
 from svc_gateway.service.errors import NotFound, ServiceError
 from svc_gateway.tools import query as q
-from svc_gateway.tools.base import ToolFailure
 
 URL = "https://a.example/x"
 

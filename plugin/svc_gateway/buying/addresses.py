@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..tools.base import ToolFailure
+from ..chat.failure import ToolFailure
 
 if TYPE_CHECKING:
     from ..chat.core import PluginCore

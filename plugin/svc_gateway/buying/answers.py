@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chat.failure import ToolFailure
 from ..encoding import decode_b64_json, is_address
 from ..interop.agent_card import ID_LIMIT
 from ..safe_text import one_line, quoted
 from ..service.models import SCHEME_CARD
-from ..tools.base import ToolFailure
 
 #: the largest agent answer read; past it the read stops and the answer is returned cut short
 MAX_ANSWER_BYTES = 1024 * 1024

@@ -1,17 +1,20 @@
-"""What a query that ended without an answer cost: the deadline's message, the balance read back."""
+"""What a query cost: the one deadline and its message, the balance read before and after."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
 from ..service.errors import ServiceError
-from ..tools.base import ToolFailure
 
 #: how long the balance read back after a failed paid request may take, past the deadline
 READBACK_SECS = 5.0
+#: httpx's own timeouts sit this far past the query's deadline, which always ends first
+HTTPX_SLACK_SECS = 5.0
 
 
 @dataclass
@@ -119,3 +122,29 @@ async def with_charge(
             "up to its spending limit (defaultSpendingLimitCents)."
         )
     return ToolFailure(failure.code, message, hint)
+
+
+async def balance_after(
+    core: PluginCore, plan_id: str, result: dict[str, Any], before: int | None = None
+) -> None:
+    """The service's balance after the call: the number that counts, whatever a receipt says
+    (and a rise over ``before``, read just before paying, is a top-up said out loud)."""
+    warnings: list[str] = result.setdefault("warnings", [])
+    balance = await read_balance(core, plan_id)  # bounded: the answer is not held back long
+    if balance is None:
+        result["balanceAfter"] = None
+        warnings.append("Could not read your balance from the service after the call.")
+        return
+    result["balanceAfter"] = str(balance)
+    if before is not None and balance > before:
+        warnings.append(
+            f"Your balance went from {before} to {balance} credits during this request: the "
+            "token's delegation bought the plan (automatic top-up), charged to the "
+            "delegation within its spending limit (defaultSpendingLimitCents)."
+        )
+    receipt = result.get("receipt") or {}
+    claimed = receipt.get("remainingBalance")
+    if claimed is not None and claimed != str(balance):
+        warnings.append(
+            f"The agent's receipt says {claimed} credits remain; the service says {balance}."
+        )

@@ -1,6 +1,6 @@
 """svc_queryAgent for an MCP agent: call one paid tool with the payment in ``_meta``.
 
-The same safety rules as for HTTP agents (:mod:`.query`), in the same order, nothing minted
+The same safety rules as for HTTP agents (:mod:`.http`), in the same order, nothing minted
 before every check has passed:
 
 1. the URL: HTTPS, or plain HTTP on this machine; 2. its address: loopback, public or
@@ -17,7 +17,7 @@ checked like an HTTP receipt and the service's own balance is read back. ``listT
 the tools and their prices without paying (its token is bound to ``…/tools/*`` and never
 settled). One deadline (``requestTimeoutSecs``) bounds the whole query; once the token has gone
 out (as the session's bearer), a query that ends without content says what the service shows
-was charged (:mod:`.query_outcome`). Text from the agent reaches the model through
+was charged (:mod:`.charges`). Text from the agent reaches the model through
 :mod:`..safe_text`. No HTTP response of the session is read past :data:`MAX_ANSWER_BYTES` (as
 for HTTP agents): a tool's answer over it comes back cut short, with a warning that the request
 was charged; a structured answer is returned whole only within that size.
@@ -28,23 +28,22 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
+from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
 from ..interop.agent_card import TooLarge, read_limited
 from ..redact import get_logger
 from ..safe_text import TooBig, clean_json, one_line, quoted
-from ..tools.base import ToolFailure, plan_payment_type
-from ..tools.query import _HTTPX_SLACK_SECS, _balance_after, _token_version
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, check_receipt
-from .charges import Step, read_balance, timed_out, with_charge
-from .purchase import _agent_document, agent_plan_ids, registered_endpoints
-
-if TYPE_CHECKING:
-    from ..tools.query import QueryAgentParams
+from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
+from .purchase import agent_document, agent_plan_ids, registered_endpoints
+from .request import AgentQuery
+from .tokens import token_version
 
 log = get_logger("svc_gateway.tools.query")
 
@@ -120,7 +119,7 @@ def _choose_server(names: set[str], info: dict[str, Any], agent_id: str) -> str:
     )
 
 
-def _arguments(p: QueryAgentParams, tool: dict[str, Any]) -> dict[str, Any]:
+def _arguments(p: AgentQuery, tool: dict[str, Any]) -> dict[str, Any]:
     """``arguments``, else ``prompt`` as the tool's one string argument."""
     if p.arguments is not None:
         return dict(p.arguments)
@@ -213,7 +212,7 @@ class _McpStep(Step):
     answered: bool = False
 
 
-async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
+async def query_mcp_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
     """svc_queryAgent when ``agentUrl`` is an MCP endpoint (or ``tool`` is given)."""
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
@@ -243,7 +242,7 @@ async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, An
     finally:
         step.done(core)
     answer["tokenVersion"] = version
-    await _balance_after(core, step.plan_id, answer, step.balance_before)
+    await balance_after(core, step.plan_id, answer, step.balance_before)
     core.paid_for(f"agent {base.get('agentId')}", step.plan_id, answer.get("receipt"))
     if not answer["warnings"]:
         del answer["warnings"]
@@ -252,7 +251,7 @@ async def query_mcp_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, An
 
 
 async def _query(
-    core: PluginCore, p: QueryAgentParams, step: _McpStep, deadline: float
+    core: PluginCore, p: AgentQuery, step: _McpStep, deadline: float
 ) -> tuple[dict[str, Any], dict[str, Any] | _CutShort | None, int]:
     """Every check, the token, the session and the call: the base of the result, the tool's
     result (``None`` for a listing) and the token's version; each step marked in ``step``."""
@@ -270,7 +269,7 @@ async def _query(
             f"Cannot tell which agent answers at {p.agent_url}; nothing was paid",
             "Pass agentId (the id the agent registered with the service).",
         )
-    document = await _agent_document(core, agent_id)
+    document = await agent_document(core, agent_id)
     server = _choose_server(mcp_server_names(document), info, agent_id)
     tool = p.tool_name or "*"
     uri = f"mcp://{server}/tools/{tool}"
@@ -311,12 +310,12 @@ async def _query(
         async with ClientSession(
             p.agent_url,
             token,
-            timeout=deadline + _HTTPX_SLACK_SECS,
+            timeout=deadline + HTTPX_SLACK_SECS,
             max_response_bytes=MAX_ANSWER_BYTES,
         ) as session:
             tools = await session.list_tools()
             if p.list_tools or p.tool_name is None:
-                return {**base, "tools": _listing(tools)}, None, _token_version(token)
+                return {**base, "tools": _listing(tools)}, None, token_version(token)
             found = next((t for t in tools if t.get("name") == p.tool_name), None)
             if found is None:
                 raise ToolFailure(
@@ -355,7 +354,7 @@ async def _query(
             f"Could not talk MCP to {p.agent_url}: {type(exc).__name__}",
             "Check agentUrl (an MCP endpoint ends in /mcp) and that the agent is running.",
         ) from None
-    return {**base, "tool": p.tool_name}, result, _token_version(token)
+    return {**base, "tool": p.tool_name}, result, token_version(token)
 
 
 async def _interpret(

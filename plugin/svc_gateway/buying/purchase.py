@@ -3,20 +3,19 @@ which plan pays (the card is read, never trusted on its own)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
+from ..chat.plans import plan_payment_type
 from ..interop.agent_card import ID_LIMIT, CardRejected, FoundCard, check_card
 from ..safe_text import one_line
 from ..service.errors import NotFound
 from ..service.models import SCHEME_CARD, SCHEME_CRYPTO
-from ..tools.base import ToolFailure, plan_payment_type
 from .addresses import DEFAULT_PORTS
 from .answers import Purchase
-
-if TYPE_CHECKING:
-    from ..tools.query import QueryAgentParams
+from .request import AgentQuery
 
 HTTP_VERB = "POST"
 
@@ -90,7 +89,9 @@ def is_registered(url: str, endpoints: list[tuple[str, str]], agent_id: str) -> 
     return False
 
 
-async def _agent_document(core: PluginCore, agent_id: str) -> dict[str, Any]:
+async def agent_document(core: PluginCore, agent_id: str) -> dict[str, Any]:
+    """The service's record of the agent (its registered endpoints and plans); an agent it
+    does not know is refused before anything is paid."""
     try:
         return await core.public_client().get_agent_document(agent_id)
     except NotFound:
@@ -125,9 +126,7 @@ def _choose_plan(
     )
 
 
-async def decide_purchase(
-    core: PluginCore, p: QueryAgentParams, found: FoundCard | None
-) -> Purchase:
+async def decide_purchase(core: PluginCore, p: AgentQuery, found: FoundCard | None) -> Purchase:
     """Steps 3-5 of the module docstring: refuse (``ToolFailure``) or say what to buy with."""
     card = found.card if found is not None else {}
     named = card.get("agentId") if isinstance(card.get("agentId"), str) else None
@@ -142,7 +141,7 @@ async def decide_purchase(
     if not agent_id:
         raise unknown
     try:
-        document = await _agent_document(core, agent_id)
+        document = await agent_document(core, agent_id)
     except ToolFailure:
         if guessed:
             raise unknown from None

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from ..host import Caller, CommandContext, CommandSpec
 from ..redact import get_logger
+from .browser_login import BrowserLogin, LoginError, manual_instructions
 from .core import PluginCore
-from .login import BrowserLogin, LoginError, manual_instructions
-from .receipts import ReceiptBook, earnings_text, spend_text
+from .earnings import Sales, earnings_text
+from .receipts import ReceiptBook, spend_text
 
 if TYPE_CHECKING:
     from .accounts import UserAccounts
@@ -77,6 +78,8 @@ class Commands:
         self.accounts = accounts
         #: receipts of the metered tool calls (``/svc_spend``, ``/svc_earnings``)
         self.receipts = ReceiptBook()
+        #: the ways in that sell besides metered tools (paid endpoint, MCP, routes)
+        self.sales = Sales()
         self.open_browser = open_browser
         #: A file where the host keeps typed lines (the Hermes CLI's history), if it has one.
         self.input_history = input_history
@@ -324,11 +327,12 @@ class Commands:
         session = self.core.session
         return spend_text(self.receipts.of(None, session.address if session else None))
 
-    def earnings(self, ctx: CommandContext) -> str:
-        """``/svc_earnings``: the operator's view, refused to every other chat user."""
+    async def earnings(self, ctx: CommandContext) -> str:
+        """``/svc_earnings``: what this gateway sold (never what it bought); the operator's
+        view, refused to every other chat user (and to a command without a sender)."""
         if not ctx.is_authorized_sender or self.unidentified(ctx) or self.chat_user(ctx):
             return "Only the gateway's operator can see its earnings."
-        return earnings_text(self.receipts.all())
+        return await earnings_text(self.sales, self.receipts.sales())
 
     def specs(self) -> list[CommandSpec]:
         runtime = self.core.runtime
@@ -337,7 +341,7 @@ class Commands:
             return self.spend(ctx)
 
         async def earnings(ctx: CommandContext) -> str:
-            return self.earnings(ctx)
+            return await self.earnings(ctx)
 
         async def login(ctx: CommandContext) -> str:
             return await runtime.run(self.login(ctx))

@@ -14,20 +14,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import SecretStr
 
-from ..config import (
-    ENVIRONMENTS,
-    ApiKey,
-    ConfigError,
-    PluginConfig,
-    parse_api_key,
-    resolve_base_url,
-)
+from ..api_keys import ApiKey, parse_api_key
+from ..config import ENVIRONMENTS, ConfigError, PluginConfig, resolve_base_url
 from ..redact import get_logger
 from ..runtime import PluginRuntime
 from ..service.client import ServiceClient
 from ..service.errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
 from ..service.models import PlanBalance
-from .login import CredentialStore
+from .credentials import CredentialStore
 
 if TYPE_CHECKING:
     from ..service.transport import SessionFactory

@@ -1,9 +1,11 @@
-"""Receipts the plugin keeps: what each chat user paid, and what the gateway earned.
+"""Receipts the plugin keeps: what each chat user paid (``/svc_spend``), and its metered sales.
 
 Every metered tool call that ran and went to settling leaves one :class:`Receipt` (settled, queued
-after an outage, or lost). ``/svc_spend`` shows the calling user theirs; ``/svc_earnings`` shows the
-operator the totals per tool and per payer. Kept in memory (the latest :data:`RECEIPTS_KEPT`):
-the service's balances stay the ledger's truth.
+after an outage, or lost) marked ``sold``: the chat user paid it and the gateway sold it. An
+agent's answer this gateway bought (svc_queryAgent) leaves one too, not ``sold``: a purchase, in
+``/svc_spend`` only. ``/svc_earnings`` (:mod:`.earnings`) reads the sold ones beside the paid
+endpoint's and MCP server's own counters. Kept in memory (the latest :data:`RECEIPTS_KEPT`): the
+service's balances stay the ledger's truth.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, replace
 
-from ..safe_text import one_line
+from ..safe_text import one_line, plural
 
 RECEIPTS_KEPT = 10_000
 SHOWN = 20
@@ -31,6 +33,8 @@ class Receipt:
     at: float
     call_id: str = ""
     request_id: str | None = None
+    #: a sale of this gateway (a metered tool call), not only a purchase of its payer
+    sold: bool = False
 
 
 class ReceiptBook:
@@ -57,6 +61,10 @@ class ReceiptBook:
         with self._lock:
             return list(self._items)
 
+    def sales(self) -> list[Receipt]:
+        """What this gateway sold (metered tool calls), never what it bought."""
+        return [r for r in self.all() if r.sold]
+
     def of(self, identity: str | None, address: str | None) -> list[Receipt]:
         """One payer's receipts: by chat identity, else by account address."""
         items = self.all()
@@ -77,48 +85,14 @@ def spend_text(items: list[Receipt]) -> str:
     settled = sum(r.credits for r in items if r.status == "settled")
     pending = sum(r.credits for r in items if r.status == "queued")
     lines = [
-        f"You paid {settled} credits for {len(items)} call(s)"
+        f"You paid {plural(settled, 'credit')} for {plural(len(items), 'call')}"
         + (f", and {pending} more are being settled" if pending else "")
         + " (receipts since the gateway started):"
     ]
     for r in reversed(items[-SHOWN:]):
         tx = f", transaction {one_line(r.transaction, 80)}" if r.transaction else ""
         lines.append(
-            f"- {_when(r.at)}: {one_line(r.what, 80)}, {r.credits} credits on plan "
+            f"- {_when(r.at)}: {one_line(r.what, 80)}, {plural(r.credits, 'credit')} on plan "
             f"{one_line(r.plan_id, 80)} ({r.status}{tx})"
         )
     return "\n".join(lines)
-
-
-def earnings_text(items: list[Receipt]) -> str:
-    """``/svc_earnings``: totals per tool and per payer, settled vs queued vs lost."""
-    if not items:
-        return "The gateway has earned nothing yet (receipts since it started)."
-
-    def totals(key: str) -> dict[str, dict[str, int]]:
-        table: dict[str, dict[str, int]] = {}
-        for r in items:
-            name = r.what if key == "what" else (r.payer or "unknown")
-            row = table.setdefault(name, {"settled": 0, "queued": 0, "lost": 0, "calls": 0})
-            row[r.status] = row.get(r.status, 0) + r.credits
-            row["calls"] += 1
-        return table
-
-    def render(title: str, table: dict[str, dict[str, int]]) -> list[str]:
-        lines = [title]
-        for name, row in sorted(table.items()):
-            lines.append(
-                f"- {one_line(name, 80)}: {row['calls']} call(s), {row['settled']} settled, "
-                f"{row['queued']} queued, {row['lost']} lost"
-            )
-        return lines
-
-    all_rows = totals("what")
-    settled = sum(r["settled"] for r in all_rows.values())
-    queued = sum(r["queued"] for r in all_rows.values())
-    lost = sum(r["lost"] for r in all_rows.values())
-    head = (
-        f"Earned {settled} credits settled, {queued} queued (retried until the service "
-        f"answers), {lost} lost, over {len(items)} paid call(s) since the gateway started."
-    )
-    return "\n".join([head, *render("Per tool:", all_rows), *render("Per payer:", totals("payer"))])

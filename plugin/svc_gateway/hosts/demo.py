@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PluginHandle, register
-from ..chat.login import CredentialStore
+from ..chat.credentials import CredentialStore
 from ..selling import PaidEndpoint
 from .embedded import DEMO_TOKEN
 from .reference import ReferenceGateway
@@ -49,8 +49,8 @@ NEXT_STEPS = """\
 Try next:
   svc-gateway chat          buy from a demo agent yourself: its banner prints a ready
                             svc_queryAgent line (quote, order, pay, receipt)
-  svc-gateway sandbox       a sandbox for two gateways: README "Sell in one gateway, buy from
-                            another", or learn the REST API with curl ("Sandbox with curl")"""
+  svc-gateway sandbox       a sandbox for two gateways: docs/selling.md "Sell in one gateway,
+                            buy from another", or the REST API with curl (docs/sandbox.md)"""
 
 
 class DemoFailed(Exception):

@@ -48,7 +48,7 @@ async def _serve_demo_agent(
     Returns (endpoint URL, plan id, agent id). The builder's plugin is closed with ``stack``.
     """
     from .. import register
-    from ..chat.login import CredentialStore
+    from ..chat.credentials import CredentialStore
     from .reference import ReferenceGateway
 
     scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="svc-seller-")))
@@ -106,9 +106,13 @@ async def embedded_session(config: dict[str, Any], enabled: bool) -> AsyncIterat
             "baseUrl": server.base_url,
             "planId": config.get("planId") or plan_id,
         }
+        # a hosted gateway sells its metered tools on the demo plan: only its owner settles them
+        hosted = bool(config.get("meteredTools"))
+        operator = builder if hosted else subscriber
+        who = "the demo plan's owner" if hosted else "a new subscriber"
         banner = (
             f"No API key configured: started the embedded sandbox at {server.base_url}\n"
-            f"and logged in as a new subscriber, {subscriber['address']} (throwaway account).\n"
+            f"and logged in as {who}, {operator['address']} (throwaway account).\n"
             f"A demo agent (agentId {agent_id}) sells answers at {url}\n"
             f"with the demo plan '{DEMO_PLAN_NAME}' (planId {plan_id}): {DEMO_CREDITS} credits "
             "for 1 USDC, 1 credit per answer.\n"
@@ -116,4 +120,4 @@ async def embedded_session(config: dict[str, Any], enabled: bool) -> AsyncIterat
             'svc_orderPlan {"confirm": true}\n'
             f"{try_line(url)}"
         )
-        yield Embedded(plugin_config, subscriber["apiKey"], banner, url)
+        yield Embedded(plugin_config, operator["apiKey"], banner, url)

@@ -51,7 +51,7 @@ from ..redact import get_logger
 from ..runtime import PluginRuntime, RuntimeClosed
 from .hermes_adapters import (
     HOOK_BUDGET_SECS,
-    _describe_failure,
+    describe_failure,
     make_pre_llm_call,
     make_tool_handler,
     result_json,
@@ -220,7 +220,7 @@ def make_command_handler(spec: CommandSpec) -> Callable[..., Awaitable[str]]:
         except RuntimeClosed:
             return "The svc plugin has been shut down; restart the gateway."
         except Exception as error:
-            _describe_failure(f"command /{spec.name}", error)
+            describe_failure(f"command /{spec.name}", error)
             return (
                 f"/{spec.name} failed with an internal error ({type(error).__name__}). "
                 "Check the gateway log."
@@ -247,7 +247,7 @@ def _register_skills(ctx: Any, plugin_id: str) -> str | None:
         try:
             register_skill(skill.name, skill.path, skill.description)
         except Exception as error:  # a skill is an extra: never stop the tools loading
-            _describe_failure(f"skill {skill.name}", error)
+            describe_failure(f"skill {skill.name}", error)
             continue
         if skill.name == "payments":
             qualified = f"{plugin_id}:{skill.name}"
@@ -318,7 +318,7 @@ def _close_at_exit() -> None:
         try:
             handle.close()
         except Exception as error:
-            _describe_failure("shutdown", error)
+            describe_failure("shutdown", error)
 
 
 def current_handle() -> PluginHandleLike | None:

@@ -56,8 +56,9 @@ def result_json(result: object) -> str:
         )
 
 
-def _describe_failure(what: str, error: BaseException) -> None:
-    # The message is redacted and there is no traceback: exception texts and frames may hold keys.
+def describe_failure(what: str, error: BaseException) -> None:
+    """Log a failed svc call: redacted, without a traceback (exception texts and frames may
+    hold keys)."""
     log.warning("svc %s failed: %s: %s", what, type(error).__name__, redact(str(error)))
 
 
@@ -89,7 +90,7 @@ def make_tool_handler(
                 "Restart the gateway to use the svc tools again.",
             )
         except Exception as error:
-            _describe_failure(f"tool {spec.name}", error)
+            describe_failure(f"tool {spec.name}", error)
             return _error_json(
                 "internal",
                 f"The svc plugin hit an internal error running {spec.name} "
@@ -118,7 +119,7 @@ async def _collect(handlers: list[HookHandler], ctx: PromptContext) -> list[str]
     texts: list[str] = []
     for result in results:
         if isinstance(result, BaseException):
-            _describe_failure("before_prompt_build hook", result)
+            describe_failure("before_prompt_build hook", result)
         elif isinstance(result, str) and result.strip():
             texts.append(result.strip())
     return texts
@@ -162,7 +163,7 @@ def make_pre_llm_call(
                     for peek, takes in zip(peeks, with_context, strict=True)
                 ]
             except Exception as error:
-                _describe_failure("pre_llm_call hook", error)
+                describe_failure("pre_llm_call hook", error)
                 return None
             if all(item is None or isinstance(item, str) for item in found):
                 text = "\n".join(t.strip() for t in found if isinstance(t, str) and t.strip())
@@ -175,7 +176,7 @@ def make_pre_llm_call(
             )
             return None
         except Exception as error:
-            _describe_failure("pre_llm_call hook", error)
+            describe_failure("pre_llm_call hook", error)
             return None
         text = "\n".join(texts)
         return {"context": text} if text else None

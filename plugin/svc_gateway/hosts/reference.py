@@ -41,9 +41,14 @@ HELP = """Commands:
   /context              show the text injected before each prompt
   /svc_login ...        log in (browser, <env>:<API_KEY>, or status)
   /svc_logout           log out
+  /svc_spend            what you paid for on this gateway
+  /svc_earnings         what this gateway sold (operator only)
   /quit                 leave
 Tool calls:  <toolName> {json params}   e.g. svc_checkBalance {"planId": "123"}
-Speak as a chat user:  @alice <line>    e.g. @alice /svc_login new"""
+Speak as a chat user:  @alice <line>    e.g. @alice /svc_spend
+  (svc-gateway chat --user alice sends the lines without @name as alice)
+  @alice /svc_login new opens an account for alice: it needs perUserAccounts in the config
+  (svc-gateway chat --demo-tools adds image_gen and web_search for meteredTools to meter)"""
 
 CHANNEL = "terminal"
 #: ``@name rest``: a line sent by the chat user ``name``

@@ -5,11 +5,11 @@ pair, or an ``aiohttp.web.Response``; it may be sync or async. A sync handler ru
 bounded pool of threads (:class:`SyncHandlerPool`), never the loop's default executor (which
 resolves host names); a thread still running after its request timed out is counted, and when
 every thread is stuck, the endpoint refuses new work before verifying it. One payer's requests
-hold at most half the threads (503 with ``Retry-After`` beyond, nothing charged), so another
-payer's request still finds one. Whatever a handler
-returns is turned into a plain :class:`Answer` (bytes and headers) *before* settling, so an
-answer that cannot be serialised fails the request (500, no charge) instead of being paid for
-and then lost.
+(:data:`HANDLER_PAYER`) hold at most half the threads (:class:`OverShare` beyond, which the paid
+flow answers 503 with ``Retry-After``, nothing charged), so another payer's request still finds
+one. Whatever a handler returns is turned into a plain :class:`Answer` (bytes and headers)
+*before* settling, so an answer that cannot be serialised fails the request (500, no charge)
+instead of being paid for and then lost.
 """
 
 from __future__ import annotations
@@ -113,8 +113,6 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 #: threads a sync handler may occupy at once (more requests wait for one within their timeout)
 HANDLER_THREADS = 8
-#: seconds a payer over their share of the handler's threads is asked to wait
-SHARE_RETRY_SECS = 5
 #: the payer of the paid request running now (the paid flow sets it once verify named them)
 HANDLER_PAYER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "svc_handler_payer", default=None
@@ -244,18 +242,9 @@ async def call_maybe_async(
 async def run_handler(
     handler: AgentHandler, prompt: str, pool: SyncHandlerPool | None = None
 ) -> Answer:
-    """Call the handler and normalise its answer; its exceptions propagate to the caller. A
-    payer over their share of a sync handler's threads gets 503 with ``Retry-After``."""
-    try:
-        return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
-    except OverShare:
-        seconds = str(SHARE_RETRY_SECS)
-        message = (
-            "Your earlier requests still hold this agent's share of workers for one payer; "
-            f"nothing was charged. Retry in {seconds} s."
-        )
-        body = {"error": "Service Unavailable", "message": message}
-        return Answer.json(503, body, {"Retry-After": seconds})
+    """Call the handler and normalise its answer; its exceptions propagate to the caller
+    (:class:`OverShare` too: the paid flow's worker answers it 503 with ``Retry-After``)."""
+    return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
 
 
 def to_answer(result: Any) -> Answer:

@@ -1,16 +1,13 @@
 """The async service client: every operation the tools, the hook and the paid endpoint use.
 
-Transport, retries and error mapping live in :mod:`.transport`; this module is the service's
-operations (WIRE.md §2–§8) and the create-first delegation flow for tokens.
+Transport, retries and error mapping live in :mod:`.transport`, the delegations tokens are minted
+against in :mod:`.delegations`; this module is the service's operations (WIRE.md §2–§8).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import secrets
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import SecretStr
@@ -18,6 +15,7 @@ from pydantic import SecretStr
 from ..config import DEFAULT_NETWORK
 from ..encoding import decode_access_token, is_address
 from . import errors
+from .delegations import CARD_PROVIDERS, DelegationPool, delegation_from_answer, pick_card
 from .models import (
     SCHEME_CARD,
     SCHEME_CRYPTO,
@@ -28,6 +26,7 @@ from .models import (
     CreditsConfig,
     Delegation,
     FiatCheckout,
+    Onboarded,
     OrderResult,
     PaymentMethod,
     PaymentRequirement,
@@ -41,12 +40,8 @@ from .models import (
     SettleResult,
     VerifyResult,
     VersionInfo,
-    delegation_from_answer,
 )
 from .transport import ApiTransport, data_of, parse_model, require_str, seg
-
-CARD_PROVIDERS = ("stripe", "braintree", "visa")
-DELEGATION_RENEW_MARGIN_SECS = 60.0
 
 
 def default_network(scheme: str, environment: str | None, plan: Plan | None = None) -> str:
@@ -61,13 +56,9 @@ class ServiceClient(ApiTransport):
     """Async client for the Agent Payments Service REST API (WIRE.md §2–§8)."""
 
     @functools.cached_property
-    def _delegations(self) -> dict[str, Delegation]:
+    def _delegations(self) -> DelegationPool:
         """Delegations created by this client, reused until they expire (WIRE.md §6)."""
-        return {}
-
-    @functools.cached_property
-    def _delegation_lock(self) -> asyncio.Lock:
-        return asyncio.Lock()
+        return DelegationPool(self.create_delegation)
 
     # -- plans -------------------------------------------------------------------------------
 
@@ -380,67 +371,27 @@ class ServiceClient(ApiTransport):
         scheme: Scheme = SCHEME_CARD if fiat else SCHEME_CRYPTO
         network: str | None = None
         if fiat:
-            card = await self._pick_card(payment_method_id)
+            cards = [m for m in await self.list_payment_methods() if m.is_card]
+            card = pick_card(cards, payment_method_id)
             network = card.provider if card.provider in CARD_PROVIDERS else "stripe"
             provider, currency, card_id = network, "usd", card.id
         else:
             provider, currency, card_id = "erc4337", "usdc", None
-        for attempt in (1, 2):
-            delegation = await self._delegation(
-                provider, currency, card_id, spending_limit_cents, duration_secs
-            )
-            try:
-                return await self.create_access_token(
-                    plan_id,
-                    delegation.delegation_id,
-                    agent_id=agent_id,
-                    scheme=scheme,
-                    network=network,
-                    resource_url=resource_url,
-                    http_verb=http_verb,
-                )
-            except errors.ServiceError as exc:
-                spent = exc.code in ("BCK.X402.0013", "BCK.X402.0023")
-                if not spent or attempt == 2:
-                    raise
-                self._delegations.pop(_delegation_key(provider, card_id), None)
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _pick_card(self, payment_method_id: str | None) -> PaymentMethod:
-        cards = [m for m in await self.list_payment_methods() if m.is_card]
-        if payment_method_id:
-            for card in cards:
-                if card.id == payment_method_id:
-                    return card
-            raise errors.NotFound(
-                "No enrolled card has that paymentMethodId",
-                code="payment_method_not_found",
-                hint="List your cards with svc_listPaymentMethods.",
+        async def mint(delegation: Delegation) -> str:
+            return await self.create_access_token(
+                plan_id,
+                delegation.delegation_id,
+                agent_id=agent_id,
+                scheme=scheme,
+                network=network,
+                resource_url=resource_url,
+                http_verb=http_verb,
             )
-        if not cards:
-            raise errors.NotFound(
-                "No card is enrolled on this account",
-                code="no_payment_method",
-                hint="Enroll a card in the dashboard, or pay with crypto.",
-            )
-        return cards[0]
 
-    async def _delegation(
-        self, provider: str, currency: str, card_id: str | None, limit: int, duration: int
-    ) -> Delegation:
-        key = _delegation_key(provider, card_id)
-        async with self._delegation_lock:
-            current = self._delegations.get(key)
-            fresh = current is not None and (current.expires_at or 0) - time.time() > (
-                DELEGATION_RENEW_MARGIN_SECS
-            )
-            if current is not None and fresh:
-                return current
-            created = await self.create_delegation(
-                provider, limit, duration, currency, payment_method_id=card_id
-            )
-            self._delegations[key] = created
-            return created
+        return await self._delegations.mint(
+            provider, currency, card_id, spending_limit_cents, duration_secs, mint
+        )
 
     @staticmethod
     def decode_access_token(token: str) -> dict[str, Any] | None:
@@ -488,19 +439,6 @@ class ServiceClient(ApiTransport):
 JS_MAX_SAFE_INTEGER = 2**53 - 1
 
 
-@dataclass(frozen=True)
-class Onboarded:
-    """A white-label customer the organization onboarded (the key is never shown)."""
-
-    api_key: SecretStr | None
-    address: str | None
-    consent_required: bool = False
-
-
 def _sdk_int(value: int) -> int | str:
     """A JSON number, or a decimal string beyond 2**53 (the service parses numbers in JS)."""
     return value if -JS_MAX_SAFE_INTEGER <= value <= JS_MAX_SAFE_INTEGER else str(value)
-
-
-def _delegation_key(provider: str, card_id: str | None) -> str:
-    return f"{provider}:{card_id or ''}"

@@ -6,7 +6,7 @@ from a decimal string or a number and written as decimal strings (WIRE.md §1.4)
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SecretStr,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -149,6 +150,7 @@ class CreditsRead(WireModel):
     max_amount: BigInt = 1
     duration_secs: BigInt = 0
     is_redemption_amount_fixed: bool | None = None
+    nft_address: str | None = None
 
 
 class Registry(WireModel):
@@ -156,6 +158,8 @@ class Registry(WireModel):
     price: PriceRead = Field(default_factory=PriceRead)
     credits: CreditsRead = Field(default_factory=CreditsRead)
     plans: list[str] = Field(default_factory=list)
+    #: the plan's credits contract (ERC-1155; the plan id is the token id), when named
+    nft_address: str | None = None
 
 
 class Plan(WireModel):
@@ -301,14 +305,26 @@ class Resource(WireModel):
 
 
 class Accept(WireModel):
+    """One ``accepts[]`` entry: the service's own fields (``scheme``, ``network``, ``planId``,
+    ``extra``) and x402 v2's price terms (``amount``, ``asset``, ``payTo``,
+    ``maxTimeoutSeconds``), which only buyers see (:meth:`PaymentRequirement.x402`)."""
+
     scheme: str
     network: str
     plan_id: str
     extra: dict[str, Any] = Field(default_factory=lambda: {"version": "1"})
+    amount: BigInt | None = None
+    asset: str | None = None
+    pay_to: str | None = None
+    max_timeout_seconds: int | None = None
 
 
 class PaymentRequirement(WireModel):
-    """The x402 v2 PaymentRequired envelope."""
+    """The x402 v2 PaymentRequired envelope.
+
+    Two renderings: :meth:`x402` is what buyers read (the ``payment-required`` header, an MCP
+    tool's ``structuredContent``), :meth:`wire` what verify and settle send the service,
+    exactly the SDK's form (without x402's price terms, which the SDK does not send)."""
 
     x402_version: int = Field(default=2, alias="x402Version")
     error: str | None = None
@@ -317,8 +333,9 @@ class PaymentRequirement(WireModel):
     extensions: dict[str, Any] = Field(default_factory=dict)
 
     def wire(self) -> dict[str, Any]:
-        """As the SDK sends it (``model_dump(by_alias=True)``): optional envelope fields
-        travel as ``null`` rather than being left out."""
+        """As the SDK sends it to verify and settle (``model_dump(by_alias=True)``): optional
+        envelope fields travel as ``null`` rather than being left out, and the entries carry
+        only the SDK's fields (``scheme``, ``network``, ``planId``, ``extra``)."""
         accepts = []
         for accept in self.accepts:
             extra = {"version": None, "agentId": None, "httpVerb": None, **accept.extra}
@@ -341,6 +358,40 @@ class PaymentRequirement(WireModel):
             "accepts": accepts,
             "extensions": dict(self.extensions),
         }
+
+    def x402(self) -> dict[str, Any]:
+        """As buyers read it: x402 v2's PaymentRequired, each entry with its price terms and
+        the service's own fields, absent optional fields left out (as x402's reference SDKs
+        encode it)."""
+        accepts: list[dict[str, Any]] = []
+        for accept in self.accepts:
+            entry: dict[str, Any] = {"scheme": accept.scheme, "network": accept.network}
+            terms = {
+                "asset": accept.asset,
+                "amount": None if accept.amount is None else str(accept.amount),
+                "payTo": accept.pay_to,
+                "maxTimeoutSeconds": accept.max_timeout_seconds,
+            }
+            entry.update((key, value) for key, value in terms.items() if value is not None)
+            entry["planId"] = accept.plan_id
+            entry["extra"] = {k: v for k, v in accept.extra.items() if v is not None}
+            accepts.append(entry)
+        resource: dict[str, Any] = {"url": self.resource.url}
+        if self.resource.description is not None:
+            resource["description"] = self.resource.description
+        if self.resource.mime_type is not None:
+            resource["mimeType"] = self.resource.mime_type
+        envelope: dict[str, Any] = {"x402Version": self.x402_version}
+        if self.error is not None:
+            envelope["error"] = self.error
+        envelope.update(resource=resource, accepts=accepts, extensions=dict(self.extensions))
+        return envelope
+
+    def settle_failure(self, reason: str) -> dict[str, Any]:
+        """x402's ``payment-response`` for a settle that did not pay: ``success`` false, the
+        reason, no transaction, the network of the first entry."""
+        network = self.accepts[0].network if self.accepts else ""
+        return {"success": False, "errorReason": reason, "transaction": "", "network": network}
 
 
 class VerifyResult(WireModel):
@@ -380,6 +431,15 @@ class SettleResult(WireModel):
         }
 
 
+@dataclass(frozen=True)
+class Onboarded:
+    """A white-label customer the organization onboarded (the key is never shown)."""
+
+    api_key: SecretStr | None
+    address: str | None
+    consent_required: bool = False
+
+
 class VersionInfo(WireModel):
     current: str
     floor: str
@@ -387,12 +447,3 @@ class VersionInfo(WireModel):
     your_pinned_version: str | None = None
     your_effective_version: str | None = None
     your_version_resolved_from: str | None = None
-
-
-def delegation_from_answer(body: dict[str, Any], provider: str, duration_secs: int) -> Delegation:
-    """Build a delegation record, computing the expiry we will reuse it until."""
-    return Delegation(
-        delegation_id=str(body.get("delegationId") or ""),
-        provider=provider,
-        expires_at=time.time() + duration_secs,
-    )

@@ -29,7 +29,8 @@ from aiohttp import hdrs
 from multidict import CIMultiDictProxy
 from pydantic import SecretStr, ValidationError
 
-from ..config import DEFAULT_API_VERSION, ApiKey, parse_api_key
+from ..api_keys import ApiKey, parse_api_key
+from ..config import DEFAULT_API_VERSION
 from ..redact import get_logger
 from . import errors
 from .models import WireModel

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
 from ..config import ConfigError
 from ..host import Caller, ToolResult, ToolSpec
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
-from ..safe_text import NAME_LIMIT, quoted
 from ..service.errors import ServiceError
-from ..service.models import SCHEME_CARD
 from ..service.pricing import PriceError
 
 if TYPE_CHECKING:
@@ -43,16 +42,6 @@ class Params(BaseModel):
         # models send ids as JSON numbers ({"planId": 123}): read them as their decimal text
         coerce_numbers_to_str=True,
     )
-
-
-class ToolFailure(Exception):
-    """A tool's own refusal: becomes an error result with this code, message and hint."""
-
-    def __init__(self, code: str, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -211,38 +200,3 @@ def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = N
             )
 
     return ToolSpec(spec.name, spec.description, spec.schema(), handler)
-
-
-def require_plan(core: PluginCore, plan_id: str | None) -> str:
-    plan = plan_id or core.plan_id
-    if not plan:
-        raise ToolFailure(
-            "missing_plan_id",
-            "No planId was given and no default plan is configured",
-            "Pass planId, or set planId in the plugin config (svc_listPlans lists your plans).",
-        )
-    return plan
-
-
-def require_agent(core: PluginCore, agent_id: str | None) -> str | None:
-    return agent_id or core.agent_id
-
-
-async def plan_payment_type(core: PluginCore, plan_id: str, given: str | None) -> str:
-    """The parameter, else the plan's own kind, else config ``paymentType``. The plan wins over
-    config because the service refuses a card token for a crypto plan and vice versa; a
-    parameter that contradicts the plan is refused here, before anything is minted."""
-    try:
-        plan = await core.public_client().get_plan(plan_id)
-    except ServiceError:
-        return given or core.config.payment_type
-    kind = "fiat" if plan.scheme == SCHEME_CARD else "crypto"
-    if given and given != kind and plan.price_total > 0:
-        paid = "by card" if kind == "fiat" else "in crypto"
-        raise ToolFailure(
-            "payment_type_mismatch",
-            f"Plan {quoted(plan.name, NAME_LIMIT)} is paid {paid}, "
-            f"but paymentType {given} was given",
-            f"Pass paymentType: {kind} (or leave paymentType out to follow the plan).",
-        )
-    return kind

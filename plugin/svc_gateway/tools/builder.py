@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
 from ..chat.seller_notes import keep_selling
 from ..safe_text import NAME_LIMIT, one_line
 from ..service.models import AgentApi, AgentMetadata, CreditsConfig, PlanMetadata, PriceConfig
@@ -23,7 +24,7 @@ from ..service.pricing import (
     is_dollar_amount,
     parse_amounts,
 )
-from .base import Params, ToolFailure, tool
+from .base import Params, tool
 from .subscriber import describe_price
 
 AMOUNTS_DOC = (

@@ -8,12 +8,14 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, WithJsonSchema
 
 from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
+from ..chat.plans import plan_payment_type, require_agent, require_plan
 from ..encoding import decode_access_token, token_authorization
 from ..safe_text import NAME_LIMIT, one_line, quoted
 from ..service.errors import ServiceError
 from ..service.models import Plan
 from ..service.pricing import format_price
-from .base import Params, ToolFailure, plan_payment_type, require_agent, require_plan, tool
+from .base import Params, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
 

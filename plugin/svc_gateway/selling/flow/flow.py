@@ -28,30 +28,28 @@ Deadlines: the service calls before the handler (plan, balance, verify) share on
 Reasons the service itself cannot answer (network, 5xx, 429, our own key rejected) are the
 operator's problem, not the payer's: they answer 503/502, never 402.
 
-Every way to sell enters through :meth:`PaidFlow.handle` (a :class:`~.outcome.PaidRequest` in,
-a :class:`~.outcome.PaidOutcome` out): the paid endpoint (:meth:`PaidFlow.serve`), the
-middleware's routes (:mod:`.middleware`), MCP tool calls. Settling and the owed settles live in
-:mod:`.settling`, the refusals in :mod:`.refusals`; both are parts of :class:`PaidFlow`.
+Every way to sell enters through :meth:`PaidFlow.handle` (a
+:class:`~svc_gateway.selling.types.PaidRequest` in, a
+:class:`~svc_gateway.selling.types.PaidOutcome` out): the paid endpoint (:meth:`PaidFlow.serve`),
+the middleware's routes, MCP tool calls, metered host tools. The flow holds its parts, none of
+which imports it: the admission (:mod:`.admission`, up to a verified call), the work
+(:mod:`.work`), the settler and the owed settles (:mod:`.settling`), the refusals
+(:mod:`.refusals`) and the replay cache (:mod:`.replay`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import re
-from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...chat.core import PluginCore
-from ...encoding import b64_json, decode_access_token, decode_b64_json, to_int, token_authorization
-from ...redact import get_logger
+from ...encoding import b64_json, to_int
 from ...service import errors
-from ...service.models import PaymentRequirement, VerifyResult
+from ...service.models import PaymentRequirement
 from ..handlers import (
-    HANDLER_PAYER,
     AgentHandler,
     Answer,
     CreditsFn,
@@ -60,55 +58,23 @@ from ..handlers import (
     call_maybe_async,
     run_handler,
 )
-from ..state.book import Admission, CreditBook, Refusal
+from ..state.book import CreditBook
 from ..state.protocols import AdmissionBook, SettleStore
-from ..state.shared import StateUnavailable
+from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
-from .plans import OUTAGE_ERRORS, PlanFacts, PlanFactsCache, build_envelope
-from .refusals import GUIDANCE, RETRY_AFTER_SECS, RefusalMixin, error_answer
-from .replay import Paid, ReplayCache, digest
-from .settling import (
-    REPLAYED_TOKEN,
-    PaidCall,
-    Settled,
-    SettleMixin,
-    SettleOutcome,
-    classify_settle_error,
-    default_queue_path,
-)
+from .admission import Admitter
+from .calls import PaidCall, Settled
+from .plans import PlanFacts, PlanFactsCache
+from .refusals import Refusals
+from .replay import ReplayCache, digest
+from .settling import QueuedListener, Settler
 from .tracing import NullTrace, abbreviate, start_trace
+from .work import Worker
 
-#: names other modules import from here (they moved to .settling and .refusals)
-__all__ = [
-    "GUIDANCE",
-    "MAX_TOKEN_CHARS",
-    "REPLAYED_TOKEN",
-    "RETRY_AFTER_SECS",
-    "PaidCall",
-    "PaidFlow",
-    "PaidStats",
-    "SettleOutcome",
-    "Settled",
-    "classify_settle_error",
-    "default_queue_path",
-    "error_answer",
-    "token_payer",
-    "verified_balance",
-]
-
-log = get_logger("svc_gateway.paid")
-
-#: a longer ``payment-signature`` is no token we issued; refused without asking the service
-MAX_TOKEN_CHARS = 16384
-#: what a token is made of (JWT or base64url/base64 JSON); anything else is refused unasked
-TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
 #: pauses between settle attempts (so 3 attempts); settle is idempotent on agentRequestId
 SETTLE_BACKOFF_SECS: tuple[float, ...] = (0.2, 0.5)
 #: paid requests handled at once; more get 503 so pending work (and memory) stays bounded
 MAX_IN_FLIGHT = 256
-RECEIPTS_KEPT = 100
-#: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
-ENVELOPES_KEPT = 64
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
 #: the paid endpoint's route name (replay key)
@@ -117,56 +83,10 @@ ENDPOINT_ROUTE = "endpoint"
 _FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
 
 
-@dataclass
-class PaidStats:
-    """Counters the builder can read (the demo checks its receipts against the subscriber's).
-
-    ``abandoned``: answers ready after their client went away (not settled, not charged);
-    ``settle_deferred``: answers delivered while settle could not reach the service (queued);
-    ``settle_recovered``: queued settles that later succeeded; ``settle_lost``: answers
-    delivered that will never be paid (the service refused the settle for a reason that is not
-    the payer's, or a queued entry could not be kept); ``settle_queue``: queued right now."""
-
-    requests: int = 0
-    refused: int = 0
-    unavailable: int = 0
-    handler_failures: int = 0
-    handler_timeouts: int = 0
-    abandoned: int = 0
-    settled: int = 0
-    credits_settled: int = 0
-    settle_failures: int = 0
-    settle_refused: int = 0
-    settle_deferred: int = 0
-    settle_recovered: int = 0
-    settle_lost: int = 0
-    settle_queue: int = 0
-    replayed: int = 0
-    receipts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIPTS_KEPT))
-
-
-def token_payer(token: str) -> str | None:
-    """``payload.authorization.from`` of the token, when it decodes (never raises)."""
-    decoded = decode_access_token(token)
-    if decoded is None:
-        return None
-    payer = token_authorization(decoded).get("from")
-    return payer if isinstance(payer, str) and payer else None
-
-
-def verified_balance(verdict: VerifyResult) -> int | None:
-    """``agentRequest.balance.balance`` of a verify answer (WIRE.md §4), when it reads."""
-    balance = (verdict.agent_request or {}).get("balance")
-    value = balance.get("balance") if isinstance(balance, dict) else None
-    try:
-        return int(value) if isinstance(value, int | str) and not isinstance(value, bool) else None
-    except ValueError:
-        return None
-
-
-class PaidFlow(SettleMixin, RefusalMixin):
+class PaidFlow:
     """Verify → admit → handler → settle for one endpoint; plan and agent ids are read per
-    request."""
+    request. Holds its parts: :attr:`admitter`, :attr:`settler`, :attr:`worker`,
+    :attr:`refusals`, :attr:`replays`."""
 
     def __init__(
         self,
@@ -189,23 +109,120 @@ class PaidFlow(SettleMixin, RefusalMixin):
         self.explicit_plan_id = plan_id
         self.explicit_agent_id = agent_id
         self.facts_cache = facts or PlanFactsCache()
-        self.settle_backoff = settle_backoff
         self.max_in_flight = max_in_flight
-        self.queue_retry_secs = queue_retry_secs
-        self.stats = PaidStats()
-        self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
-        #: the settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
-        #: the default one, the journal beside the credentials (it takes a lock: blocking I/O)
-        self.queue: SettleStore | None = queue
-        self._opening = asyncio.Lock()
-        self._deferred: dict[str, Admission] = {}
-        self.queued_listeners = []
         self.handler_pool = SyncHandlerPool()
-        self._in_flight = 0
-        self._envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
         self.replays = ReplayCache()
-        self._drainer: asyncio.Task[None] | None = None
-        self._draining = False
+        self._in_flight = 0
+        self._stats = PaidStats()
+        self._book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
+        self.refusals = Refusals(self._stats, self.handler_pool)
+        self.settler = Settler(
+            core,
+            self._stats,
+            self._book,
+            queue=queue,
+            backoff=settle_backoff,
+            queue_retry_secs=queue_retry_secs,
+        )
+        self.worker = Worker(core, self._stats, self.refusals)
+        self.admitter = Admitter(
+            core,
+            facts=lambda plan_id: self.facts(plan_id),  # late-bound: a test may swap flow.facts
+            book=self._book,
+            replays=self.replays,
+            stats=self._stats,
+            refusals=self.refusals,
+        )
+
+    # -- the parts' state, read and set through the flow ------------------------------------
+
+    @property
+    def stats(self) -> PaidStats:
+        """The counters every part adds to (one object for the flow's life)."""
+        return self._stats
+
+    @property
+    def book(self) -> AdmissionBook:
+        """The admission book the admitter claims in and the settler closes claims in."""
+        return self._book
+
+    @property
+    def queue(self) -> SettleStore | None:
+        """The settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
+        the default one, the journal beside the credentials (it takes a lock: blocking I/O)."""
+        return self.settler.queue
+
+    @queue.setter
+    def queue(self, store: SettleStore | None) -> None:
+        self.settler.queue = store
+
+    @property
+    def settle_backoff(self) -> tuple[float, ...]:
+        """Pauses between settle attempts (settle is idempotent on ``agentRequestId``)."""
+        return self.settler.backoff
+
+    @settle_backoff.setter
+    def settle_backoff(self, pauses: tuple[float, ...]) -> None:
+        self.settler.backoff = pauses
+
+    @property
+    def queue_retry_secs(self) -> float:
+        """How often the settle queue is retried while it holds entries."""
+        return self.settler.queue_retry_secs
+
+    @queue_retry_secs.setter
+    def queue_retry_secs(self, secs: float) -> None:
+        self.settler.queue_retry_secs = secs
+
+    @property
+    def queued_listeners(self) -> list[QueuedListener]:
+        """Told how each queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``."""
+        return self.settler.queued_listeners
+
+    async def start(self) -> int:
+        """Open the settle store and retry the settles a previous run left owed; how many."""
+        return await self.settler.start()
+
+    def kick_queue(self, delay: float = 0.0) -> None:
+        """Retry the settle queue soon."""
+        self.settler.kick_queue(delay)
+
+    async def drain_queue(self) -> int:
+        """Retry each queued settle once, oldest first; how many were settled."""
+        return await self.settler.drain_queue()
+
+    # -- the parts' helpers under their old names (tests reach for them) ----------------------
+
+    async def _store(self) -> SettleStore:
+        return await self.settler.store()
+
+    @property
+    def _envelopes(self) -> dict[tuple[Any, ...], PaymentRequirement]:
+        return self.admitter.envelopes
+
+    def _envelope(
+        self,
+        facts: PlanFacts,
+        agent_id: str | None,
+        url: str,
+        *,
+        verb: str = "POST",
+        description: str | None = None,
+        mime_type: str | None = None,
+        amount: int,
+    ) -> PaymentRequirement:
+        return self.admitter.envelope(
+            facts,
+            agent_id,
+            url,
+            verb=verb,
+            description=description,
+            mime_type=mime_type,
+            amount=amount,
+        )
+
+    def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
+        return self.refusals.outage(exc, doing)
 
     # -- which plan and agent ------------------------------------------------------------------
 
@@ -255,14 +272,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
     async def handle(self, request: PaidRequest) -> PaidOutcome:
         """Sell one request: admit → verify → work → settle → receipt or withhold."""
         if self._in_flight >= self.max_in_flight:
-            self.stats.unavailable += 1
-            answer = error_answer(
-                503,
-                "Service Unavailable",
-                "The agent is busy; nothing was charged. Retry in a second.",
-                **{"Retry-After": "1"},
-            )
-            return PaidOutcome(Outcome.UNAVAILABLE, answer, "busy")
+            return self.refusals.busy()
         self._in_flight += 1
         self.stats.requests += 1
         trace = start_trace()
@@ -281,97 +291,23 @@ class PaidFlow(SettleMixin, RefusalMixin):
     async def _handle(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
         plan_id = request.plan_id or self.plan_id()
         if plan_id is None:
-            self.stats.unavailable += 1
-            answer = error_answer(
-                503,
-                "Service Unavailable",
-                "This agent is not selling yet: no plan is configured (its operator sets planId "
-                "or registers one with svc_registerAgent). Nothing was charged.",
-            )
-            return PaidOutcome(Outcome.UNAVAILABLE, answer, "no plan")
+            return self.refusals.no_plan()
         if self.handler_pool.stuck:
-            return PaidOutcome(Outcome.UNAVAILABLE, self._stuck(), "handler threads stuck")
+            stuck = self.refusals.stuck()
+            return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
         trace.set(plan_id=plan_id)
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
-                admitted = await self._admit(plan_id, request, trace)
+                agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
+                admitted = await self.admitter.admit(plan_id, agent_id, request, trace)
         except TimeoutError:
             if not budget.expired():
                 raise
-            return self._unavailable(None, "verify a payment in time")
+            return self.refusals.unavailable(None, "verify a payment in time")
         if isinstance(admitted, PaidOutcome):
             return admitted
         return await self._work(admitted, request, trace)
-
-    async def _admit(
-        self, plan_id: str, request: PaidRequest, trace: NullTrace
-    ) -> PaidOutcome | PaidCall:
-        """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
-        agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
-        try:
-            facts = self._override(await self.facts(plan_id), request)
-        except OUTAGE_ERRORS as exc:
-            return self._unavailable(exc, "read the plan")
-        trace.set(scheme=facts.scheme, network=facts.network)
-        token = request.token
-        if not token:
-            return self._refuse(facts, agent_id, request, "No payment-signature header was sent")
-        if len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
-            return self._refuse(
-                facts, agent_id, request, "The payment-signature is not a valid token"
-            )
-        if request.body_digest is not None:
-            paid = self.replays.lookup(token, request.route)
-            if paid is not None and paid.body == request.body_digest:
-                return self._replay(paid)
-        try:
-            amount = facts.clamp(await self._request_price(request))
-        except Exception as exc:
-            log.error("the credits function failed (%s); request refused", type(exc).__name__)
-            answer = error_answer(
-                500, "Internal Server Error", "The agent could not price this request."
-            )
-            return PaidOutcome(Outcome.WORK_FAILED, answer, "the credits function failed")
-        envelope = self._envelope(
-            facts,
-            agent_id,
-            request.url,
-            verb=request.verb,
-            description=request.description,
-            mime_type=request.mime_type,
-        )
-        with trace.verify():
-            trace.set(credits_requested=amount)
-            try:
-                client = self.core.client()
-                verdict = await client.verify(envelope, token, amount)
-            except errors.ServiceError as exc:
-                trace.fail(exc.code)
-                return self._verify_failed(exc, facts, agent_id, request)
-            if not verdict.is_valid:
-                reason = verdict.invalid_reason or "The access token was not accepted"
-                trace.fail(reason)
-                log.info("payment refused on plan %s: %s", plan_id, reason)
-                return self._refuse(facts, agent_id, request, reason)
-            payer = verdict.payer or token_payer(token)
-            trace.set(payer=payer)
-        admission: Admission | None = None
-        if payer and not facts.is_time:  # access to a time plan is not metered per request
-            try:
-                claim = await self.book.admit(plan_id, payer, amount, verified_balance(verdict))
-            except StateUnavailable as exc:
-                return self._state_outage(exc)
-            except OUTAGE_ERRORS as exc:
-                return self._unavailable(exc, "read the payer's balance")
-            except errors.ServiceError as exc:
-                # verify accepted the token; settle will still refuse a payer who cannot pay
-                log.warning("could not read payer %s's balance (%s); not metered", payer, exc.code)
-                claim = None
-            if isinstance(claim, Refusal):
-                return self._refuse(facts, agent_id, request, claim.reason)
-            admission = claim
-        return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
     async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
         """verified → work done / work failed → settled / unsettled. The admission is closed on
@@ -379,24 +315,20 @@ class PaidFlow(SettleMixin, RefusalMixin):
         the request is cancelled: a client gone, a host that cancels its handlers)."""
         settling = False
         try:
-            held = HANDLER_PAYER.set(call.payer)  # a sync handler's threads: a fair share each
-            try:
-                answer = await self._run_work(request)
-            finally:
-                HANDLER_PAYER.reset(held)
+            answer = await self.worker.run(request, call.payer)
             if not answer.ok:
                 return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
             if request.connected is not None and not request.connected():
-                gone = self._abandoned(call)
+                gone = self.worker.abandoned(call)
                 return PaidOutcome(Outcome.WORK_FAILED, gone, "client disconnected")
             if request.settle_credits is not None:
-                priced = await self._price_answer(call, request.settle_credits, answer)
+                priced = await self.worker.price_answer(call, request.settle_credits, answer)
                 if isinstance(priced, PaidOutcome):
                     return priced
                 call = priced
             settling = True
             with trace.settlement():
-                outcome = await self._settle(call, queue=request.deliver_unsettled)
+                outcome = await self.settler.settle(call, queue=request.deliver_unsettled)
                 if outcome.kind is Settled.PAID:
                     assert outcome.receipt is not None
                     trace.set(
@@ -408,7 +340,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
                     trace.fail(outcome.reason or outcome.kind.value, parent=False)
         finally:
             if not settling:
-                await asyncio.shield(self._release(call))
+                await asyncio.shield(self.settler.release(call))
         if outcome.kind is Settled.PAID:
             assert outcome.receipt is not None
             receipt_header = ("payment-response", b64_json(outcome.receipt))
@@ -424,9 +356,9 @@ class PaidFlow(SettleMixin, RefusalMixin):
                 request_id=call.request_id,
             )
         if outcome.kind is Settled.REFUSED:
-            return replace(self._refuse_settle(call, outcome.reason), settle="refused")
+            return replace(self.refusals.refuse_settle(call, outcome.reason), settle="refused")
         if not request.deliver_unsettled:  # not settled now: withheld, nothing queued
-            return replace(self._refuse_settle(call, outcome.reason), settle="withheld")
+            return replace(self.refusals.refuse_settle(call, outcome.reason), settle="withheld")
         return PaidOutcome(
             Outcome.DEFERRED,
             answer,
@@ -435,129 +367,6 @@ class PaidFlow(SettleMixin, RefusalMixin):
             settle=outcome.kind.value,
             request_id=call.request_id,
         )
-
-    async def _price_answer(
-        self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
-    ) -> PaidCall | PaidOutcome:
-        """``PaidRequest.settle_credits``: the amount to settle, priced from the answer (the
-        verified ``credits`` were the ceiling claimed); 0 settles nothing. The caller releases
-        the admission when this returns an outcome."""
-        try:
-            amount = await price(answer)
-        except Exception as exc:
-            self.stats.handler_failures += 1
-            log.error("the credits function failed (%s); not charged", type(exc).__name__)
-            failed = error_answer(
-                500, "Internal Server Error", "The agent could not price this request."
-            )
-            return PaidOutcome(Outcome.WORK_FAILED, failed, "the credits function failed")
-        if amount <= 0:
-            return PaidOutcome(Outcome.PAID, answer, "free", result=answer)
-        return replace(call, amount=amount)
-
-    async def _run_work(self, request: PaidRequest) -> Answer:
-        """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
-        its failure gets. A cancellation from outside (the request is gone) propagates."""
-        deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
-        try:
-            async with deadline:
-                answer = await request.work()
-        except (Exception, asyncio.CancelledError) as exc:
-            task = asyncio.current_task()
-            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
-                raise  # cancelled from outside, not a handler's own CancelledError
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                self.stats.handler_timeouts += 1
-                log.warning(
-                    "agent handler took longer than %g s; answered 504, not charged",
-                    self.core.config.handler_timeout_secs,
-                )
-                return error_answer(
-                    504,
-                    "Gateway Timeout",
-                    "The agent did not answer in time; nothing was charged.",
-                )
-            self.stats.handler_failures += 1
-            if isinstance(exc, HandlerError):
-                log.error("agent handler answer unusable: %s; not charged", exc)
-            else:
-                log.error("agent handler raised %s; not charged", type(exc).__name__, exc_info=exc)
-            return error_answer(
-                500, "Internal Server Error", "The agent failed to answer; nothing was charged."
-            )
-        if not answer.ok:
-            self.stats.handler_failures += 1
-            log.info("agent handler answered %s; not settled, not charged", answer.status)
-        return answer
-
-    def _abandoned(self, call: PaidCall) -> Answer:
-        """The client left before its answer was ready: nothing delivered, nothing settled."""
-        self.stats.abandoned += 1
-        log.info(
-            "the client of agentRequestId %s (payer %s) went away before the answer was ready; "
-            "not settled, not charged",
-            call.request_id,
-            call.payer or "unknown",
-        )
-        return error_answer(
-            499, "Client Closed Request", "The client went away; nothing was charged."
-        )
-
-    def _replay(self, paid: Paid) -> PaidOutcome:
-        """A retry of the request this single-use token already paid for: the same answer,
-        uncharged. (Another body under the same token takes the normal path, where the
-        service refuses the spent token at settle: withheld, 402.)"""
-        self.stats.replayed += 1
-        log.info("replayed the answer a settled single-use token paid for (a retry)")
-        receipt = dict(paid.answer.headers).get("payment-response")
-        return PaidOutcome(
-            Outcome.PAID,
-            paid.answer,
-            "replayed",
-            receipt=decode_b64_json(receipt) if receipt else None,
-            result=paid.answer,
-            replayed=True,
-        )
-
-    @staticmethod
-    def _override(facts: PlanFacts, request: PaidRequest) -> PlanFacts:
-        if request.scheme is None and request.network is None:
-            return facts
-        return replace(
-            facts,
-            scheme=request.scheme or facts.scheme,
-            network=request.network or facts.network,
-        )
-
-    async def _request_price(self, request: PaidRequest) -> int:
-        credits = request.credits
-        if credits is None:
-            return self.core.config.credits_per_request
-        if isinstance(credits, int):
-            return credits
-        return await credits()
-
-    def _envelope(
-        self,
-        facts: PlanFacts,
-        agent_id: str | None,
-        url: str,
-        *,
-        verb: str = "POST",
-        description: str | None = None,
-        mime_type: str | None = None,
-    ) -> PaymentRequirement:
-        """The request's envelope, built once per (plan facts, agent, URL, verb, resource
-        description) and then shared (never mutated: a refusal copies it)."""
-        key = (facts, agent_id, url, verb, description, mime_type)
-        envelope = self._envelopes.get(key)
-        if envelope is None:
-            if len(self._envelopes) >= ENVELOPES_KEPT:
-                self._envelopes.clear()
-            envelope = self._envelopes[key] = build_envelope(
-                facts, agent_id, url, verb=verb, description=description, mime_type=mime_type
-            )
-        return envelope
 
     async def _price(self, request: dict[str, Any]) -> int:
         if self.credits is None:
@@ -570,11 +379,7 @@ class PaidFlow(SettleMixin, RefusalMixin):
     # -- shutting down ---------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        drainer, self._drainer = self._drainer, None
-        if drainer is not None and not drainer.done():
-            drainer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await drainer
+        await self.settler.stop()
         self.handler_pool.shutdown()
         if self.queue is not None:
             await self.queue.aclose()

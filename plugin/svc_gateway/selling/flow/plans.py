@@ -1,4 +1,5 @@
-"""What the endpoint must know about the plan it sells: scheme, network, credit bounds, names.
+"""What the endpoint must know about the plan it sells (scheme, network, credit bounds, names,
+receiver, credits asset), and the one builder of the x402 envelope every way to sell sends.
 
 Fetched from the service (``GET /protocol/plans/{id}``, public) and cached per id for five
 minutes, the SDKs' interval (WIRE.md §7). Concurrent misses share one fetch, so a burst of
@@ -8,12 +9,16 @@ paid requests right after start costs one plan read, not hundreds.
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from cachetools import TTLCache
 
+from ...config import PluginConfig
+from ...encoding import ZERO_ADDRESS
 from ...redact import get_logger
 from ...service.client import default_network
 from ...service.errors import RateLimited, ServiceError, ServiceUnavailable, TransportError
@@ -25,6 +30,9 @@ PLAN_CACHE_TTL_SECS = 300.0
 PLAN_CACHE_SIZE = 64
 #: errors meaning "the service is unreachable right now": answered 503, never 402
 OUTAGE_ERRORS: tuple[type[ServiceError], ...] = (TransportError, ServiceUnavailable, RateLimited)
+#: what a CAIP-19 asset reference may hold; anything else in a plan id is percent-encoded
+_CAIP19_REFERENCE = re.compile(r"[-.a-zA-Z0-9]")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 
 
 @dataclass(frozen=True)
@@ -40,10 +48,19 @@ class PlanFacts:
     description: str | None = None
     #: a time plan sells access for a duration, not credits: verify checks the window
     is_time: bool = False
+    #: who the plan's price goes to: its first receiver, else its owner (x402 ``payTo``)
+    pay_to: str | None = None
+    #: the plan's credits contract (ERC-1155, the plan id its token id), when the plan names it
+    credits_contract: str | None = None
+    #: the CAIP-2 chain the plan's credits live on: the environment's, whatever the payment rail
+    credits_chain: str = "eip155:84532"
 
     @classmethod
     def from_plan(cls, plan: Plan, environment: str) -> PlanFacts:
-        credits = plan.registry.credits
+        registry = plan.registry
+        credits = registry.credits
+        receivers = [r for r in registry.price.receivers if r]
+        contract = registry.nft_address or credits.nft_address
         return cls(
             plan_id=plan.id,
             scheme=plan.scheme,
@@ -53,12 +70,28 @@ class PlanFacts:
             name=plan.metadata.main.name or None,
             description=plan.metadata.main.description,
             is_time=plan.is_time_plan,
+            pay_to=(receivers[0] if receivers else None) or registry.owner or plan.owner,
+            credits_contract=contract if contract and _ADDRESS.fullmatch(contract) else None,
+            credits_chain=default_network(SCHEME_CRYPTO, environment),
         )
 
     @classmethod
     def fallback(cls, plan_id: str, environment: str) -> PlanFacts:
         """WIRE.md §7 when the plan cannot be read: crypto on the environment's network."""
-        return cls(plan_id, SCHEME_CRYPTO, default_network(SCHEME_CRYPTO, environment))
+        network = default_network(SCHEME_CRYPTO, environment)
+        return cls(plan_id, SCHEME_CRYPTO, network, credits_chain=network)
+
+    @property
+    def asset(self) -> str:
+        """x402 ``asset``: the plan's credits as a CAIP-19 id, ``<chain>/erc1155:<credits
+        contract>/<plan id>``; ``<chain>/svc:<plan id>`` when the plan names no contract."""
+        plan = "".join(
+            c if _CAIP19_REFERENCE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode())
+            for c in self.plan_id
+        )
+        if self.credits_contract and self.credits_contract != ZERO_ADDRESS:
+            return f"{self.credits_chain}/erc1155:{self.credits_contract}/{plan}"
+        return f"{self.credits_chain}/svc:{plan}"
 
     def clamp(self, credits: int) -> int:
         """Credits per request lie in the plan's [minAmount, maxAmount] (SPEC.md Limits)."""
@@ -144,6 +177,13 @@ class PlanFactsCache:
         return facts
 
 
+def payment_deadline_secs(config: PluginConfig) -> int:
+    """x402 ``maxTimeoutSeconds``: the longest a paid request can take from its arrival to its
+    settle (verify's budget, the handler's deadline, settle's budget), whole seconds."""
+    total = 2 * config.paid_budget_secs + config.handler_timeout_secs
+    return max(1, math.ceil(total))
+
+
 def build_envelope(
     facts: PlanFacts,
     agent_id: str | None,
@@ -153,17 +193,31 @@ def build_envelope(
     verb: str = "POST",
     description: str | None = None,
     mime_type: str | None = None,
+    amount: int,
+    max_timeout_secs: int,
 ) -> PaymentRequirement:
     """The x402 v2 envelope for one request (WIRE.md §5): absolute URL, the HTTP verb, the
-    plan's scheme and network, the agent id when known; a route's description and MIME type."""
+    plan's scheme and network, the agent id when known; a route's description and MIME type;
+    x402's price terms: ``amount`` (the credits verified: the request's price, or the ceiling
+    of one priced from its result), the plan's credits ``asset``, ``payTo`` the plan's
+    receiver, ``maxTimeoutSeconds`` the request's deadline. The one builder behind the paid
+    endpoint's and the middleware's 402s and MCP's PaymentRequired results."""
     extra: dict[str, str] = {"version": "1"}
     if agent_id:
         extra["agentId"] = agent_id
     extra["httpVerb"] = verb
+    accept = Accept(
+        scheme=facts.scheme,
+        network=facts.network,
+        plan_id=facts.plan_id,
+        extra=extra,
+        amount=max(amount, 0),
+        asset=facts.asset,
+        pay_to=facts.pay_to or ZERO_ADDRESS,
+        max_timeout_seconds=max_timeout_secs,
+    )
     return PaymentRequirement(
         error=error,
         resource=Resource(url=url, description=description, mime_type=mime_type),
-        accepts=[
-            Accept(scheme=facts.scheme, network=facts.network, plan_id=facts.plan_id, extra=extra)
-        ],
+        accepts=[accept],
     )

@@ -1,27 +1,25 @@
 """How the flow says no: 402 with the envelope, 503 / 502 when the service or this seller
 cannot take the payment, and the plain JSON error body every refusal uses.
 
-:class:`RefusalMixin` is part of :class:`~.flow.PaidFlow`. Reasons the service itself cannot
-answer (network, 5xx, 429, our own key rejected) are the operator's problem, not the payer's:
-they answer 503/502, never 402.
+:class:`Refusals` is a part the flow holds (it counts in the flow's :class:`PaidStats`).
+Reasons the service itself cannot answer (network, 5xx, 429, our own key rejected) are the
+operator's problem, not the payer's: they answer 503/502, never 402.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from ...encoding import b64_json
 from ...redact import get_logger
 from ...service import errors
 from ...service.models import PaymentRequirement
 from ..handlers import Answer, SyncHandlerPool
-from ..types import Outcome, PaidOutcome, PaidRequest
-from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope
-from .settling import PaidCall
-
-if TYPE_CHECKING:
-    from ..state.shared import StateUnavailable
-    from .flow import PaidStats
+from ..state.shared import StateUnavailable
+from ..state.stats import PaidStats
+from ..types import Outcome, PaidOutcome
+from .calls import PaidCall
+from .plans import OUTAGE_ERRORS
 
 log = get_logger("svc_gateway.paid")
 
@@ -46,40 +44,57 @@ def retry_later(why: str, seconds: str = str(RETRY_AFTER_SECS)) -> Answer:
     )
 
 
-class RefusalMixin:
-    """The flow's refusals (state lives on :class:`~.flow.PaidFlow`)."""
+class Refusals:
+    """The flow's refusals; each counts itself in ``stats``."""
 
-    stats: PaidStats
-    handler_pool: SyncHandlerPool
+    def __init__(self, stats: PaidStats, handler_pool: SyncHandlerPool) -> None:
+        self.stats = stats
+        self.handler_pool = handler_pool
 
-    def _refuse(
-        self, facts: PlanFacts, agent_id: str | None, request: PaidRequest, reason: str
-    ) -> PaidOutcome:
-        self.stats.refused += 1
-        envelope = build_envelope(
-            facts,
-            agent_id,
-            request.url,
-            error=reason,
-            verb=request.verb,
-            description=request.description,
-            mime_type=request.mime_type,
+    def busy(self) -> PaidOutcome:
+        """More paid requests in flight than allowed: 503 before anything is asked."""
+        self.stats.unavailable += 1
+        answer = error_answer(
+            503,
+            "Service Unavailable",
+            "The agent is busy; nothing was charged. Retry in a second.",
+            **{"Retry-After": "1"},
         )
-        answer = self._payment_required(envelope, reason)
+        return PaidOutcome(Outcome.UNAVAILABLE, answer, "busy")
+
+    def no_plan(self) -> PaidOutcome:
+        """No plan to sell on: 503, nothing asked, nothing charged."""
+        self.stats.unavailable += 1
+        answer = error_answer(
+            503,
+            "Service Unavailable",
+            "This agent is not selling yet: no plan is configured (its operator sets planId "
+            "or registers one with svc_registerAgent). Nothing was charged.",
+        )
+        return PaidOutcome(Outcome.UNAVAILABLE, answer, "no plan")
+
+    def refuse(self, envelope: PaymentRequirement, reason: str) -> PaidOutcome:
+        """402 with the request's envelope (priced), ``reason`` as its ``error``."""
+        self.stats.refused += 1
+        envelope = envelope.model_copy(update={"error": reason})
+        answer = self.payment_required(envelope, reason)
         return PaidOutcome(Outcome.REFUSED, answer, reason, envelope=envelope)
 
-    def _refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
+    def refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
+        """402 for a withheld answer: a fresh envelope, and x402's failed ``payment-response``."""
         self.stats.refused += 1
         envelope = call.envelope.model_copy(update={"error": reason})
-        answer = self._payment_required(envelope, f"The payment was not accepted ({reason})")
+        answer = self.payment_required(envelope, f"The payment was not accepted ({reason})")
+        receipt = ("payment-response", b64_json(envelope.settle_failure(reason)))
+        answer = replace(answer, headers=(*answer.headers, receipt))
         return PaidOutcome(Outcome.WITHHELD, answer, reason, envelope=envelope)
 
     @staticmethod
-    def _payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
+    def payment_required(envelope: PaymentRequirement, reason: str) -> Answer:
         body = {"error": "Payment Required", "message": f"{reason}. {GUIDANCE}", "reason": reason}
-        return Answer.json(402, body, {"payment-required": b64_json(envelope.wire())})
+        return Answer.json(402, body, {"payment-required": b64_json(envelope.x402())})
 
-    def _state_outage(self, exc: StateUnavailable) -> PaidOutcome:
+    def state_outage(self, exc: StateUnavailable) -> PaidOutcome:
         """The shared state store did not answer: fail closed, before the handler."""
         self.stats.unavailable += 1
         log.warning("paid request refused: %s", exc.message)
@@ -89,7 +104,7 @@ class RefusalMixin:
         )
         return PaidOutcome(Outcome.UNAVAILABLE, answer, "shared state unreachable")
 
-    def _stuck(self) -> Answer:
+    def stuck(self) -> Answer:
         """Every thread of the sync handler still runs a request that timed out: new work
         would only wait for a 504. Refused before verify, so nothing is charged."""
         self.stats.unavailable += 1
@@ -100,7 +115,17 @@ class RefusalMixin:
         )
         return retry_later("The agent is overloaded (its earlier requests are still running)")
 
-    def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
+    def over_share(self, payer: str | None) -> Answer:
+        """The payer's earlier requests already hold their share of the sync handler's threads
+        (waiting, running, or still running after a 504): this one is refused before it takes
+        a thread, uncharged, so another payer's request still finds one."""
+        self.stats.unavailable += 1
+        log.info("payer %s holds their share of the handler's threads; answered 503", payer)
+        return retry_later(
+            "Your earlier requests still hold this agent's share of workers for one payer"
+        )
+
+    def outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1
         code = exc.code if exc is not None else "timeout"
         log.warning("could not %s: the payment service is unavailable (%s)", doing, code)
@@ -114,25 +139,23 @@ class RefusalMixin:
             "The payment service could not be reached to verify your payment", seconds
         )
 
-    def _unavailable(self, exc: errors.ServiceError | None, doing: str) -> PaidOutcome:
-        answer = self._outage(exc, doing)
+    def unavailable(self, exc: errors.ServiceError | None, doing: str) -> PaidOutcome:
+        answer = self.outage(exc, doing)
         return PaidOutcome(Outcome.UNAVAILABLE, answer, f"could not {doing}")
 
-    def _verify_failed(
-        self, exc: errors.ServiceError, facts: PlanFacts, agent_id: str | None, request: PaidRequest
-    ) -> PaidOutcome:
+    def verify_failed(self, exc: errors.ServiceError, envelope: PaymentRequirement) -> PaidOutcome:
         """Map a failed verify call: the payer's fault → 402, the service's or ours → 503/502."""
         if isinstance(exc, errors.PaymentRequired) or (
             isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
         ):
-            return self._refuse(facts, agent_id, request, exc.message)
+            return self.refuse(envelope, exc.message)
         if isinstance(exc, OUTAGE_ERRORS):
-            return self._unavailable(exc, "verify a payment")
+            return self.unavailable(exc, "verify a payment")
         self.stats.unavailable += 1
-        return PaidOutcome(Outcome.UNAVAILABLE, self._verify_answer(exc), exc.code)
+        return PaidOutcome(Outcome.UNAVAILABLE, self.verify_answer(exc), exc.code)
 
     @staticmethod
-    def _verify_answer(exc: errors.ServiceError) -> Answer:
+    def verify_answer(exc: errors.ServiceError) -> Answer:
         if isinstance(exc, errors.NotLoggedIn):
             log.error("paid request refused: this gateway is not logged in (run /svc_login)")
             return error_answer(

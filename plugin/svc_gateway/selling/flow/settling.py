@@ -2,65 +2,35 @@
 
 Settle is retried on its ``agentRequestId`` (idempotent) only for transient failures; its
 outcome is recorded in the stats, the admission book and, on an outage, the settle store,
-which is retried in order until the service answers again. :class:`SettleMixin` is part of
-:class:`~.flow.PaidFlow`; the state machine itself stays in :mod:`.flow`.
+which is retried in order until the service answers again. :class:`Settler` is a part the flow
+holds; the state machine itself stays in :mod:`.flow`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
+import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...chat.core import PluginCore
 from ...encoding import to_int
 from ...redact import get_logger
 from ...service import errors
-from ...service.models import PaymentRequirement, SettleResult
+from ...service.models import PaymentRequirement
 from ..state.book import Admission
 from ..state.protocols import AdmissionBook, SettleStore
-from ..state.settle_journal import SettleJournal
-from ..state.settle_queue import QUEUE_FILE, PendingSettle
-
-if TYPE_CHECKING:
-    from .flow import PaidStats
+from ..state.settle_journal import SettleJournal, default_queue_path
+from ..state.settle_queue import PendingSettle
+from ..state.stats import PaidStats
+from .calls import PaidCall, Settled, SettleOutcome
 
 log = get_logger("svc_gateway.paid")
 
 #: queued settles claimed from the store at a time while draining
 DRAIN_BATCH = 100
 REPLAYED_TOKEN = "BCK.X402.0059"
-
-
-class Settled(enum.Enum):
-    PAID = "paid"  # receipt attached
-    REFUSED = "refused"  # the payer did not pay: answer withheld, 402
-    DEFERRED = "deferred"  # outage: 2xx without receipt, queued for retry
-    LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
-
-
-@dataclass(frozen=True)
-class SettleOutcome:
-    kind: Settled
-    reason: str = ""
-    receipt: dict[str, Any] | None = None
-    result: SettleResult | None = None
-
-
-@dataclass(frozen=True)
-class PaidCall:
-    """What a verified, admitted request carries to settle."""
-
-    envelope: PaymentRequirement
-    token: str
-    amount: int
-    request_id: str | None
-    payer: str | None
-    admission: Admission | None
 
 
 def classify_settle_error(exc: BaseException) -> Settled | None:
@@ -76,31 +46,47 @@ def classify_settle_error(exc: BaseException) -> Settled | None:
     return None
 
 
-class SettleMixin:
-    """Settle, record, and retry the owed settles (state lives on :class:`~.flow.PaidFlow`)."""
+#: told how a queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
+QueuedListener = Callable[[str, str, dict[str, Any] | None], None]
 
-    core: PluginCore
-    stats: PaidStats
-    book: AdmissionBook
-    queue: SettleStore | None
-    _opening: asyncio.Lock
-    settle_backoff: tuple[float, ...]
-    queue_retry_secs: float
-    _deferred: dict[str, Admission]
-    _drainer: asyncio.Task[None] | None
-    _draining: bool
-    #: told how each queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
-    queued_listeners: list[Callable[[str, str, dict[str, Any] | None], None]]
+
+class Settler:
+    """Settle, record, and retry the owed settles; counts in ``stats``, closes claims in
+    ``book``."""
+
+    def __init__(
+        self,
+        core: PluginCore,
+        stats: PaidStats,
+        book: AdmissionBook,
+        *,
+        queue: SettleStore | None = None,
+        backoff: tuple[float, ...],
+        queue_retry_secs: float,
+    ) -> None:
+        self.core = core
+        self.stats = stats
+        self.book = book
+        #: the settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
+        #: the default one, the journal beside the credentials (it takes a lock: blocking I/O)
+        self.queue: SettleStore | None = queue
+        self.backoff = backoff
+        self.queue_retry_secs = queue_retry_secs
+        self.queued_listeners: list[QueuedListener] = []
+        self._opening = asyncio.Lock()
+        self._deferred: dict[str, Admission] = {}
+        self._drainer: asyncio.Task[None] | None = None
+        self._draining = False
 
     def _queued_ended(self, request_id: str, how: str, receipt: dict[str, Any] | None) -> None:
         for listener in self.queued_listeners:
             listener(request_id, how, receipt)
 
-    async def _release(self, call: PaidCall) -> None:
+    async def release(self, call: PaidCall) -> None:
         if call.admission is not None:
             await self.book.release(call.admission)
 
-    async def _settle(self, call: PaidCall, *, queue: bool = True) -> SettleOutcome:
+    async def settle(self, call: PaidCall, *, queue: bool = True) -> SettleOutcome:
         """Settle within the budget; record the outcome in the stats, the book and (unless
         ``queue`` is False: the answer is then withheld) the queue.
 
@@ -132,7 +118,7 @@ class SettleMixin:
         """Retries (same ``agentRequestId``) only transient failures, and only with an id:
         without one a replay could burn twice, so then there is exactly one attempt. ``cap``
         bounds each attempt (one over it counts as transient: asked again)."""
-        attempts = len(self.settle_backoff) + 1 if call.request_id else 1
+        attempts = len(self.backoff) + 1 if call.request_id else 1
         reason = "not attempted"
         for attempt in range(1, attempts + 1):
             try:
@@ -156,7 +142,7 @@ class SettleMixin:
                     Settled.REFUSED, result.error_reason or "the service answered success: false"
                 )
             if attempt < attempts:
-                await asyncio.sleep(self.settle_backoff[attempt - 1])
+                await asyncio.sleep(self.backoff[attempt - 1])
         return SettleOutcome(Settled.DEFERRED, reason)
 
     async def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
@@ -191,7 +177,7 @@ class SettleMixin:
             )
             return
         if not queue:  # the answer is withheld, so nothing is owed: never queued
-            await self._release(call)
+            await self.release(call)
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "withheld (not delivered unpaid), nothing queued",
@@ -203,7 +189,7 @@ class SettleMixin:
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
             self.stats.settle_deferred += 1
-            store = await self._store()
+            store = await self.store()
             dropped = await store.add(
                 PendingSettle(
                     request_id=call.request_id,
@@ -233,7 +219,7 @@ class SettleMixin:
             self.kick_queue(delay=self.queue_retry_secs)
             return
         self.stats.settle_lost += 1
-        await self._release(call)
+        await self.release(call)
         log.error(
             "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
             "delivered without payment",
@@ -252,7 +238,7 @@ class SettleMixin:
             drainer.cancel()  # it is sleeping until a later retry: retry now instead
         self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(delay))
 
-    async def _store(self) -> SettleStore:
+    async def store(self) -> SettleStore:
         """The settle store, opened on first use (a second endpoint on the same file refuses
         to start: :class:`SettleQueueLocked`)."""
         if self.queue is None:
@@ -265,7 +251,7 @@ class SettleMixin:
         """Count the settles a previous run left owed as in flight for their payers (until
         they settle or are given up: those credits are not for sale again) and start retrying
         them. Returns how many are owed."""
-        store = await self._store()
+        store = await self.store()
         owed = await store.entries()
         for entry in owed:
             if entry.payer and entry.request_id not in self._deferred:
@@ -277,8 +263,16 @@ class SettleMixin:
             self.kick_queue()
         return len(owed)
 
+    async def stop(self) -> None:
+        """Stop retrying the queue (the store stays open: the flow closes it)."""
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None and not drainer.done():
+            drainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drainer
+
     async def _drain_loop(self, delay: float) -> None:
-        store = await self._store()
+        store = await self.store()
         while await store.count():
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -290,7 +284,7 @@ class SettleMixin:
         first outage. Returns how many were settled."""
         if self._draining:
             return 0
-        store = await self._store()
+        store = await self.store()
         self._draining = True
         done = 0
         seen: set[str] = set()
@@ -335,7 +329,7 @@ class SettleMixin:
         admission = await self._owed_claim(entry)
         if admission is not None:
             await self.book.settled(admission, redeemed, result.remaining_balance)
-        store = await self._store()
+        store = await self.store()
         await store.remove(entry.request_id)
         self._queued_ended(entry.request_id, "settled", receipt)
         log.info(
@@ -370,7 +364,7 @@ class SettleMixin:
         admission = await self._owed_claim(entry)
         if admission is not None:
             await self.book.release(admission)
-        store = await self._store()
+        store = await self.store()
         await store.remove(entry.request_id)
         self._queued_ended(entry.request_id, "lost", None)
         log.error(
@@ -382,11 +376,3 @@ class SettleMixin:
             reason,
         )
         return 0
-
-
-def default_queue_path(core: PluginCore) -> Path:
-    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
-    configured = core.config.settle_queue_path
-    if configured:
-        return Path(configured).expanduser()
-    return core.store.path.parent / QUEUE_FILE

@@ -5,7 +5,7 @@ clients this costs a fraction of one pipeline per call (redis-py's per-command o
 dominates on loopback). The scripts run one after the other in Redis, each atomic, in the order
 they were called. A script Redis does not know (it restarted, or ``SCRIPT FLUSH``) is loaded
 and its calls sent again; a connection that fails fails every call of the batch with
-:class:`~.shared_state.StateUnavailable`.
+:class:`~.shared.StateUnavailable`.
 """
 
 from __future__ import annotations

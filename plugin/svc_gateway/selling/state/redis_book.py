@@ -16,7 +16,7 @@ refused settle is discarded; re-read after :data:`~.billing.BALANCE_TTL_SECS` wi
 flight, after a receipt shows more than the book knew, or when verify saw enough credits and the
 book is short.
 
-A Redis outage fails admission closed (:class:`~.shared_state.StateUnavailable`, a 503 before
+A Redis outage fails admission closed (:class:`~.shared.StateUnavailable`, a 503 before
 the handler); a close (settled, release, refused) that cannot reach Redis is kept here and sent
 once Redis answers again (until then the claim's expiry bounds what it holds); so is a restore.
 """

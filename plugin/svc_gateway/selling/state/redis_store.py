@@ -10,9 +10,9 @@ idempotent on it). While Redis is unreachable, new entries go to this replica's 
 (the settle journal at ``settleQueuePath``, locked to this process) and are pushed once Redis
 answers again; removals wait in memory the same way.
 
-Stats: each replica adds what its :class:`~.flow.PaidStats` counted since the last push to one
-Redis hash (``HINCRBY``, about once a second and at shutdown); :meth:`SharedStats.totals` reads
-the sum over every replica.
+Stats: each replica adds what its :class:`~.stats.PaidStats` counted since the last push to
+one Redis hash (``HINCRBY``, about once a second and at shutdown); :meth:`SharedStats.totals`
+reads the sum over every replica.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import contextlib
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -37,9 +37,7 @@ from .redis_book import RedisAdmissionBook
 from .settle_journal import SettleJournal
 from .settle_queue import MAX_AGE_SECS, MAX_ENTRIES, PendingSettle
 from .shared import StateUnavailable, claim_ttl_secs, describe_state_url
-
-if TYPE_CHECKING:
-    from ..flow.flow import PaidStats
+from .stats import PaidStats
 
 log = get_logger("svc_gateway.paid")
 
@@ -251,7 +249,7 @@ _COUNTERS = ("settle_queue", "receipts")  # a gauge and a list: not summed over 
 
 
 class SharedStats:
-    """Every replica's :class:`~.flow.PaidStats` counters, summed in one Redis hash."""
+    """Every replica's :class:`~.stats.PaidStats` counters, summed in one Redis hash."""
 
     def __init__(self, client: aioredis.Redis, *, where: str, prefix: str = "svc:") -> None:
         self._redis = client

@@ -34,16 +34,18 @@ from ...redact import get_logger
 from .settle_queue import (
     MAX_AGE_SECS,
     MAX_ENTRIES,
+    QUEUE_FILE,
     Fsync,
     PendingSettle,
-    _os_fsync,
     fsync_directory,
     log_dropped,
+    os_fsync,
     replace_durably,
     set_aside,
 )
 
 if TYPE_CHECKING:
+    from ...chat.core import PluginCore
     from .protocols import SettleStore
 
 log = get_logger("svc_gateway.paid")
@@ -54,6 +56,14 @@ COMPACT_MIN_DEAD = 256
 
 class SettleQueueLocked(ConfigError):
     """Another store (endpoint, process) holds this queue file."""
+
+
+def default_queue_path(core: PluginCore) -> Path:
+    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
+    configured = core.config.settle_queue_path
+    if configured:
+        return Path(configured).expanduser()
+    return core.store.path.parent / QUEUE_FILE
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -125,7 +135,7 @@ class SettleJournal:
         max_entries: int = MAX_ENTRIES,
         max_age_secs: float = MAX_AGE_SECS,
         clock: Callable[[], float] = time.time,
-        fsync: Fsync = _os_fsync,
+        fsync: Fsync = os_fsync,
     ) -> None:
         self.path = path
         self.lock_path = path.with_name(path.name + ".lock")

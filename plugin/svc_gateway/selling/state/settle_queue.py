@@ -33,11 +33,11 @@ MAX_AGE_SECS = 7 * 24 * 3600.0
 Fsync = Callable[[int], None]
 
 
-def _os_fsync(fd: int) -> None:
+def os_fsync(fd: int) -> None:
     os.fsync(fd)  # looked up at call time, so a test can observe it
 
 
-def fsync_directory(directory: Path, fsync: Fsync = _os_fsync) -> None:
+def fsync_directory(directory: Path, fsync: Fsync = os_fsync) -> None:
     """Make a rename or a new file in ``directory`` durable (POSIX: sync the directory)."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -46,7 +46,7 @@ def fsync_directory(directory: Path, fsync: Fsync = _os_fsync) -> None:
         os.close(fd)
 
 
-def replace_durably(path: Path, data: bytes, fsync: Fsync = _os_fsync) -> None:
+def replace_durably(path: Path, data: bytes, fsync: Fsync = os_fsync) -> None:
     """Write ``data`` to a 0600 temp file, sync it, rename it over ``path``, sync the
     directory: after a crash or a power loss ``path`` holds the old or the new bytes."""
     tmp = path.with_name(path.name + ".tmp")
@@ -63,7 +63,7 @@ def replace_durably(path: Path, data: bytes, fsync: Fsync = _os_fsync) -> None:
     fsync_directory(path.parent, fsync)
 
 
-def set_aside(path: Path, fsync: Fsync = _os_fsync) -> bool:
+def set_aside(path: Path, fsync: Fsync = os_fsync) -> bool:
     """Rename an unreadable file to ``<name>.bad`` (kept for a human); False if it cannot be."""
     try:
         os.replace(path, path.with_name(path.name + ".bad"))
@@ -132,7 +132,7 @@ class SettleQueue:
         max_entries: int = MAX_ENTRIES,
         max_age_secs: float = MAX_AGE_SECS,
         clock: Any = time.time,
-        fsync: Fsync = _os_fsync,
+        fsync: Fsync = os_fsync,
     ) -> None:
         self.path = path
         self._fsync = fsync

@@ -28,9 +28,11 @@ from ...chat.core import PluginCore
 from ...config import ConfigError, PluginConfig
 from ...host import GatewayAPI, host_http_app
 from ...redact import get_logger
-from ..flow.flow import MAX_TOKEN_CHARS, PaidFlow, PaidStats
+from ..flow.admission import MAX_TOKEN_CHARS
+from ..flow.flow import PaidFlow
 from ..handlers import AgentHandler, CreditsFn, default_handler, load_handler
-from ..state.shared import shared_state
+from ..state.open import shared_state
+from ..state.stats import PaidStats
 from .http import PaidRoutes
 
 if TYPE_CHECKING:
@@ -123,7 +125,7 @@ def _public_endpoint_url(config: PluginConfig) -> str | None:
     return public
 
 
-def _resolve_handler(
+def resolve_handler(
     api: GatewayAPI, config: PluginConfig, given: AgentHandler | None
 ) -> AgentHandler:
     """The argument, else the host's ``api.agent_handler``, else config ``agentHandler``,
@@ -166,7 +168,7 @@ async def attach_paid_endpoint(
     shared = shared_state(core)
     flow = PaidFlow(
         core,
-        handler=_resolve_handler(api, config, handler),
+        handler=resolve_handler(api, config, handler),
         credits=_resolve_credits(api, credits),
         plan_id=plan_id,
         agent_id=agent_id,

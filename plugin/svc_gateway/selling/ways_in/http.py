@@ -18,8 +18,9 @@ from ...interop.agent_card import CARD_PATH, build_card
 from ...redact import get_logger
 from ...runtime import RuntimeClosed
 from ...service.errors import ServiceError
-from ..flow.flow import PaidFlow, error_answer
+from ..flow.flow import PaidFlow
 from ..flow.plans import OUTAGE_ERRORS
+from ..flow.refusals import error_answer
 from ..handlers import Answer
 
 log = get_logger("svc_gateway.paid")
@@ -44,7 +45,23 @@ def to_response(answer: Answer) -> web.Response:
     return response
 
 
-def _connected(request: web.Request) -> bool:
+def paid_response(answer: Answer) -> web.Response:
+    """A paid route's answer, cached as x402's reference servers say: a 402 ``no-store``, any
+    other answer ``private`` (a shared cache or CDN never serves one payer's answer to another;
+    the handler's own directives are kept, but ``public`` gives way)."""
+    response = to_response(answer)
+    if answer.status == 402:
+        response.headers["Cache-Control"] = "no-store"
+        return response
+    own = [d.strip() for d in response.headers.get("Cache-Control", "").split(",") if d.strip()]
+    kept = [d for d in own if d.lower() != "public"]
+    if "private" not in (d.lower() for d in kept):
+        kept.append("private")
+    response.headers["Cache-Control"] = ", ".join(kept)
+    return response
+
+
+def client_connected(request: web.Request) -> bool:
     """Whether the client of ``request`` is still connected (aiohttp drops the transport when
     the connection is lost; a read of two attributes, safe from the plugin loop's thread)."""
     transport = request.transport
@@ -146,10 +163,10 @@ class PaidRoutes:
     async def agent(self, request: web.Request) -> web.Response:
         """``POST <agentEndpointPath>``: never a traceback, whatever happens."""
         try:
-            return to_response(await self._agent(request))
+            return paid_response(await self._agent(request))
         except Exception as exc:  # pragma: no cover - the last line of defence
             log.error("paid endpoint failed unexpectedly (%s)", type(exc).__name__)
-            return to_response(
+            return paid_response(
                 error_answer(500, "Internal Server Error", "The agent failed; nothing was charged.")
             )
 
@@ -170,7 +187,7 @@ class PaidRoutes:
         url = self.endpoint_url(request)
         try:
             return await self.flow.core.runtime.run(
-                self.flow.serve(prompt, token, url, connected=lambda: _connected(request))
+                self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
             )
         except RuntimeClosed:
             return error_answer(503, "Service Unavailable", "The agent is shutting down.")

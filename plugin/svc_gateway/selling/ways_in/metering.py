@@ -25,7 +25,7 @@ import inspect
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,6 +152,15 @@ class ToolMeter:
             if fnmatch.fnmatchcase(tool_name, pattern):
                 return price
         return None
+
+    def unoffered(self, offered: Iterable[str]) -> list[str]:
+        """The ``meteredTools`` entries that name none of the host's ``offered`` tools."""
+        names = [name for name in offered if not name.startswith("svc_")]
+        return [
+            pattern
+            for pattern in self.prices
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in names)
+        ]
 
     def plan_id(self) -> str | None:
         config = self.operator.config
@@ -391,6 +400,7 @@ class ToolMeter:
             at=time.time(),
             call_id=ctx.call_id,
             request_id=outcome.request_id,
+            sold=True,
         )
 
     async def aclose(self) -> None:

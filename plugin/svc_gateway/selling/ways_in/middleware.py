@@ -23,16 +23,17 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from ...chat.core import PluginCore
-from ...chat.login import CredentialStore, default_config_dir
-from ...config import load_config
+from ...chat.credentials import CredentialStore, default_config_dir
+from ...config import ConfigError, load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
-from ..flow.flow import PaidFlow, PaidStats
+from ..flow.flow import PaidFlow
 from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
-from ..state.shared import shared_state
+from ..state.open import shared_state
+from ..state.stats import PaidStats
 from ..types import PaidOutcome, PaidRequest
-from .http import _connected, to_response
+from .http import client_connected, paid_response
 from .routes import Route, RouteConfig, RouteMap
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ class PaymentMiddleware:
         self._runtime = PluginRuntime(name="svc-payments")
         self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
         self.core.restore_session()
+        try:  # an unusable configuration refuses to start, never a 500 on each request
+            self.core.base_url  # noqa: B018 (resolving it is the check)
+        except ConfigError as exc:
+            self._runtime.close()
+            raise ConfigError(f"the payment middleware cannot start: {exc}") from None
         #: the state shared with other replicas (``stateUrl``), ``None`` in-process
         self.shared: RedisState | None = shared_state(self.core)
         self.flow = PaidFlow(
@@ -128,15 +134,21 @@ class PaymentMiddleware:
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         route = self.routes.match(request.method, request.path)
+        verb = request.method
+        if route is None and verb == "HEAD":  # a paid GET covers HEAD (RFC 9110 §9.3.2):
+            route, verb = self.routes.match("GET", request.path), "GET"  # sold as that GET
         if route is None:
             return await handler(request)
         if not self._started:
             await self.start()
-        outcome = await self.sell(request, handler, route)
-        return to_response(outcome.answer)
+        outcome = await self.sell(request, handler, route, verb=verb)
+        return paid_response(outcome.answer)
 
-    async def sell(self, request: web.Request, handler: Handler, route: Route) -> PaidOutcome:
-        """One gated request through the paid flow."""
+    async def sell(
+        self, request: web.Request, handler: Handler, route: Route, *, verb: str | None = None
+    ) -> PaidOutcome:
+        """One gated request through the paid flow (``verb``: what it is sold as, when not
+        its own method: a HEAD is sold as the GET it mirrors)."""
         token = request.headers.get("payment-signature", "").strip() or None
         body_digest = None
         if token:
@@ -157,7 +169,7 @@ class PaymentMiddleware:
             token=token,
             url=self._url(request),
             work=work,
-            verb=request.method,
+            verb=verb or request.method,
             plan_id=config.plan_id,
             agent_id=config.agent_id,
             credits=config.credits if isinstance(config.credits, int) else _price(config, request),
@@ -167,7 +179,7 @@ class PaymentMiddleware:
             mime_type=config.mime_type,
             route=route.key,
             body_digest=body_digest,
-            connected=lambda: _connected(request),
+            connected=lambda: client_connected(request),
         )
         return await self.flow.handle(paid)
 

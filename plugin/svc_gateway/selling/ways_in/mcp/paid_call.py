@@ -20,13 +20,17 @@ from typing import Any
 
 from ....encoding import compact_json
 from ....redact import get_logger
-from ...flow.flow import PaidFlow, token_payer
+from ...flow.admission import token_payer
+from ...flow.flow import PaidFlow
 from ...flow.replay import digest
 from ...handlers import Answer
 from ...types import Outcome as FlowOutcome
 from ...types import PaidOutcome, PaidRequest
 
 log = get_logger("svc_gateway.paid_mcp")
+
+#: where x402's MCP transport puts the receipt (``_meta``; in a settle failure's result too)
+RECEIPT_META = "x402/payment-response"
 
 
 class Verdict(enum.Enum):
@@ -123,12 +127,15 @@ def _outcome(outcome: PaidOutcome, plan_id: str, token: str | None) -> Outcome:
             transaction=str(receipt.get("transaction") or ""),
         )
     message = str(_body(outcome.answer).get("message") or outcome.reason or kind.value)
-    envelope = outcome.envelope.wire() if outcome.envelope is not None else None
+    required = outcome.envelope
+    envelope = required.x402() if required is not None else None
     if kind is FlowOutcome.REFUSED:
         return Outcome(Verdict.REFUSED, plan_id, envelope=envelope, message=message, payer=payer)
     if kind in (FlowOutcome.WITHHELD, FlowOutcome.DEFERRED):
-        if envelope is not None:
+        if required is not None and envelope is not None:
+            # x402's MCP settle failure: the PaymentRequired with the failed receipt in it
             envelope["error"] = f"settlement failed: {outcome.reason}"
+            envelope[RECEIPT_META] = required.settle_failure(outcome.reason)
         return Outcome(
             Verdict.UNSETTLED,
             plan_id,

@@ -33,7 +33,7 @@ from ...handlers import (
     default_handler,
     to_answer,
 )
-from ..endpoint import _resolve_handler
+from ..endpoint import resolve_handler
 from .app import MCP_PATH, WELL_KNOWN, McpAsgiApp, Message, Scope
 from .server import Options, PaidMcpServer
 
@@ -288,7 +288,7 @@ async def attach_paid_mcp(
     mounted at ``/mcp`` on the host's app. Shares the HTTP endpoint's flow when given (one book
     of credits in flight per payer)."""
     config = core.config
-    handler = _resolve_handler(api, config, None)
+    handler = resolve_handler(api, config, None)
     server = create_server(core, server_name=config.mcp_server_name, flow=flow)
     server.tool(
         "ask",

@@ -24,7 +24,7 @@ from ....encoding import b64url_nopad, compact_json
 from ....interop import mcp_sdk as sdk
 from ....redact import get_logger
 from ...flow.flow import PaidFlow
-from .paid_call import Outcome, Verdict, charge, run_free
+from .paid_call import RECEIPT_META, Outcome, Verdict, charge, run_free
 from .results import (
     call_any,
     error_result,
@@ -37,7 +37,6 @@ from .results import (
 log = get_logger("svc_gateway.paid_mcp")
 
 PAYMENT_META = "x402/payment"
-RECEIPT_META = "x402/payment-response"
 CREDITS_META = "svc/credits"
 PRICE_META = "svc/price"
 #: the largest ``_meta["x402/payment"]`` read (it is re-encoded into a token)

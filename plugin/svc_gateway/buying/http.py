@@ -1,0 +1,202 @@
+"""svc_queryAgent for an HTTP agent: address, agent, plan, token, POST, receipt.
+
+Order matters, and nothing is minted until every check has passed:
+
+1. the URL: HTTPS, or plain HTTP on this machine (a token is a bearer credential);
+2. the address after DNS resolution: loopback, or public, or allow-listed by config (an LLM must
+   not be talked into paying a service on the private network or the cloud metadata address);
+3. the agent card at the URL (optional; never trusted on its own);
+4. the service's record of the agent: the URL must be one of its registered ``POST`` endpoints,
+   so a card that claims someone else's agent id gets nothing;
+5. the plan (the parameter, else the one plan the agent sells) and its payment scheme;
+6. the answer size, when the card or a HEAD states it;
+
+then a v3 token bound to agent + URL + verb is minted (v2 only when the service gives nothing
+else, and the result says so), the balance is read, the prompt is POSTed, the receipt is
+checked, and the service's own balance is read back.
+
+One deadline (``requestTimeoutSecs``) bounds all of it. When it passes, or the agent answers
+without an answer after the token went out, the result says what the service shows was charged
+(:mod:`.charges`). Steps 1-2 live in :mod:`.addresses`, 3-5 in :mod:`.purchase`, the token in
+:mod:`.tokens`, reading the reply in :mod:`.answers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from ..chat.core import PluginCore
+from ..chat.failure import ToolFailure
+from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
+from ..redact import get_logger
+from .addresses import check_agent_address, check_agent_url
+from .answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
+from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
+from .purchase import HTTP_VERB, decide_purchase
+from .request import AgentQuery
+from .tokens import mint, token_version
+
+if TYPE_CHECKING:
+    import httpx
+
+log = get_logger("svc_gateway.tools.query")
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every query: building one costs ~50 ms of blocked event loop."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
+def _too_large(size: object) -> bool:
+    return isinstance(size, int | str) and str(size).isdigit() and int(size) > MAX_ANSWER_BYTES
+
+
+async def check_answer_size(http: httpx.AsyncClient, url: str, found: FoundCard | None) -> None:
+    """Refuse before paying when the card (``maxAnswerBytes``) or a HEAD says the answer cannot
+    fit in :data:`MAX_ANSWER_BYTES`. A failing HEAD says nothing."""
+    import httpx
+
+    declared = found.card.get("maxAnswerBytes") if found is not None else None
+    if not _too_large(declared):
+        try:
+            head = await http.head(url)
+            declared = head.headers.get("content-length") if head.is_success else None
+        except httpx.HTTPError:
+            declared = None
+    if _too_large(declared):
+        raise ToolFailure(
+            "answer_too_large",
+            f"The agent says its answer is {declared} bytes, more than the "
+            f"{MAX_ANSWER_BYTES // 1024} KiB svc_queryAgent reads; nothing was paid",
+            "Ask for a shorter answer, or call the agent another way.",
+        )
+
+
+async def post_prompt(
+    http: httpx.AsyncClient, url: str, prompt: str, token: str, answered: list[int] | None = None
+) -> AgentReply:
+    """POST the prompt; read at most :data:`MAX_ANSWER_BYTES` of the answer. The status goes
+    into ``answered`` as soon as the response headers arrive."""
+    async with http.stream(
+        HTTP_VERB,
+        url,
+        json={"prompt": prompt},
+        headers={"payment-signature": token, "Accept": "application/json"},
+    ) as response:
+        if answered is not None:
+            answered.append(response.status_code)
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        try:
+            body, truncated = await read_limited(response, MAX_ANSWER_BYTES), False
+        except TooLarge as exc:
+            body, truncated = exc.head, True
+        return AgentReply(response.status_code, headers, body, truncated)
+
+
+async def post_prompt_once_more(
+    http: httpx.AsyncClient, url: str, prompt: str, token: str, version: int
+) -> AgentReply:
+    """:func:`post_prompt`; when the connection drops before any answer arrived with a
+    single-use (v3) token, once more with the same token: a seller that settled it replays the
+    answer it paid for, one that did not is paid once (issue 18)."""
+    import httpx
+
+    answered: list[int] = []
+    try:
+        return await post_prompt(http, url, prompt, token, answered)
+    except httpx.TransportError:
+        if version < 3 or answered:
+            raise
+        log.info("the agent's answer was lost in transit; asking once more with the same token")
+        return await post_prompt(http, url, prompt, token)
+
+
+async def query_http_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
+    """svc_queryAgent when ``agentUrl`` is a plain HTTP endpoint: every step of the module
+    docstring, then the answer, the checked receipt and the balance read back."""
+    if not p.prompt.strip():
+        raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
+    check_agent_url(p.agent_url)
+    client = core.client()  # NotLoggedIn before any traffic
+    deadline = core.config.request_timeout_secs
+    step = Step()
+    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, cards, service, HEAD, the request
+    try:
+        async with scope:
+            purchase, version, reply = await _buy(core, p, step)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        failure = timed_out(step, deadline, p.agent_url)
+        if step.token_sent:
+            failure = await with_charge(core, step, failure, answered=False)
+        raise failure from None
+    except ToolFailure as failure:
+        if step.token_sent:  # the token went out and no answer came back
+            raise await with_charge(core, step, failure, answered=False) from None
+        raise
+    finally:
+        step.done(core)
+    try:
+        result = interpret(reply, purchase, client.address, p.agent_url)
+    except ToolFailure as failure:  # a 402 or another non-2xx after the token was sent
+        raise await with_charge(core, step, failure, answered=True) from None
+    result["tokenVersion"] = version
+    if version < 3:
+        purchase.warnings.append(
+            "The service issued a reusable (v2) token instead of a single-use one bound to this "
+            "URL: until it expires, whoever holds it can spend credits of this plan."
+        )
+    await balance_after(core, purchase.plan_id, result, step.balance_before)
+    core.paid_for(
+        f"agent {purchase.agent_id or p.agent_url}", purchase.plan_id, result.get("receipt")
+    )
+    result.update(
+        {"planId": purchase.plan_id, "agentId": purchase.agent_id, "agentUrl": p.agent_url}
+    )
+    warnings = [*purchase.warnings, *result.pop("warnings", [])]
+    if warnings:
+        result["warnings"] = warnings
+    return result
+
+
+async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, int, AgentReply]:
+    """Every step of the module docstring up to the agent's reply, each marked in ``step``."""
+    # httpx here, not the service client's session: one-off calls to other hosts need a
+    # streamed read with a size cap; the caller's deadline bounds them (httpx's own timeout is
+    # set past it, so the deadline, not a swallowed read timeout, is what ends a slow call).
+    import httpx
+
+    await check_agent_address(core, p.agent_url)
+    timeout = httpx.Timeout(core.config.request_timeout_secs + HTTPX_SLACK_SECS)
+    async with httpx.AsyncClient(timeout=timeout, verify=_tls(), follow_redirects=False) as http:
+        step.waiting = "agent"
+        found = await fetch_card(http, p.agent_url)
+        step.waiting = "service"
+        purchase = await decide_purchase(core, p, found)
+        step.waiting = "agent"
+        await check_answer_size(http, p.agent_url, found)
+        step.waiting = "service"
+        step.plan_id = purchase.plan_id
+        # the balance before paying, read while the token is minted (minting burns nothing)
+        token, step.balance_before = await asyncio.gather(
+            mint(core, p, purchase), read_balance(core, purchase.plan_id)
+        )
+        step.waiting, step.token_sent = "agent", True
+        try:
+            reply = await post_prompt_once_more(
+                http, p.agent_url, p.prompt, token, token_version(token)
+            )
+        except httpx.HTTPError as exc:
+            raise ToolFailure(
+                "agent_unreachable",
+                f"Could not reach the agent: {type(exc).__name__}",
+                "Check agentUrl and that the agent is running.",
+            ) from None
+    return purchase, token_version(token), reply

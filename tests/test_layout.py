@@ -1,0 +1,206 @@
+"""The package's shape: no import circle (between modules or between rooms), no module importing
+another module's ``_private`` name, no module past the length a reader takes in, and the old
+public import paths still working.
+
+Every import counts, those inside functions and under ``TYPE_CHECKING`` included: a lazy import
+that closes a circle is still a circle a reader has to untangle. A room is a top-level folder of
+the package (``selling/``, ``buying/``…) or a top-level module.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import svc_gateway
+
+PACKAGE = Path(svc_gateway.__file__).parent
+NAME = "svc_gateway"
+#: the sandbox's OpenAPI document is data written as code (generated from the routes' models)
+LONG_ALLOWED = {"svc_gateway.sandbox.openapi"}
+MAX_LINES = 450
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported module
+    names: tuple[str, ...]  # names taken from it ("from target import a, b")
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(module: str, path: Path) -> Iterator[Import]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == NAME:
+                    yield Import(module, alias.name, (), node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != NAME:
+                continue
+            plain = []
+            for alias in node.names:
+                if f"{target}.{alias.name}" in MODULES:  # "from package import submodule"
+                    yield Import(module, f"{target}.{alias.name}", (), node.lineno)
+                else:
+                    plain.append(alias.name)
+            if plain:
+                yield Import(module, target, tuple(plain), node.lineno)
+
+
+IMPORTS = [imp for module, path in MODULES.items() for imp in imports_of(module, path)]
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def room(module: str) -> str:
+    """``svc_gateway.selling.flow.flow`` → ``selling``; a top-level module is its own room."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_between_modules() -> None:
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in IMPORTS:
+        if imp.target in MODULES and imp.target != imp.source:
+            edges[imp.source].add(imp.target)
+    assert circles(edges) == []
+
+
+def test_no_import_circle_between_rooms() -> None:
+    """Rooms import downwards only. A package's ``__init__`` re-exporting its own rooms' names
+    (the public façade: ``svc_gateway``, ``svc_gateway.selling``) is above what it re-exports,
+    so its arrows are left out."""
+    edges: dict[str, set[str]] = {}
+    for imp in IMPORTS:
+        if MODULES[imp.source].name == "__init__.py" or imp.target not in MODULES:
+            continue
+        source, target = room(imp.source), room(imp.target)
+        if source != target:
+            edges.setdefault(source, set()).add(target)
+    assert circles(edges) == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    private = [
+        f"{imp.source}:{imp.line} takes {name} from {imp.target}"
+        for imp in IMPORTS
+        for name in imp.names
+        if name.startswith("_") and not name.startswith("__") and imp.target != imp.source
+    ]
+    assert private == []
+
+
+def test_no_module_is_longer_than_a_reader_takes_in() -> None:
+    long = {
+        module: count
+        for module, path in MODULES.items()
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+        and module not in LONG_ALLOWED
+    }
+    assert long == {}
+
+
+def test_every_module_says_what_it_is_for() -> None:
+    silent = [m for m, p in MODULES.items() if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert silent == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "names"),
+    [
+        (
+            "svc_gateway.paid",
+            "svc_gateway.selling",
+            ("RouteConfig", "build_payment_app", "payment_middleware", "PaidEndpoint"),
+        ),
+        (
+            "svc_gateway.paid_mcp",
+            "svc_gateway.selling.ways_in.mcp",
+            ("Options", "create_server", "serve", "PaidMcpServer"),
+        ),
+    ],
+)
+def test_old_public_paths_still_import_and_say_where_to_go(
+    old: str, new: str, names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        legacy = importlib.import_module(old)
+    current = importlib.import_module(new)
+    for name in names:
+        assert getattr(legacy, name) is getattr(current, name)
+    told = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert told and new in str(told[0].message)
