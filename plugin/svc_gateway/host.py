@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import quote
 
 if TYPE_CHECKING:  # the HTTP server is imported only by a plugin that serves something
     from aiohttp import web
@@ -70,8 +71,14 @@ class Caller:
 
     @property
     def identity(self) -> str:
-        """``channel:sender_id``: the key the user's account is stored under."""
-        return f"{self.channel}:{self.sender_id}"
+        """``channel:sender_id``: the key the user's account is stored under. Both fields exactly
+        as the host gave them (``Slack`` and ``slack``, ``team.a`` and ``team_a`` are four
+        channels), and never ambiguous: a channel holding ``:`` or ``%`` is percent-encoded, so
+        ``("a:b", "c")`` and ``("a", "b:c")`` never share an account."""
+        channel = self.channel
+        if ":" in channel or "%" in channel:
+            channel = quote(channel, safe="")
+        return f"{channel}:{self.sender_id}"
 
 
 class ToolHandler(Protocol):
@@ -94,12 +101,18 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class CommandContext:
-    """Who typed a slash command, and where."""
+    """Who typed a slash command, and where.
+
+    ``is_local_console`` is the host saying the command was typed at the gateway's own console
+    (the operator's terminal), never a chat message. With ``perUserAccounts`` only such a
+    command, or one from a sender listed in ``operatorIds``, acts on the gateway's own account:
+    a command without a sender and without this flag has no account."""
 
     args: str = ""
     sender_id: str | None = None
     channel: str | None = None
     is_authorized_sender: bool = True
+    is_local_console: bool = False
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]

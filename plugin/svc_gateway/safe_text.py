@@ -82,6 +82,44 @@ def quoted(text: object, limit: int = DEFAULT_LIMIT) -> str:
     return json.dumps(one_line(text, limit), ensure_ascii=False)
 
 
+class TooBig(ValueError):
+    """A stranger's JSON value nested deeper or larger than the caller shows."""
+
+
+def clean_json(
+    value: object, *, max_depth: int, max_bytes: int, string_limit: int = DEFAULT_LIMIT
+) -> object:
+    """A stranger's JSON value (an MCP tool's input schema) safe to show a model: every string,
+    keys included, through :func:`one_line` (``string_limit``; keys 100), at most 100 items per
+    object or list; :class:`TooBig` when it nests deeper than ``max_depth`` or its cleaned JSON
+    exceeds ``max_bytes`` (the caller shows something plainer instead)."""
+
+    def walk(item: object, depth: int) -> object:
+        if depth > max_depth:
+            raise TooBig(f"nested deeper than {max_depth} levels")
+        if isinstance(item, dict):
+            return {
+                one_line(_as_text(key)[:800], 100): walk(inner, depth + 1)
+                for key, inner in list(item.items())[:100]
+            }
+        if isinstance(item, list | tuple):
+            return [walk(inner, depth + 1) for inner in list(item)[:100]]
+        if item is None or isinstance(item, bool):
+            return item
+        if isinstance(item, int | float):
+            return item if len(repr(item)) <= 40 else one_line(repr(item), 40)
+        return one_line(_as_text(item)[: string_limit * 8], string_limit)
+
+    try:
+        cleaned = walk(value, 0)
+        size = len(json.dumps(cleaned, ensure_ascii=False, allow_nan=False).encode())
+    except (RecursionError, ValueError) as exc:  # TooBig is a ValueError
+        raise TooBig(str(exc)[:80]) from None
+    if size > max_bytes:
+        raise TooBig(f"larger than {max_bytes} bytes")
+    return cleaned
+
+
 def plural(count: int, word: str, many: str | None = None) -> str:
     """``1 credit``, ``2 credits``, ``0 calls``: a count with its noun agreeing."""
     return f"{count} {word if count == 1 else (many or word + 's')}"

@@ -260,3 +260,66 @@ def test_the_api_object_satisfies_the_host_contract() -> None:
     api = hermes.HermesGatewayAPI({"planId": "p"}, logging.getLogger("t"))
     assert isinstance(api, GatewayAPI)
     assert api.plugin_config == {"planId": "p"}
+
+
+def test_a_gateway_command_without_a_sender_keeps_its_platform_and_is_never_the_console() -> None:
+    """Hermes's gateway fires ``pre_gateway_dispatch`` and then awaits the command in the
+    message's task; its CLI and TUI run the command as a loop of its own. Only the latter is
+    the local console: a message without a user id (a channel post) keeps its platform."""
+    from gateway.config import Platform
+    from gateway.platforms.base import MessageEvent
+    from gateway.session import SessionSource
+    from hermes_cli.plugins import resolve_plugin_command_result
+
+    from svc_gateway.hosts.hermes_users import pre_gateway_dispatch
+
+    seen: list[tuple[str | None, str | None, bool]] = []
+
+    async def record(ctx: CommandContext) -> str:
+        seen.append((ctx.sender_id, ctx.channel, ctx.is_local_console))
+        return "ok"
+
+    handler = hermes.make_command_handler(CommandSpec("svc_login", "Log in", True, record))
+
+    async def gateway(user_id: str | None) -> str:
+        source = SessionSource(platform=Platform.TELEGRAM, chat_id="c", user_id=user_id)
+        pre_gateway_dispatch(event=MessageEvent(text="/svc_login status", source=source))
+        return await handler("status")
+
+    async def awaited_elsewhere() -> str:
+        return await handler("status")
+
+    assert resolve_plugin_command_result(handler("status")) == "ok"  # the CLI's own call
+    asyncio.run(gateway(None))
+    asyncio.run(gateway("42"))
+    asyncio.run(awaited_elsewhere())  # no gateway message, but not a loop of its own either
+    assert seen == [
+        (None, None, True),
+        (None, "telegram", False),
+        ("42", "telegram", False),
+        (None, None, False),
+    ]
+
+
+def test_a_gateway_turn_without_a_sender_runs_no_tool_as_anybody() -> None:
+    """``pre_llm_call`` of a Telegram turn without a user id: that session's svc tools are
+    refused, neither the operator's nor the previous sender's; the CLI's turns stay the
+    gateway's own account."""
+    from svc_gateway.hosts.hermes_users import Senders
+
+    callers: list[Any] = []
+
+    async def balance(params: dict[str, Any], caller: Any = None) -> ToolResult:
+        callers.append(caller)
+        return ToolResult.ok({"balance": "100"})
+
+    senders = Senders()
+    schema = {"type": "object", "properties": {}}
+    handler = hermes.make_tool_handler(ToolSpec("svc_checkBalance", "B", schema, balance), senders)
+    senders.remember("group", "42", "telegram")
+    senders.remember("group", "", "telegram")  # then an anonymous admin posts in that group
+    senders.remember("cli-session", "", "cli")
+    refused = json.loads(asyncio.run(handler({}, session_id="group")))
+    assert refused["error"]["code"] == "no_account"
+    assert json.loads(asyncio.run(handler({}, session_id="cli-session"))) == {"balance": "100"}
+    assert callers == [None]  # only the CLI's call ran, as the gateway's own account

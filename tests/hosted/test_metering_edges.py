@@ -79,14 +79,15 @@ async def test_no_plan_blocks_and_a_fiat_plan_points_to_its_checkout(
     short = await gateway2.call_host_tool("image_gen", {}, sender="bob")
     assert code(short) == "insufficient_credits"
     assert "svc_orderFiatPlan" in short.structuredContent["error"]["hint"]
-    # an unknown plan: minting is refused; the block says so, with the balance unknown
+    # an unknown plan: minting is refused; the block says so, with the balance unknown (no
+    # balance says the payer is short, so it is not "insufficient credits")
     gateway3, _ = await make_host(
         builder["apiKey"], perUserAccounts=True, planId="999999", meteredTools={"image_gen": 1}
     )
     Tools(gateway3)
     await user_with_credits(gateway3, "carol", "")
     unknown = await gateway3.call_host_tool("image_gen", {}, sender="carol")
-    assert code(unknown) == "insufficient_credits"
+    assert code(unknown) == "payment_refused"
     assert unknown.structuredContent["error"]["balance"] is None
     assert tools.runs == {}
 

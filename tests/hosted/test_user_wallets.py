@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from svc_gateway.chat.accounts import customer_email
+from svc_gateway.host import Caller, CommandContext
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory, make_plan
@@ -153,9 +155,44 @@ async def test_a_user_links_their_own_key_and_the_operator_stays_the_operator(
     assert "operator" in await gateway.run_command("svc_login", "env:SVC_API_KEY", sender="dan")
     assert "/svc_login new" in await gateway.run_command("svc_login", "", sender="dan")
     assert handle.core.session is not None
-    # a command without a sender acts on the gateway's own account, and says so
+    # a command typed at the reference host's console acts on the gateway's own account
     status = await gateway.run_command("svc_login", "status")
-    assert builder["address"].lower() in status.lower() and "without a sender" in status
+    assert builder["address"].lower() in status.lower() and "console" in status
+
+
+async def test_a_command_without_a_sender_never_acts_as_the_operator(
+    make_host: HostFactory,
+    builder: dict[str, str],
+    subscriber: dict[str, str],
+    plan_id: str,
+) -> None:
+    """A host passes a chat command without a sender (a channel post, an anonymous admin):
+    with per-user accounts it has no account; only the console flag or operatorIds act as
+    the operator."""
+    gateway, handle = await make_host(
+        builder["apiKey"], perUserAccounts=True, planId=plan_id, operatorIds=["telegram:1"]
+    )
+    operator = builder["address"].lower()
+
+    async def send(name: str, args: str = "", **who: Any) -> str:
+        ctx = CommandContext(args=args, channel="telegram", **who)
+        return await gateway.commands[name].handler(ctx)
+
+    for sender in ({}, {"sender_id": ""}):
+        assert "no payments account" in await send("svc_login", "status", **sender)
+        assert operator not in (await send("svc_login", "status", **sender)).lower()
+        assert "Only the gateway's operator" in await send("svc_earnings", **sender)
+        assert "no payments account" in await send("svc_spend", **sender)
+        refused = await send("svc_login", subscriber["apiKey"], **sender)
+        assert "no payments account" in refused
+        assert "no payments account" in await send("svc_logout", **sender)
+        assert "no payments account" in await send("svc_login", "new", **sender)
+    # the operator's key was neither replaced nor removed
+    assert handle.core.session is not None and handle.core.session.address.lower() == operator
+    # a caller in operatorIds, and the host's own console, are the operator
+    assert operator in (await send("svc_login", "status", sender_id="1")).lower()
+    assert "sold nothing yet" in await send("svc_earnings", sender_id="1")  # the operator's view
+    assert operator in (await send("svc_login", "status", is_local_console=True)).lower()
 
 
 async def test_reference_chat_lines_speak_as_users(
@@ -182,3 +219,52 @@ async def test_another_organizations_customer_is_not_handed_over(
     reply = await second.run_command("svc_login", "new", sender="alice")
     assert "consent" in reply and not ADDRESS.search(reply)
     err(await second.call_tool("svc_checkBalance", {}, sender="alice"), "not_logged_in")
+
+
+# the same sender id on channels that differ only in name, case, punctuation or where ":" falls
+SAME_SENDER = [
+    ("7", "telegram"),
+    ("7", "discord"),
+    ("7", "Slack"),
+    ("7", "slack"),
+    ("7", "team.a"),
+    ("7", "team_a"),
+    ("b:c", "a"),
+    ("c", "a:b"),
+]
+
+
+async def test_identity_is_the_channel_and_the_sender(
+    make_host: HostFactory,
+    builder: dict[str, str],
+    builder_client: ServiceClient,
+    plan_id: str,
+    tmp_path: Path,
+) -> None:
+    """Callers that differ only by channel are different people: their own account (onboarding
+    e-mail), key and balance each, even where the channels fold alike."""
+    gateway, handle = await make_host(builder["apiKey"], perUserAccounts=True, planId=plan_id)
+    callers = [Caller(sender, channel) for sender, channel in SAME_SENDER]
+    login = gateway.commands["svc_login"].handler
+    addresses = []
+    for caller in callers:
+        ctx = CommandContext(args="new", sender_id=caller.sender_id, channel=caller.channel)
+        addresses.append(address_in(await login(ctx)))
+    assert len(set(addresses)) == len(callers)
+    assert len(set(stored_keys(tmp_path))) == len(callers)
+    domain = handle.core.config.customer_email_domain
+    assert len({customer_email(c, domain) for c in callers}) == len(callers)
+    assert len({c.identity for c in callers}) == len(callers)
+
+    # the first one buys; nobody else's balance moves, and the credits are all accounted for
+    check = gateway.tools["svc_checkBalance"].handler
+    bought = ok(await gateway.tools["svc_orderPlan"].handler({"confirm": True}, callers[0]))
+    assert bought["balance"] == "100"
+    for caller, address in zip(callers, addresses, strict=True):
+        mine = ok(await check({}, caller))
+        assert mine["address"].lower() == address
+        held = (await builder_client.get_plan_balance(plan_id, address)).balance
+        assert int(mine["balance"]) == held == (100 if caller is callers[0] else 0)
+    # conservation: granted (one order, 100) = balances + burned (nothing burned)
+    total = sum([(await builder_client.get_plan_balance(plan_id, a)).balance for a in addresses])
+    assert total == 100

@@ -28,6 +28,7 @@ from .stub_service import StubService, make_token
 from .support import Market, MarketFactory, paid_post, redeemed, scripted_handler, until
 
 PAYER = "0x" + "aa" * 20
+OTHER_PAYER = "0x" + "dd" * 20
 
 
 class Gate:
@@ -294,7 +295,10 @@ async def test_when_every_handler_thread_is_stuck_new_requests_get_503_before_ve
     flow.handler_pool = SyncHandlerPool(workers=2)
     try:
         async with httpx.AsyncClient(timeout=30) as http:
-            slow = await asyncio.gather(*(paid_post(http, market.url, "stuck") for _ in range(2)))
+            # two payers (one payer holds at most half the threads: test_fair_share.py)
+            slow = await asyncio.gather(
+                *(paid_post(http, market.url, "stuck", payer) for payer in (PAYER, OTHER_PAYER))
+            )
             assert [r.status_code for r in slow] == [504, 504]  # nothing charged
             assert flow.handler_pool.overdue == 2 and flow.handler_pool.stuck
             verified = market.stub.calls["verify"]

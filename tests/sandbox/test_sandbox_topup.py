@@ -243,3 +243,36 @@ async def test_a_burn_that_fails_after_the_top_up_undoes_the_order(
     assert (await delegation_item(api, buyer, delegation_id))["spentCents"] == "0"
     ledger = await api.ledger(plan_id, buyer)
     assert (ledger["granted"], ledger["burned"]) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("price", "cents"),
+    [(1_005_000, 101), (1_001_000, 101), (1_000_000, 100), (999_999, 100)],
+    ids=["1.005", "1.001", "1.000", "0.999999"],
+)
+async def test_a_delegation_pays_the_plan_price_rounded_up_to_the_cent(
+    api: Api, owner: Actor, buyer: Actor, price: int, cents: int
+) -> None:
+    """1.005 USDC costs 101 cents, as on the service: a budget one cent short of the rounded-up
+    price buys nothing, and an order takes exactly that many cents."""
+    plan_id = await api.plan(owner, credits=3, price=price)
+    short = await api.delegation(buyer, limit=str(cents - 1))
+    token = await token_from(api, buyer, plan_id, short)
+    verified = await api.verify(owner, token, plan_id)
+    assert verified["isValid"] is False
+    assert (
+        f"the plan costs {cents} cents and the delegation has {cents - 1}"
+        in (verified["invalidReason"])
+    )
+    refused = await api.settle_answer(owner, token, plan_id, None)
+    assert refused.status_code == 403 and refused.json()["code"] == "BCK.X402.0023"
+    assert (await delegation_item(api, buyer, short))["spentCents"] == "0"
+    exact = await api.delegation(buyer, limit=str(cents))
+    token = await token_from(api, buyer, plan_id, exact)
+    settled = (await api.settle_answer(owner, token, plan_id, None)).json()
+    assert settled["success"] is True and settled["orderTx"].startswith("0x")
+    item = await delegation_item(api, buyer, exact)
+    assert (item["spentCents"], item["remainingBudgetCents"]) == (str(cents), "0")
+    ledger = await api.ledger(plan_id, buyer)
+    assert (ledger["granted"], ledger["burned"]) == (3, 1)
+    assert ledger["granted"] == ledger["balance"] + ledger["burned"]

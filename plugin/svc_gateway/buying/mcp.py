@@ -18,7 +18,9 @@ the tools and their prices without paying (its token is bound to ``…/tools/*``
 settled). One deadline (``requestTimeoutSecs``) bounds the whole query; once the token has gone
 out (as the session's bearer), a query that ends without content says what the service shows
 was charged (:mod:`.charges`). Text from the agent reaches the model through
-:mod:`..safe_text`.
+:mod:`..safe_text`. No HTTP response of the session is read past :data:`MAX_ANSWER_BYTES` (as
+for HTTP agents): a tool's answer over it comes back cut short, with a warning that the request
+was charged; a structured answer is returned whole only within that size.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
 from ..interop.agent_card import TooLarge, read_limited
 from ..redact import get_logger
-from ..safe_text import one_line, quoted
+from ..safe_text import TooBig, clean_json, one_line, quoted
 from .addresses import check_agent_address, check_agent_url
-from .answers import MAX_TEXT_CHARS, check_receipt
+from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, check_receipt
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, registered_endpoints
 from .request import AgentQuery
@@ -47,6 +49,14 @@ log = get_logger("svc_gateway.tools.query")
 
 MCP_PATH = "/mcp"
 INFO_MAX_BYTES = 64 * 1024
+#: a listed tool's input schema is shown within this size and depth, else as a plain object
+SCHEMA_MAX_BYTES = 8 * 1024
+SCHEMA_MAX_DEPTH = 8
+PLAIN_SCHEMA: dict[str, Any] = {"type": "object"}
+SCHEMA_NOTE = (
+    f"The agent's input schema is larger than {SCHEMA_MAX_BYTES // 1024} KiB or nested deeper "
+    f"than {SCHEMA_MAX_DEPTH} levels; it is not shown. Pass the arguments its description names."
+)
 
 
 def _obj(value: object) -> dict[str, Any]:
@@ -119,19 +129,40 @@ def _arguments(p: AgentQuery, tool: dict[str, Any]) -> dict[str, Any]:
     names = required or list(properties)
     if p.prompt and len(names) == 1:
         return {names[0]: p.prompt}
+    takes = ", ".join(quoted(name, 60) for name in names[:20]) or "no arguments"
     raise ToolFailure(
         "invalid_params",
-        f"Tool {tool.get('name')} takes {', '.join(names) or 'no arguments'}; pass arguments "
+        f"Tool {quoted(tool.get('name'), 100)} takes {takes}; pass arguments "
         "(prompt fills only a tool with one argument)",
         "Pass arguments as an object matching the tool's input schema (see listTools).",
     )
 
 
-def _content(result: dict[str, Any]) -> tuple[Any, bool]:
-    """The structured result when there is one, else the text of the content blocks (cut to
+@dataclass(frozen=True)
+class _CutShort:
+    """The tool's answer outgrew :data:`MAX_ANSWER_BYTES`: the first bytes of the response."""
+
+    head: bytes
+
+
+CUT_READ = (
+    f"The answer was cut short: it is larger than the {MAX_ANSWER_BYTES // 1024} KiB "
+    f"svc_queryAgent reads, so only the first {MAX_TEXT_CHARS} characters of the agent's raw "
+    "response are shown and its receipt was not read. The request was charged (balanceAfter "
+    "shows your balance)."
+)
+
+
+def tool_answer(result: dict[str, Any]) -> tuple[Any, bool]:
+    """The structured result when there is one (whole within :data:`MAX_ANSWER_BYTES` of JSON,
+    else its JSON text cut), else the text of the content blocks (cut to
     :data:`MAX_TEXT_CHARS`); and whether anything was cut."""
-    if result.get("structuredContent") is not None:
-        return result["structuredContent"], False
+    structured = result.get("structuredContent")
+    if structured is not None:
+        text = json.dumps(structured, ensure_ascii=False)
+        if len(text.encode()) <= MAX_ANSWER_BYTES:
+            return structured, False
+        return text[:MAX_TEXT_CHARS], True
     texts = [
         str(block.get("text", ""))
         for block in result.get("content") or []
@@ -141,19 +172,35 @@ def _content(result: dict[str, Any]) -> tuple[Any, bool]:
     return text[:MAX_TEXT_CHARS], len(text) > MAX_TEXT_CHARS
 
 
+def _scalar(value: object, limit: int) -> str | None:
+    """A price field from a stranger's ``_meta``: one short clean line, or ``None``."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return one_line(str(value)[: limit * 8], limit) or None
+
+
 def _listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as the model reads them: every string of a stranger's listing (names,
+    descriptions, input schemas, ``_meta`` prices) one clean bounded line."""
     out = []
     for tool in tools[:100]:
         price = _obj(_obj(tool.get("_meta")).get("svc/price"))
-        out.append(
-            {
-                "tool": one_line(tool.get("name", ""), 200),
-                "description": one_line(tool.get("description") or "", 500),
-                "inputSchema": tool.get("inputSchema"),
-                "credits": price.get("credits"),
-                "planId": price.get("planId"),
-            }
-        )
+        entry: dict[str, Any] = {
+            "tool": one_line(tool.get("name", ""), 200),
+            "description": one_line(tool.get("description") or "", 500),
+        }
+        try:
+            entry["inputSchema"] = clean_json(
+                _obj(tool.get("inputSchema")),
+                max_depth=SCHEMA_MAX_DEPTH,
+                max_bytes=SCHEMA_MAX_BYTES,
+                string_limit=300,
+            )
+        except TooBig:
+            entry["inputSchema"], entry["schemaNote"] = dict(PLAIN_SCHEMA), SCHEMA_NOTE
+        entry["credits"] = _scalar(price.get("credits"), 40)
+        entry["planId"] = _scalar(price.get("planId"), 100)
+        out.append(entry)
     return out
 
 
@@ -177,7 +224,11 @@ async def query_mcp_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
             base, result, version = await _query(core, p, step, deadline)
             if result is None:  # listTools
                 return base
-            answer = await _interpret(result, client.address, base)
+            if isinstance(result, _CutShort):
+                text = result.head.decode("utf-8", errors="replace")[:MAX_TEXT_CHARS]
+                answer = {**base, "answer": text, "receipt": None, "warnings": [CUT_READ]}
+            else:
+                answer = await _interpret(result, client.address, base)
     except (TimeoutError, ToolFailure) as exc:
         # the SDK's task group may turn the deadline's cancellation into a transport error:
         # once the deadline has passed, whatever came out is a timeout
@@ -201,10 +252,10 @@ async def query_mcp_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
 
 async def _query(
     core: PluginCore, p: AgentQuery, step: _McpStep, deadline: float
-) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
+) -> tuple[dict[str, Any], dict[str, Any] | _CutShort | None, int]:
     """Every check, the token, the session and the call: the base of the result, the tool's
     result (``None`` for a listing) and the token's version; each step marked in ``step``."""
-    from ..interop.mcp_sdk import ClientSession, RpcError
+    from ..interop.mcp_sdk import ClientSession, ResponseTooLarge, RpcError
 
     await check_agent_address(core, p.agent_url)
     step.waiting = "agent"
@@ -257,7 +308,10 @@ async def _query(
     step.waiting, step.token_sent = "agent", True
     try:
         async with ClientSession(
-            p.agent_url, token, timeout=deadline + HTTPX_SLACK_SECS
+            p.agent_url,
+            token,
+            timeout=deadline + HTTPX_SLACK_SECS,
+            max_response_bytes=MAX_ANSWER_BYTES,
         ) as session:
             tools = await session.list_tools()
             if p.list_tools or p.tool_name is None:
@@ -271,8 +325,20 @@ async def _query(
                 )
             arguments = _arguments(p, found)
             meta = {"x402/payment": decode_access_token(token)}
-            result = await session.call_tool(p.tool_name, arguments, meta)
+            try:
+                result: dict[str, Any] | _CutShort = await session.call_tool(
+                    p.tool_name, arguments, meta
+                )
+            except ResponseTooLarge as exc:
+                result = _CutShort(exc.head)
             step.answered = True
+    except ResponseTooLarge:  # before the tool was called: its listing, or the handshake
+        raise ToolFailure(
+            "answer_too_large",
+            f"The MCP agent sent a response larger than the {MAX_ANSWER_BYTES // 1024} KiB "
+            "svc_queryAgent reads before any tool was called",
+            "Call another agent; this one lists more than svc_queryAgent can read.",
+        ) from None
     except RpcError as exc:
         step.answered = True  # the server answered with an error: nothing left to settle
         raise ToolFailure(
@@ -308,10 +374,10 @@ async def _interpret(
             )
         raise ToolFailure(
             "agent_error",
-            "The tool failed: " + quoted(_content(result)[0], 300),
+            "The tool failed: " + quoted(tool_answer(result)[0], 300),
             "A failed tool call is not charged; check the arguments.",
         )
-    content, cut = _content(result)
+    content, cut = tool_answer(result)
     answer: dict[str, Any] = {**base, "answer": content}
     warnings: list[str] = []
     if cut:

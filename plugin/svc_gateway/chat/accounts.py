@@ -5,7 +5,8 @@ runs on that user's own :class:`~svc_gateway.chat.core.PluginCore`: their key (l
 ``/svc_login <env>:<KEY>``, or a white-label customer account the operator's organization opens
 for them with ``/svc_login new``), kept in the credential store under their identity. The
 operator's core (config ``svcApiKey`` or the operator's login) is used only for callers listed in
-``operatorIds``, for hosts that name nobody, and to onboard users.
+``operatorIds``, for tools of hosts that name nobody, for commands the host marks as typed at its
+local console, and to onboard users. A command without a sender has no account at all.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def identity_digest(identity: str) -> str:
 
 def customer_email(caller: Caller, domain: str) -> str:
     """The address a chat user is onboarded under: the same user always gets the same one, so
-    onboarding again (a lost key) returns the same account."""
+    onboarding again (a lost key) returns the same account. The readable part is folded; the
+    digest is of the exact identity, so two channels that fold alike (``Slack``/``slack``,
+    ``team.a``/``team_a``) still get two addresses."""
     local = f"{_UNSAFE.sub('-', caller.channel.lower())}.{identity_digest(caller.identity)[:20]}"
     return f"{local.strip('.-') or 'user'}@{domain}"
 

@@ -28,9 +28,14 @@ if TYPE_CHECKING:
 
 log = get_logger("svc_gateway.commands")
 
-NO_SENDER_NOTE = (
-    "(Each chat user has their own account on this gateway, but this command came without a "
-    "sender, so it acts on the gateway's own account.)"
+CONSOLE_NOTE = (
+    "(Each chat user has their own account on this gateway; this command was typed at the "
+    "gateway's console, so it acts on the gateway's own account.)"
+)
+#: per-user accounts, and the host named no sender and did not mark its console: fail closed
+NO_SENDER = (
+    "This command came without a sender, so it has no payments account on this gateway and "
+    "changed nothing. Send it from a chat where you are identified."
 )
 USER_LOGIN_USAGE = (
     "Send /svc_login new to let this gateway's operator open a payments account for you, "
@@ -86,12 +91,14 @@ class Commands:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it in to the payments service."
         args = ctx.args.strip()
+        if self.unidentified(ctx):
+            return NO_SENDER
         caller = self.chat_user(ctx)
         if caller is not None:
             return await self._user_login(caller, args)
         if args.lower() == "status":
             if self.accounts is not None and self.accounts.enabled and not ctx.sender_id:
-                return f"{self.status()} {NO_SENDER_NOTE}"
+                return f"{self.status()} {CONSOLE_NOTE}"
             return self.status()
         if match := _ENV_VAR.fullmatch(args):
             return await self._login_from_env(match.group(1))
@@ -108,9 +115,17 @@ class Commands:
             )
         return await self._browser_login(configured)
 
+    def unidentified(self, ctx: CommandContext) -> bool:
+        """Per-user accounts, and the host named no sender nor marked its local console: the
+        command acts on no account at all (never the operator's: fail closed)."""
+        if self.accounts is None or not self.accounts.enabled:
+            return False
+        return not ctx.sender_id and not ctx.is_local_console
+
     def chat_user(self, ctx: CommandContext) -> Caller | None:
         """The chat user a command acts for on a hosted gateway; ``None``: the gateway's own
-        account (single-user gateway, a host that names nobody, or an operator)."""
+        account (single-user gateway, the host's local console, or an operator). Callers check
+        :meth:`unidentified` first."""
         if self.accounts is None or not self.accounts.enabled or not ctx.sender_id:
             return None
         caller = Caller(ctx.sender_id, ctx.channel or "")
@@ -280,6 +295,8 @@ class Commands:
     async def logout(self, ctx: CommandContext) -> str:
         if not ctx.is_authorized_sender:
             return "Only an authorised user of this gateway may log it out."
+        if self.unidentified(ctx):
+            return NO_SENDER
         caller = self.chat_user(ctx)
         if caller is not None:
             assert self.accounts is not None
@@ -300,8 +317,10 @@ class Commands:
         return text
 
     def spend(self, ctx: CommandContext) -> str:
-        """``/svc_spend``: what the calling user paid (the gateway's own account for a host that
-        names nobody)."""
+        """``/svc_spend``: what the calling user paid (the gateway's own account at the host's
+        console or on a single-user gateway)."""
+        if self.unidentified(ctx):
+            return NO_SENDER
         caller = self.chat_user(ctx)
         if caller is not None:
             return spend_text(self.receipts.of(caller.identity, None))
@@ -310,8 +329,8 @@ class Commands:
 
     async def earnings(self, ctx: CommandContext) -> str:
         """``/svc_earnings``: what this gateway sold (never what it bought); the operator's
-        view, refused to every other chat user."""
-        if not ctx.is_authorized_sender or self.chat_user(ctx) is not None:
+        view, refused to every other chat user (and to a command without a sender)."""
+        if not ctx.is_authorized_sender or self.unidentified(ctx) or self.chat_user(ctx):
             return "Only the gateway's operator can see its earnings."
         return await earnings_text(self.sales, self.receipts.sales())
 

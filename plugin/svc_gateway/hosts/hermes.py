@@ -27,10 +27,11 @@ Hermes imports this module and calls :func:`register` once per process, inside
   hook adapters live in :mod:`.hermes_adapters`.
 
 0.19.0 gives command handlers only the argument string: no sender, chat or platform. The
-:class:`~svc_gateway.host.CommandContext` carries the sender ``pre_gateway_dispatch`` saw for the
-gateway message being handled, and none for a CLI command. Hermes dispatches a plugin command
-only after its own gateway authorisation check has passed, hence ``is_authorized_sender`` keeps
-its default ``True``.
+:class:`~svc_gateway.host.CommandContext` carries the platform and sender ``pre_gateway_dispatch``
+saw for the gateway message being handled (a message without a user id keeps its platform and
+has no sender, hence no account); a CLI or TUI command, run as a loop of its own with no gateway
+message, is marked as the local console. Hermes dispatches a plugin command only after its own
+gateway authorisation check has passed, hence ``is_authorized_sender`` keeps its default ``True``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,13 @@ from .hermes_adapters import (
     result_json,
     tool_schema,
 )
-from .hermes_users import Senders, command_caller, make_tool_middleware, pre_gateway_dispatch
+from .hermes_users import (
+    Senders,
+    gateway_message,
+    make_tool_middleware,
+    pre_gateway_dispatch,
+    runs_as_own_loop,
+)
 
 __all__ = [
     "HOOK_BUDGET_SECS",
@@ -201,11 +208,12 @@ def make_command_handler(spec: CommandSpec) -> Callable[..., Awaitable[str]]:
 
     async def handler(raw_args: Any = "", *_args: Any, **_kwargs: Any) -> str:
         args = raw_args.strip() if isinstance(raw_args, str) else ""
-        who = command_caller()  # the gateway message's sender; None from the CLI
+        message = gateway_message()  # None from the CLI and TUI
         ctx = CommandContext(
             args=args,
-            sender_id=who.sender_id if who else None,
-            channel=who.channel if who else None,
+            sender_id=message.sender_id if message else None,
+            channel=message.platform if message else None,
+            is_local_console=message is None and runs_as_own_loop(handler.__code__),
         )
         try:
             reply = await spec.handler(ctx)

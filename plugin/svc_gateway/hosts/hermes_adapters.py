@@ -17,7 +17,7 @@ from typing import Any
 from ..host import HookHandler, PromptContext, ToolResult, ToolSpec
 from ..redact import get_logger, redact
 from ..runtime import PluginRuntime, RuntimeClosed
-from .hermes_users import Senders
+from .hermes_users import NO_SENDER, Senders
 
 #: The longest a prompt waits for the balance context (the plugin serves stale data or nothing
 #: well inside this; this is the backstop that keeps a stuck loop from stalling a turn).
@@ -75,6 +75,8 @@ def make_tool_handler(
                 f"{spec.name} expects a JSON object of parameters.",
                 "Call the tool again with an object matching its schema.",
             )
+        if senders is not None and senders.unidentified(kwargs.get("session_id")):
+            return _error_json(*NO_SENDER)
         caller = senders.caller(kwargs.get("session_id")) if senders is not None else None
         try:
             if caller is None:

@@ -5,8 +5,14 @@ and middleware only a ``session_id``. The sender arrives elsewhere: ``pre_llm_ca
 ``sender_id``, ``platform`` and ``session_id`` before each turn (:class:`Senders` maps the session
 to its sender), and ``pre_gateway_dispatch`` receives each inbound gateway message before Hermes
 dispatches it, on the same asyncio task that then awaits the plugin command; a context variable set
-there names the sender to that command (a CLI command, where no such hook fires, names nobody).
-Where Hermes names nobody, the plugin acts as the gateway's own account, and logs that it does.
+there names the message's platform and sender to that command, the platform even when the message
+has no user id (a Telegram channel post, an anonymous admin): such a command has no account. A
+command is the local console's only when no gateway message names it and it runs as a loop of its
+own, as the CLI and TUI run plugin commands (``resolve_plugin_command_result``: ``asyncio.run``);
+the gateway awaits it inside the message's task. A turn of a gateway platform without a sender
+leaves its session without an account (its tools are refused, never run as the previous sender
+or the operator); where Hermes names nobody for a tool's session (its CLI, TUI or a local run),
+the plugin acts as the gateway's own account, and logs that it does.
 
 A metered tool failed (and is not charged) when Hermes says so: the call raised, or Hermes's tool
 registry caught the tool's exception (it logs it, on ``tools.registry``, and answers the model
@@ -23,6 +29,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..host import Caller, ToolCallContext, ToolResult
@@ -35,9 +42,30 @@ if TYPE_CHECKING:
 log = get_logger("svc_gateway.hosts.hermes")
 
 SESSIONS_KEPT = 10_000
-#: the sender of the gateway message being handled on this asyncio task (a plugin command)
-_COMMAND_SENDER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
-    "svc_command_sender", default=None
+#: the platform when a gateway message names none (never empty: an empty channel is the console)
+UNKNOWN_PLATFORM = "gateway"
+#: the platforms Hermes itself gives its own terminal agents (never a gateway message's)
+CONSOLE_PLATFORMS = frozenset({"", "cli", "tui", "local"})
+#: what a tool of a gateway session without a sender answers
+NO_SENDER = (
+    "no_account",
+    "This message came without a sender, so it has no payments account on this gateway",
+    "Send it from an account the chat platform identifies.",
+)
+
+
+@dataclass(frozen=True)
+class GatewayMessage:
+    """Where the gateway message being handled came from: its platform, and its sender when
+    the message has one."""
+
+    platform: str
+    sender_id: str | None = None
+
+
+#: the gateway message being handled on this asyncio task (read by a plugin command)
+_GATEWAY_MESSAGE: contextvars.ContextVar[GatewayMessage | None] = contextvars.ContextVar(
+    "svc_gateway_message", default=None
 )
 
 
@@ -92,20 +120,22 @@ def _text(value: Any) -> str | None:
 
 
 class Senders:
-    """``session_id`` → the chat user Hermes last named for it (thread-safe, bounded)."""
+    """``session_id`` → the chat user Hermes last named for it, or ``None`` for a gateway turn
+    without a sender (thread-safe, bounded)."""
 
     def __init__(self, kept: int = SESSIONS_KEPT) -> None:
         self._lock = threading.Lock()
         self._kept = kept
-        self._map: OrderedDict[str, Caller] = OrderedDict()
+        self._map: OrderedDict[str, Caller | None] = OrderedDict()
         self._anonymous: set[str] = set()
 
     def remember(self, session_id: Any, sender_id: Any, platform: Any) -> None:
         session, sender = _text(session_id), _text(sender_id)
-        if session is None or sender is None:
+        where = _text(platform) or ""
+        if session is None or (sender is None and where.lower() in CONSOLE_PLATFORMS):
             return
         with self._lock:
-            self._map[session] = Caller(sender, _text(platform) or "")
+            self._map[session] = Caller(sender, where) if sender is not None else None
             self._map.move_to_end(session)
             while len(self._map) > self._kept:
                 self._map.popitem(last=False)
@@ -116,7 +146,7 @@ class Senders:
             return None
         with self._lock:
             found = self._map.get(session)
-            first = found is None and session not in self._anonymous
+            first = session not in self._map and session not in self._anonymous
             if first and len(self._anonymous) < self._kept:
                 self._anonymous.add(session)
         if first:
@@ -127,21 +157,40 @@ class Senders:
             )
         return found
 
+    def unidentified(self, session_id: Any) -> bool:
+        """The session's last turn came from a gateway platform without a sender."""
+        session = _text(session_id)
+        with self._lock:
+            return session is not None and session in self._map and self._map[session] is None
+
 
 def pre_gateway_dispatch(event: Any = None, **_kwargs: Any) -> None:
-    """Remember who sent the gateway message being dispatched (for a plugin command)."""
+    """Remember where the gateway message being dispatched came from (for a plugin command):
+    its platform always, its sender when it has one."""
+    message = GatewayMessage(UNKNOWN_PLATFORM)  # set first: a message read badly has nobody
     try:
+        _GATEWAY_MESSAGE.set(message)
         source = getattr(event, "source", None)
-        user = _text(getattr(source, "user_id", None))
+        user = getattr(source, "user_id", None)
         platform = getattr(getattr(source, "platform", None), "value", None)
-        _COMMAND_SENDER.set(Caller(user, _text(platform) or "") if user else None)
+        sender = str(user) if isinstance(user, (str, int)) and str(user) else None
+        _GATEWAY_MESSAGE.set(GatewayMessage(_text(platform) or UNKNOWN_PLATFORM, sender))
     except Exception as error:  # a hook must never break a message
         log.warning("svc: could not read the message sender (%s)", type(error).__name__)
 
 
-def command_caller() -> Caller | None:
-    """The sender of the gateway message whose plugin command runs now, if Hermes said."""
-    return _COMMAND_SENDER.get()
+def gateway_message() -> GatewayMessage | None:
+    """The gateway message whose plugin command runs now (``None``: no gateway message)."""
+    return _GATEWAY_MESSAGE.get()
+
+
+def runs_as_own_loop(code: object) -> bool:
+    """The coroutine running now is the root of its task and runs ``code``: the command was
+    started with ``asyncio.run`` (how Hermes's CLI and TUI run a plugin command), not awaited
+    inside a gateway message's task."""
+    task = asyncio.current_task()
+    root = task.get_coro() if task is not None else None
+    return getattr(root, "cr_code", None) is code
 
 
 def make_tool_middleware(
@@ -172,6 +221,8 @@ def make_tool_middleware(
             return next_call(args)
         from ..selling.ways_in.metering import ToolFailed, block, delivered
 
+        if senders.unidentified(session_id):
+            return render(block(*NO_SENDER))
         arguments = dict(args) if isinstance(args, dict) else {}
         ctx = ToolCallContext(
             name, arguments, _text(tool_call_id) or uuid.uuid4().hex, senders.caller(session_id)

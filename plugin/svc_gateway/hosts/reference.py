@@ -131,6 +131,7 @@ class ReferenceGateway(CollectingGateway):
             sender_id=caller.sender_id if caller else None,
             channel=CHANNEL,
             is_authorized_sender=authorized,
+            is_local_console=caller is None,  # typed at this terminal, by its operator
         )
         return await spec.handler(ctx)
 

@@ -60,7 +60,8 @@ class Shortfall:
 
 
 def price_cents(plan: Plan) -> int | None:
-    """The plan's price in cents of its currency; ``None`` when a cents budget cannot pay it."""
+    """The plan's price in cents of its currency, rounded up as the service charges it (1.005
+    USDC costs 101 cents); ``None`` when a cents budget cannot pay it."""
     total = plan.total_price
     if total == 0:
         return 0

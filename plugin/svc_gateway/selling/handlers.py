@@ -4,15 +4,18 @@ A handler takes ``{"prompt": str}`` and returns a JSON-able object (200), a ``(s
 pair, or an ``aiohttp.web.Response``; it may be sync or async. A sync handler runs on its own
 bounded pool of threads (:class:`SyncHandlerPool`), never the loop's default executor (which
 resolves host names); a thread still running after its request timed out is counted, and when
-every thread is stuck, the endpoint refuses new work before verifying it. Whatever a handler
-returns is turned into a plain :class:`Answer` (bytes and headers) *before* settling, so an
-answer that cannot be serialised fails the request (500, no charge) instead of being paid for
-and then lost.
+every thread is stuck, the endpoint refuses new work before verifying it. One payer's requests
+(:data:`HANDLER_PAYER`) hold at most half the threads (:class:`OverShare` beyond, which the paid
+flow answers 503 with ``Retry-After``, nothing charged), so another payer's request still finds
+one. Whatever a handler returns is turned into a plain :class:`Answer` (bytes and headers)
+*before* settling, so an answer that cannot be serialised fails the request (500, no charge)
+instead of being paid for and then lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import inspect
 import json
@@ -110,27 +113,78 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 #: threads a sync handler may occupy at once (more requests wait for one within their timeout)
 HANDLER_THREADS = 8
+#: the payer of the paid request running now (the paid flow sets it once verify named them)
+HANDLER_PAYER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "svc_handler_payer", default=None
+)
+
+
+class OverShare(Exception):
+    """The payer already holds their share of the sync handler's threads (queued, running, or
+    still running after their caller gave up): their next request waits, another payer's runs."""
 
 
 class SyncHandlerPool:
     """A sync handler's own threads. A call whose caller gave up (timeout, cancellation) while
     its thread still runs is *overdue*: Python cannot stop a thread, so it holds its thread
-    until the handler returns. :attr:`stuck` says every thread is held that way."""
+    until the handler returns. :attr:`stuck` says every thread is held that way.
+
+    Fair share: the calls of one payer (:data:`HANDLER_PAYER`) hold at most :attr:`share`
+    threads, waiting, running or overdue; one more raises :class:`OverShare` before it takes a
+    thread, so a payer whose slow prompts time out (uncharged) cannot starve the others."""
 
     def __init__(self, workers: int = HANDLER_THREADS) -> None:
         self.workers = workers
         self.overdue = 0
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        self._held: dict[str, int] = {}
 
     @property
     def stuck(self) -> bool:
         return self.overdue >= self.workers
 
+    @property
+    def share(self) -> int:
+        """Threads one payer's calls may hold at once: half of them (at least one)."""
+        return max(1, self.workers // 2)
+
+    def held_by(self, payer: str) -> int:
+        with self._lock:
+            return self._held.get(payer.lower(), 0)
+
+    def _take(self, payer: str | None) -> str | None:
+        key = payer.lower() if payer else None
+        if key is None:
+            return None
+        with self._lock:
+            if self._held.get(key, 0) >= self.share:
+                raise OverShare(key)
+            self._held[key] = self._held.get(key, 0) + 1
+        return key
+
+    def _give_back(self, key: str | None, state: dict[str, bool]) -> None:
+        """Once per call (the caller holds the lock)."""
+        if key is None or state["released"]:
+            return
+        state["released"] = True
+        left = self._held.get(key, 0) - 1
+        if left > 0:
+            self._held[key] = left
+        else:
+            self._held.pop(key, None)
+
     async def run(self, fn: Callable[[dict[str, Any]], Any], arg: dict[str, Any]) -> Any:
+        key = self._take(HANDLER_PAYER.get())
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="svc-handler")
-        state = {"started": False, "finished": False, "given_up": False, "overdue": False}
+        state = {
+            "started": False,
+            "finished": False,
+            "given_up": False,
+            "overdue": False,
+            "released": False,
+        }
 
         def job() -> Any:
             with self._lock:
@@ -144,6 +198,8 @@ class SyncHandlerPool:
                     state["finished"] = True
                     if state["overdue"]:
                         self.overdue -= 1
+                    if state["given_up"]:  # its caller no longer waits to give it back
+                        self._give_back(key, state)
 
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, job)
@@ -154,6 +210,10 @@ class SyncHandlerPool:
                     state["overdue"] = True
                     self.overdue += 1
             raise
+        finally:
+            with self._lock:
+                if not state["started"] or state["finished"]:
+                    self._give_back(key, state)
 
     def shutdown(self) -> None:
         executor, self._executor = self._executor, None
@@ -182,7 +242,8 @@ async def call_maybe_async(
 async def run_handler(
     handler: AgentHandler, prompt: str, pool: SyncHandlerPool | None = None
 ) -> Answer:
-    """Call the handler and normalise its answer; its exceptions propagate to the caller."""
+    """Call the handler and normalise its answer; its exceptions propagate to the caller
+    (:class:`OverShare` too: the paid flow's worker answers it 503 with ``Retry-After``)."""
     return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
 
 

@@ -27,8 +27,9 @@ class PaidRequest:
     """One request to sell, as an adapter hands it to :meth:`PaidFlow.handle`.
 
     ``plan_id``/``agent_id``/``credits`` ``None``: the flow's own (the endpoint's config
-    precedence). ``scheme``/``network`` override the plan's; ``description``/``mime_type``
-    go into the envelope's resource. ``route`` names what is sold (replay key), and
+    precedence); ``agent_id`` ``""``: no agent (metered host tools are not the agent's).
+    ``scheme``/``network`` override the plan's; ``description``/``mime_type`` go into the
+    envelope's resource. ``route`` names what is sold (replay key), and
     ``body_digest`` (a digest of the request body) enables replaying the answer a settled
     single-use token paid for. ``connected`` says whether the client is still there; when it
     says no after the work, nothing is settled."""

@@ -124,7 +124,7 @@ class PaidFlow:
             backoff=settle_backoff,
             queue_retry_secs=queue_retry_secs,
         )
-        self.worker = Worker(core, self._stats)
+        self.worker = Worker(core, self._stats, self.refusals)
         self.admitter = Admitter(
             core,
             facts=lambda plan_id: self.facts(plan_id),  # late-bound: a test may swap flow.facts
@@ -299,7 +299,7 @@ class PaidFlow:
         budget = asyncio.timeout(self.core.config.paid_budget_secs)
         try:
             async with budget:
-                agent_id = request.agent_id or self.agent_id()
+                agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
                 admitted = await self.admitter.admit(plan_id, agent_id, request, trace)
         except TimeoutError:
             if not budget.expired():
@@ -315,7 +315,7 @@ class PaidFlow:
         the request is cancelled: a client gone, a host that cancels its handlers)."""
         settling = False
         try:
-            answer = await self.worker.run(request)
+            answer = await self.worker.run(request, call.payer)
             if not answer.ok:
                 return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
             if request.connected is not None and not request.connected():

@@ -115,6 +115,16 @@ class Refusals:
         )
         return retry_later("The agent is overloaded (its earlier requests are still running)")
 
+    def over_share(self, payer: str | None) -> Answer:
+        """The payer's earlier requests already hold their share of the sync handler's threads
+        (waiting, running, or still running after a 504): this one is refused before it takes
+        a thread, uncharged, so another payer's request still finds one."""
+        self.stats.unavailable += 1
+        log.info("payer %s holds their share of the handler's threads; answered 503", payer)
+        return retry_later(
+            "Your earlier requests still hold this agent's share of workers for one payer"
+        )
+
     def outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         self.stats.unavailable += 1
         code = exc.code if exc is not None else "timeout"

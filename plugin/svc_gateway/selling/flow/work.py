@@ -1,7 +1,9 @@
 """The flow's middle: the work run within its deadline (its failures answered, never
 charged), a client gone before its answer, and an answer priced after the fact.
 
-:class:`Worker` is a part the flow holds; it counts in the flow's :class:`PaidStats`.
+:class:`Worker` is a part the flow holds; it counts in the flow's :class:`PaidStats`. It names
+the payer to a sync handler's pool (:data:`~svc_gateway.selling.handlers.HANDLER_PAYER`), which
+keeps each payer to a fair share of its threads; a payer over it is refused 503 (uncharged).
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from dataclasses import replace
 
 from ...chat.core import PluginCore
 from ...redact import get_logger
-from ..handlers import Answer, HandlerError
+from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .refusals import error_answer
+from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
 
@@ -24,9 +26,10 @@ log = get_logger("svc_gateway.paid")
 class Worker:
     """Runs a verified request's work; counts handler failures, timeouts and abandons."""
 
-    def __init__(self, core: PluginCore, stats: PaidStats) -> None:
+    def __init__(self, core: PluginCore, stats: PaidStats, refusals: Refusals) -> None:
         self.core = core
         self.stats = stats
+        self.refusals = refusals
 
     async def price_answer(
         self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
@@ -57,13 +60,18 @@ class Worker:
             amount = call.amount
         return replace(call, amount=amount)
 
-    async def run(self, request: PaidRequest) -> Answer:
+    async def run(self, request: PaidRequest, payer: str | None = None) -> Answer:
         """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
-        its failure gets. A cancellation from outside (the request is gone) propagates."""
+        its failure gets. ``payer`` (verify's) counts against their fair share of a sync
+        handler's threads; over it, 503. A cancellation from outside (the request is gone)
+        propagates."""
         deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
+        named = HANDLER_PAYER.set(payer)
         try:
             async with deadline:
                 answer = await request.work()
+        except OverShare:
+            return self.refusals.over_share(payer)
         except (Exception, asyncio.CancelledError) as exc:
             task = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
@@ -87,6 +95,8 @@ class Worker:
             return error_answer(
                 500, "Internal Server Error", "The agent failed to answer; nothing was charged."
             )
+        finally:
+            HANDLER_PAYER.reset(named)
         if not answer.ok:
             self.stats.handler_failures += 1
             log.info("agent handler answered %s; not settled, not charged", answer.status)

@@ -96,6 +96,10 @@ class Admission:
     claim_id: str = ""
 
 
+#: what every admission refusal's reason says (a caller tells it from the service's own)
+IN_PROGRESS_NOTE = "available after the requests already in progress"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Not enough credits: what the payer has left after the requests already in flight."""
@@ -106,8 +110,8 @@ class Refusal:
     @property
     def reason(self) -> str:
         return (
-            f"insufficient credits: {max(self.available, 0)} available after the requests "
-            f"already in progress, {self.amount} requested"
+            f"insufficient credits: {max(self.available, 0)} {IN_PROGRESS_NOTE}, "
+            f"{self.amount} requested"
         )
 
 

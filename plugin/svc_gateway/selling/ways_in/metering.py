@@ -12,6 +12,12 @@ its output may be the user's own text. A payer who is short gets a block result 
 balance, how to buy) and the tool does not run;
 a settle outage is queued like the endpoint's. The svc tools are never metered. A call id seen
 before is answered from its first run: the same call is never run or charged twice.
+
+The host's tools are the operator's, not the paid endpoint's agent: tokens are minted for no
+agent and the envelope names none, so metering works the same with and without ``agentId``
+configured. A payment refused is "insufficient credits" only when the balance says so (the
+payer's balance below the price, or its credits held by their calls in progress); any other
+refusal is reported as what it is, with the balance.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from ...redact import get_logger
 from ...service import errors
 from ...service.models import SCHEME_CARD
 from ..handlers import Answer, load_handler
+from ..state.book import IN_PROGRESS_NOTE
 from ..state.settle_journal import SettleJournal
 from ..types import Outcome, PaidOutcome, PaidRequest
 
@@ -48,6 +55,8 @@ TOOL_URL = "tool://{name}"
 #: call ids remembered, so a host's retry of the same call is answered without a second charge
 CALLS_KEPT = 4096
 TOOL_QUEUE_FILE = "settle-queue-tools.json"
+#: ``PaidRequest.agent_id`` of a metered call: no agent (tokens are minted for none)
+NO_AGENT = ""
 
 #: decides whether a host tool's result is a failure (not charged)
 FailedFn = Callable[[Any], bool]
@@ -285,6 +294,7 @@ class ToolMeter:
             work=work,
             verb="POST",
             plan_id=plan_id,
+            agent_id=NO_AGENT,
             credits=price,
             description=f"tool {name}",
             route=f"tool:{name}",
@@ -341,7 +351,8 @@ class ToolMeter:
     async def _short(
         self, ctx: ToolCallContext, payer: PluginCore, plan_id: str, price: int, reason: str
     ) -> ToolResult:
-        """The block result of a payer who cannot pay: price, balance, how to buy."""
+        """The block result of a payment refused: price, balance, how to buy when the balance
+        says the payer is short; otherwise the refusal as it is (never "insufficient")."""
         balance: int | None = None
         fiat = False
         try:
@@ -350,6 +361,21 @@ class ToolMeter:
             fiat = plan.scheme == SCHEME_CARD
         except errors.ServiceError:
             pass
+        held = IN_PROGRESS_NOTE in reason  # the admission book: their calls in progress
+        if not held and (balance is None or balance >= price):
+            shown = "could not be read" if balance is None else f"is {balance}"
+            return block(
+                "payment_refused",
+                f"{ctx.tool_name} did not run: the payment for it was not accepted "
+                f"({reason[:200]}); your balance on plan {plan_id} {shown}. Nothing was "
+                "charged",
+                "This is not a shortage of credits: try again, and if it keeps failing, tell "
+                "the gateway's operator.",
+                price=price,
+                balance=balance,
+                planId=plan_id,
+                reason=reason[:200],
+            )
         how = (
             "svc_orderFiatPlan gives you your own checkout link"
             if fiat
