@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from svc_gateway.encoding import decode_access_token
 from svc_gateway.sandbox import SandboxServer
 from tests.conftest import USDC
 
@@ -135,23 +136,30 @@ async def test_helpers_chain_into_each_other_and_into_a_time_plan(profiles: Svc)
     assert "metadata.main.name" in table.out and "Hour" in table.out
 
 
-async def test_fiat_order_prints_the_checkout_url(profiles: Svc, builder: dict[str, str]) -> None:
+async def test_a_card_plan_sells_by_checkout_url_and_card_token(
+    profiles: Svc, builder: dict[str, str]
+) -> None:
     svc = profiles
-    price = svc.write(
-        "fiat.json",
-        (
-            await svc.ok(
-                "plans", "get-fiat-price-config", "--amount", "$2.00", "--receiver",
-                builder["address"],
-            )
-        ).out,
+    price_run, credits_run = await asyncio.gather(
+        svc.ok("plans", "get-fiat-price-config", "--amount", "$2.00", "--receiver",
+               builder["address"]),
+        svc.ok("plans", "get-fixed-credits-config", "--credits-granted", "3"),
     )  # fmt: skip
-    credits = svc.write(
-        "c.json", (await svc.ok("plans", "get-fixed-credits-config", "--credits-granted", "3")).out
-    )
     plan = await svc.json(
         "--profile", "builder", "plans", "register-plan", "--plan-metadata", '{"name": "Card"}',
-        "--price-config", price, "--credits-config", credits, "--access-limit", "credits",
+        "--price-config", svc.write("fiat.json", price_run.out),
+        "--credits-config", svc.write("c.json", credits_run.out), "--access-limit", "credits",
     )  # fmt: skip
-    run = await svc.ok("--profile", "subscriber", "plans", "order-fiat-plan", plan["planId"])
-    assert run.out.strip().startswith("http") and "\n" not in run.out.strip()
+    plan_id = plan["planId"]
+    checkout, token, wrong = await asyncio.gather(
+        svc.ok("--profile", "subscriber", "plans", "order-fiat-plan", plan_id),
+        # no --payment-type: the plan's scheme decides (a card plan takes a card token)
+        svc.json("--profile", "subscriber", "x402token", "get-x402-access-token", plan_id),
+        svc("--profile", "subscriber", "x402token", "get-x402-access-token", plan_id,
+            "--payment-type", "crypto"),
+    )  # fmt: skip
+    assert checkout.out.strip().startswith("http") and "\n" not in checkout.out.strip()
+    claims = decode_access_token(token["accessToken"])
+    assert claims is not None and claims["accepted"]["scheme"] == "svc:card-delegation"
+    assert wrong.code == 2 and "--payment-type crypto" in wrong.err and wrong.out == ""
+    assert "Created delegation" not in wrong.err  # refused before creating one

@@ -140,5 +140,8 @@ async def test_a_key_is_never_sent_to_another_environments_url(
     )
     assert other_env.code == 2 and "No API key" in other_env.err, str(other_env)
     assert no_key.code == 2 and "No API key" in no_key.err, str(no_key)
+    assert not (
+        svc.home / ".config" / "svc" / "profiles" / "nobody"
+    ).exists()  # reads create nothing
     assert foreign_key.code == 2 and "live environment" in foreign_key.err, str(foreign_key)
     assert tripwire.requests == []

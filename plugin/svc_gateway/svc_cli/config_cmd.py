@@ -119,7 +119,7 @@ def init(
     if env == "local" and url is None and not os.environ.get("SVC_LOCAL_BASE_URL"):
         raise BadUsage("--base-url is required for environment local (the sandbox's URL)")
     book.update(name, activate=True, environment=env, baseUrl=url, apiVersion=None)
-    store = book.store(name)
+    store = book.store(name, for_writing=True)
     store.delete_all()
     if key is not None:
         where = stored_where(store, store.save(env, key.secret))
@@ -149,7 +149,7 @@ def set_(ctx: click.Context, setting: str, value: str) -> None:
                 f"api-key is a key for the {key.environment} environment but profile '{name}' "
                 f"is for {env}: run 'svc config set environment {key.environment}' first"
             )
-        store = book.store(name)
+        store = book.store(name, for_writing=True)
         where = stored_where(store, store.save(env, key.secret))
         book.update(name, environment=env)
         click.echo(f"Stored the key of profile '{name}' in {where}.", err=True)
@@ -202,7 +202,7 @@ def login(ctx: click.Context, api_key: str | None) -> None:
             f"This is a {key.environment} key but profile '{name}' is for {env}: log in with "
             f"another --profile, or run 'svc config set environment {key.environment}' first"
         )
-    store = book.store(name)
+    store = book.store(name, for_writing=True)
     where = stored_where(store, store.save(env, key.secret))
     book.update(name, activate=not book.active(), environment=env)
     output = _output(ctx)

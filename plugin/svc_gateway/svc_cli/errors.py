@@ -20,7 +20,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 #: ServiceError codes the client raises itself, before any request is sent.
-LOCAL_CODES = frozenset({"not_logged_in", "key_expired", "order_limit_unsupported"})
+LOCAL_CODES = frozenset({"not_logged_in", "key_expired"})
 
 
 class BadUsage(click.UsageError):

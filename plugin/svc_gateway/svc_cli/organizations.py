@@ -25,12 +25,12 @@ MEMBER_COLUMNS: list[Column] = [
     ("ACTIVE", "isActive"),
 ]
 ACTIVITY_COLUMNS: list[Column] = [
-    ("WHEN", "createdAt"),
+    ("WHEN", "occurredAt"),
     ("EVENT", "eventType"),
     ("ACTOR", "actorUserId"),
 ]
-#: answer fields that carry a new account's API key: shown in table mode only masked
-KEY_FIELDS = ("hash",)
+#: answer fields that carry a new account's API key (in any form): hidden in table mode
+KEY_FIELDS = ("hash", "nvmApiKey", "apiKey")
 
 
 @click.group()

@@ -101,8 +101,16 @@ class Resolved:
     key: ApiKey | None
     key_source: str | None
     """``SVC_API_KEY``, ``keyring`` or ``file``; ``None`` without a key."""
+    exists: bool = True
+    """Whether the profile has been created (``config init`` or ``login``)."""
 
     def require_base_url(self) -> str:
+        if self.base_url is None and not self.exists:
+            raise BadUsage(
+                f"No profile '{self.profile}' yet: create it with 'svc --profile {self.profile} "
+                "config init --api-key - --environment <env> --base-url <URL>' (the key on "
+                "stdin), or set SVC_API_KEY and SVC_<ENV>_BASE_URL"
+            )
         if self.base_url is None:
             env = self.environment
             raise BadUsage(
@@ -136,9 +144,16 @@ class ProfileBook:
             data["profiles"] = {}
         return data
 
+    def _make_directory(self) -> None:
+        """The config directory and its ``profiles`` folder, owner-only (made on first write:
+        reading a profile never creates anything)."""
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, exist_ok=True)
+        (self.directory / "profiles").mkdir(mode=0o700, exist_ok=True)
+
     def write(self, data: dict[str, Any]) -> None:
         """Owner-only, written whole and renamed into place (never half a file)."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._make_directory()
         tmp = self.path.with_name(f".{CONFIG_FILE}.{secrets.token_hex(6)}.tmp")
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
@@ -176,9 +191,10 @@ class ProfileBook:
             data["activeProfile"] = name
         self.write(data)
 
-    def store(self, name: str) -> CredentialStore:
+    def store(self, name: str, *, for_writing: bool = False) -> CredentialStore:
         """The profile's own key store: its own file, its own keyring entries."""
-        (self.directory / "profiles").mkdir(mode=0o700, parents=True, exist_ok=True)
+        if for_writing:
+            self._make_directory()
         return CredentialStore(
             self.directory / "profiles" / name,
             use_keyring=self.use_keyring,
@@ -239,7 +255,8 @@ def resolve(book: ProfileBook, flag_profile: str | None, flag_version: str | Non
     elif from_env := os.environ.get(f"SVC_{environment.upper()}_BASE_URL", "").strip():
         base_url = check_base_url(from_env, f"SVC_{environment.upper()}_BASE_URL")
     version = flag_version or settings.get("apiVersion")
-    return Resolved(name, environment, base_url, version, key, source)
+    exists = name in book.names()
+    return Resolved(name, environment, base_url, version, key, source, exists)
 
 
 def environment_only(book: ProfileBook, flag_profile: str | None) -> str:

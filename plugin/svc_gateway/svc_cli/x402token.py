@@ -67,9 +67,7 @@ async def _card(client: CliClient, payment_method_id: str | None) -> tuple[str, 
 @click.option(
     "--payment-type",
     type=click.Choice(["crypto", "fiat"]),
-    default="crypto",
-    show_default=True,
-    help="Pay with the account's wallet, or with an enrolled card.",
+    help="Wallet (crypto) or enrolled card (fiat); default: what the plan takes.",
 )
 @click.option("--payment-method-id", help="Card to pay with (fiat; default: the first card).")
 @click.option("--delegation-id", help="Reuse this delegation instead of creating one.")
@@ -82,7 +80,7 @@ def get_x402_access_token(
     redemption_limit: int | None,
     order_limit: int | None,
     expiration: int | None,
-    payment_type: str,
+    payment_type: str | None,
     payment_method_id: str | None,
     delegation_id: str | None,
 ) -> None:
@@ -95,9 +93,16 @@ def get_x402_access_token(
             f"{given} set limits of a new delegation; leave them out with --delegation-id"
         )
     output = session.output()
-    fiat = payment_type == "fiat"
 
     async def operation(client: CliClient) -> str:
+        # the plan says how it is paid (WIRE.md §7): check before creating a delegation
+        plan = await client.get_plan(plan_id)
+        fiat = plan.scheme == SCHEME_CARD
+        if payment_type is not None and (payment_type == "fiat") != fiat:
+            raise BadUsage(
+                f"--payment-type {payment_type}: plan {plan_id} is paid with {plan.scheme}; "
+                f"leave --payment-type out or use {'fiat' if fiat else 'crypto'}"
+            )
         chosen, network, card_id = delegation_id, None, None
         provider = "erc4337"
         if fiat:
