@@ -85,6 +85,8 @@ def get_x402_access_token(
     delegation_id: str | None,
 ) -> None:
     """Create a delegation (or reuse one) and get an access token for a plan."""
+    if delegation_id is not None and not delegation_id.strip():
+        raise BadUsage("--delegation-id must name a delegation (see delegation list-delegations)")
     limits = {"--redemption-limit": redemption_limit, "--order-limit": order_limit}
     limits["--expiration"] = expiration
     if delegation_id is not None and any(v is not None for v in limits.values()):
