@@ -68,5 +68,7 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         "httpx",  # only svc_queryAgent's calls to other agents use it, imported there
         "rich",
         "a2a",  # the a2a-sdk: only enablePaidA2A and paying an A2A agent import it
+        "click",  # the svc command line's library: svc_gateway.svc_cli, never the plugin
+        "svc_gateway.svc_cli",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import secrets
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import SecretStr
 
@@ -138,8 +138,10 @@ class ServiceClient(ApiTransport):
         *,
         nonce: int | None = None,
         max_orders: int | None = None,
+        access_limit: Literal["credits", "time"] | None = None,
     ) -> str:
-        """Register any plan kind; the kind follows from ``credits`` and ``metadata``.
+        """Register any plan kind; the kind follows from ``credits`` and ``metadata`` (or
+        ``access_limit``: ``time`` with ``durationSecs`` 0 never expires, as in payments-py).
 
         ``max_orders`` is refused before anything is sent: the service has no order-count
         limit (the official SDK sends none, and the service drops unknown fields silently),
@@ -159,7 +161,7 @@ class ServiceClient(ApiTransport):
             "creditsConfig": credits.wire(),
             "nonce": str(nonce if nonce is not None else secrets.randbits(128)),
             "isTrialPlan": is_trial,
-            "accessLimit": "time" if credits.duration_secs > 0 else "credits",
+            "accessLimit": access_limit or ("time" if credits.duration_secs > 0 else "credits"),
         }
         if price.currency:
             body["currency"] = price.currency
@@ -292,7 +294,9 @@ class ServiceClient(ApiTransport):
         currency: str,
         *,
         payment_method_id: str | None = None,
+        max_transactions: int | None = None,
     ) -> Delegation:
+        """``POST /delegation/create``; ``max_transactions`` caps the settles it backs."""
         body: dict[str, Any] = {
             "provider": provider,
             "spendingLimitCents": spending_limit_cents,
@@ -301,6 +305,8 @@ class ServiceClient(ApiTransport):
         }
         if payment_method_id:
             body["providerPaymentMethodId"] = payment_method_id
+        if max_transactions is not None:
+            body["maxTransactions"] = max_transactions
         data = await self._request("POST", "delegation/create", body=body)
         delegation = delegation_from_answer(
             data if isinstance(data, dict) else {}, provider, duration_secs
