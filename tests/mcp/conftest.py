@@ -18,7 +18,7 @@ import svc_gateway
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.interop.mcp_sdk import ClientSession
+from svc_gateway.interop.mcp_client import ClientSession
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling.ways_in.mcp import PaidMcp, PaidMcpServer, create_server, serve
 from svc_gateway.service.client import ServiceClient

@@ -14,7 +14,7 @@ from aiohttp import web
 import svc_gateway
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.interop.mcp_sdk import ClientSession
+from svc_gateway.interop.mcp_client import ClientSession
 from svc_gateway.selling.ways_in.mcp import PaidMcp
 
 from .conftest import SERVER_NAME, McpMarket

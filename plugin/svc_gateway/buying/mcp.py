@@ -255,7 +255,8 @@ async def _query(
 ) -> tuple[dict[str, Any], dict[str, Any] | _CutShort | None, int]:
     """Every check, the token, the session and the call: the base of the result, the tool's
     result (``None`` for a listing) and the token's version; each step marked in ``step``."""
-    from ..interop.mcp_sdk import ClientSession, ResponseTooLarge, RpcError
+    from ..interop.mcp_client import ClientSession, ResponseTooLarge
+    from ..interop.mcp_sdk import RpcError
 
     await check_agent_address(core, p.agent_url)
     step.waiting = "agent"
