@@ -8,6 +8,7 @@ one JSON line per request on stdin (answers are the lines starting with :data:`M
 * ``{"op": "send", "text", "sender", "platform", "group"}`` → the replies AstrBot sent, and the
   ``image_gen`` runs during that message;
 * ``{"op": "state"}`` → whether the executor is wrapped, failed plugins, the svc tools' owner;
+* ``{"op": "reload", "plugin"}`` → reloads one plugin as the dashboard does;
 * ``{"op": "stop"}`` → stops the core (every plugin's ``terminate``) and reports the state again.
 
 The registries AstrBot keeps are module globals: one process per configuration.
@@ -213,6 +214,9 @@ async def main(root: Path, spec: dict[str, Any]) -> None:
                 reply({"replies": event.replies, "runs": runs[before:]})
             elif request["op"] == "state":
                 reply(state(core))
+            elif request["op"] == "reload":  # the dashboard's "reload plugin"
+                result = await core.plugin_manager.reload(request["plugin"])
+                reply({"result": list(result), **state(core)})
             elif request["op"] == "stop":
                 started.cancel()
                 await core.stop()

@@ -189,3 +189,19 @@ def test_a_sender_short_of_credits_is_blocked_with_the_price_and_the_tool_never_
     answer = astrbot.send('CALL image_gen {"prompt": "a cat"}', "3002")
     assert answer["runs"] == []
     assert json.loads(tool_message(model))["error"]["code"] == "not_logged_in"
+
+
+def test_a_reload_wraps_once_and_keeps_one_handler_per_command(
+    astrbot: AstrBotChild, astr_sandbox: Sandbox, astr_plan: str, model: ScriptedModel
+) -> None:
+    reloaded = astrbot.request(op="reload", plugin="svc")
+    assert reloaded["result"][0] is True, reloaded
+    assert reloaded["wrapped"] is True and not reloaded["failed"]
+    # the new instance: one reply per command (the old handlers went with the old instance)
+    replies = login(astrbot, ALICE, astr_sandbox.subscriber.api_key)
+    assert astr_sandbox.subscriber.address.lower() in replies.lower()
+    user = astr_sandbox.subscriber.address
+    before = balance_of(astr_sandbox, astr_plan, user)
+    answer = astrbot.send('CALL image_gen {"prompt": "after reload"}', ALICE)
+    assert len(answer["runs"]) == 1
+    assert balance_of(astr_sandbox, astr_plan, user) == before - 1  # one wrapper, one charge
