@@ -18,7 +18,8 @@ DESCRIPTION = """\
 The svc chat-gateway plugin's command line:
   sandbox  serve the local sandbox of the payments service
   chat     the reference chat gateway (an embedded sandbox when no key or service is set)
-  demo     sell and buy an agent answer end to end, offline"""
+  demo     sell and buy an agent answer end to end, offline
+  astrbot-install  place the svc plugin into an AstrBot data directory"""
 
 #: The chat reads an API key from here when the config has none (never typed, never stored).
 KEY_VARIABLE = "SVC_API_KEY"
@@ -194,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo = sub.add_parser("demo", help="sell and buy an agent answer end to end, offline")
     demo.add_argument("-q", "--quiet", action="store_true")
+    astrbot = sub.add_parser(
+        "astrbot-install", help="place the svc plugin into an AstrBot data directory"
+    )
+    astrbot.add_argument("--data", required=True, help="AstrBot's data directory")
+    astrbot.add_argument("--copy", action="store_true", help="copy the files instead of a link")
+    astrbot.add_argument("--force", action="store_true", help="replace an existing plugins/svc")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -208,6 +215,16 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_chat(args))
         except KeyboardInterrupt:
             return 130
+    if args.command == "astrbot-install":
+        from .hosts.astrbot.install import InstallError, install
+
+        try:
+            done = install(Path(args.data), copy=args.copy, force=args.force)
+        except InstallError as exc:
+            print(f"svc-gateway: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(done))
+        return 0
     from .hosts.demo import run_demo
 
     return asyncio.run(run_demo(quiet=args.quiet))
