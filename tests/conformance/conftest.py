@@ -120,7 +120,7 @@ def _rebrand(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def _install_shim(monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> None:
+def install_shim(monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> None:
     original = requests.adapters.HTTPAdapter.send
 
     def send(
@@ -161,6 +161,19 @@ def _install_shim(monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> None:
     monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", send)
 
 
+def point_sdk_at(mp: pytest.MonkeyPatch, origin: str, recorder: Recorder) -> None:
+    """The SDK's every environment on the sandbox at ``origin``, through the brand shim."""
+    mp.setenv("NVM_BACKEND_URL", origin)
+    loopback = sdk_environments.EnvironmentInfo(
+        backend=origin, proxy=origin, helicone_url=origin, frontend=origin
+    )
+    # Every environment points at loopback: even a key whose prefix the SDK maps to a
+    # hosted environment can never leave this machine.
+    for name in list(sdk_environments.Environments):
+        mp.setitem(sdk_environments.Environments, name, loopback)
+    install_shim(mp, recorder)
+
+
 @dataclass
 class Sdk:
     """The running sandbox plus SDK clients for two accounts: a builder and a subscriber."""
@@ -198,15 +211,7 @@ def sdk() -> Iterator[Sdk]:
             raise
         try:
             origin = server.origin
-            mp.setenv("NVM_BACKEND_URL", origin)
-            loopback = sdk_environments.EnvironmentInfo(
-                backend=origin, proxy=origin, helicone_url=origin, frontend=origin
-            )
-            # Every environment points at loopback: even a key whose prefix the SDK maps to a
-            # hosted environment can never leave this machine.
-            for name in list(sdk_environments.Environments):
-                mp.setitem(sdk_environments.Environments, name, loopback)
-            _install_shim(mp, recorder)
+            point_sdk_at(mp, origin, recorder)
             builder = loop.run(server.create_account("builder"))
             subscriber = loop.run(server.create_account("subscriber"))
             yield Sdk(

@@ -203,11 +203,17 @@ def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> Pay
     ]
     routes = [
         *cards,
-        *create_jsonrpc_routes(
-            handler,
-            JSONRPC_PATH,
-            context_builder=PayerContext(lambda: base().rstrip("/") + JSONRPC_PATH),
-            enable_v0_3_compat=True,
+        # payments-py's 0.3 client posts to the URL with a slash appended (and follows no
+        # redirect): the same route answers there too
+        *(
+            route
+            for path in (JSONRPC_PATH, JSONRPC_PATH + "/")
+            for route in create_jsonrpc_routes(
+                handler,
+                path,
+                context_builder=PayerContext(lambda: base().rstrip("/") + JSONRPC_PATH),
+                enable_v0_3_compat=True,
+            )
         ),
         *create_rest_routes(
             handler,
