@@ -148,25 +148,49 @@ async def test_a_settle_that_fails_withholds_the_answer_and_burns_nothing(
     await client.close()
 
 
+async def stranger_token(market: A2AMarket, sandbox: SandboxServer) -> str:
+    """A token of another subscriber of the same plan."""
+    other = await sandbox.create_account("other")
+    other_client = ServiceClient(sandbox.base_url, other["apiKey"])
+    try:
+        await other_client.order_plan(market.plan_id)
+        return await market.token(client=other_client)
+    finally:
+        await other_client.aclose()
+
+
 async def test_another_payers_follow_up_and_reads_by_task_id_find_nothing(
     market: A2AMarket, sandbox: SandboxServer
 ) -> None:
     client = await market.client()
     first = await send(client, message("mine alone"))
     await send(client, message("", paid(await market.token()), task_id=first.task.id))
-    other = await sandbox.create_account("other")
-    other_client = ServiceClient(sandbox.base_url, other["apiKey"])
-    try:
-        await other_client.order_plan(market.plan_id)
-        stranger = await market.token(client=other_client)
-    finally:
-        await other_client.aclose()
+    stranger = await stranger_token(market, sandbox)
     with pytest.raises(TaskNotFoundError):
         await send(client, message("", paid(stranger), task_id=first.task.id))
     with pytest.raises(TaskNotFoundError):
         await send(client, message("", {}, task_id=first.task.id))
     with pytest.raises(UnsupportedOperationError):
         await client.get_task(GetTaskRequest(id=first.task.id))
+    assert await market.burned() == 1
+    await client.close()
+
+
+async def test_an_unpaid_message_naming_its_payer_is_continued_by_that_payer_only(
+    market: A2AMarket, sandbox: SandboxServer
+) -> None:
+    client = await market.client()
+    first = await send(client, message("for my eyes", {x402.PAYER: market.subscriber_address}))
+    assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    stranger = await stranger_token(market, sandbox)
+    with pytest.raises(TaskNotFoundError):  # the first payer does not claim it
+        await send(client, message("", paid(stranger), task_id=first.task.id))
+    with pytest.raises(TaskNotFoundError):  # naming the payer is no key to the task
+        await send(client, message("", {x402.PAYER: market.subscriber_address}, first.task.id))
+    assert await market.burned() == 0
+    second = await send(client, message("", paid(await market.token()), task_id=first.task.id))
+    assert second.task.status.state == TaskState.TASK_STATE_COMPLETED, reply_text(second)
+    assert "3 words" in reply_text(second)
     assert await market.burned() == 1
     await client.close()
 

@@ -24,6 +24,9 @@ REQUIRED = "x402.payment.required"
 PAYLOAD = "x402.payment.payload"
 RECEIPTS = "x402.payment.receipts"
 ERROR = "x402.payment.error"
+#: this seller's own key (not in the v0.2 spec): the payer an unpaid first message is offered
+#: to, so its task belongs to that payer from the start (only that payer's token continues it)
+PAYER = "x402.payment.payer"
 
 PAYMENT_REQUIRED = "payment-required"
 PAYMENT_SUBMITTED = "payment-submitted"

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ....chat.core import PluginCore
 from ....config import ConfigError
+from ....encoding import is_address
 from ....host import GatewayAPI
 from ....interop import a2a_x402 as x402
 from ....redact import get_logger
@@ -48,12 +49,15 @@ log = get_logger("svc_gateway.paid_a2a")
 PARKED_TASK_TIMEOUT_SECS = 300.0
 STARTUP_TIMEOUT_SECS = 10.0
 SCOPE_KEY = "svc_a2a_payer"
+DECLARED_KEY = "svc_a2a_declared_payer"
 _REFUSED = "This paid agent answers SendMessage only: the answer comes in the send's reply."
 
 
-def payer_from_body(body: bytes, headers: dict[str, str]) -> str:
-    """The payer the message's token names (in-band payload first, then the header); ''."""
+def payer_from_body(body: bytes, headers: dict[str, str]) -> tuple[str, str]:
+    """The payer the message's token names (in-band payload first, then the header), and the
+    payer an unpaid message says it is offered to (``x402.payment.payer``); '' for none."""
     token: str | None = None
+    declared = ""
     try:
         data = json.loads(body) if body else None
     except (ValueError, RecursionError):
@@ -64,10 +68,12 @@ def payer_from_body(body: bytes, headers: dict[str, str]) -> str:
         meta = message.get("metadata") if isinstance(message, dict) else None
         if isinstance(meta, dict):
             token = x402.token_from_payload(meta.get(x402.PAYLOAD))
+            named = meta.get(x402.PAYER)
+            declared = str(named).lower() if is_address(named) else ""
     if token is None:
         token = headers.get(x402.PAYMENT_HEADER, "").strip() or None
     payer = token_payer(token) if token and token != "!" else None
-    return payer.lower() if payer else ""
+    return (payer.lower() if payer else ""), declared
 
 
 class PaymentScope:
@@ -105,7 +111,8 @@ class PaymentScope:
             bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1")
             for k, v in scope.get("headers") or []
         }
-        scope = {**scope, SCOPE_KEY: payer_from_body(body, headers)}
+        payer, declared = payer_from_body(body, headers)
+        scope = {**scope, SCOPE_KEY: payer, DECLARED_KEY: declared}
         sent = False
 
         async def replay() -> Message:
@@ -137,7 +144,8 @@ class PayerContext(DefaultServerCallContextBuilder):  # type: ignore[misc]
         return context
 
     def build_user(self, request: Any) -> Payer:
-        return Payer(str(request.scope.get(SCOPE_KEY) or ""))
+        scope = request.scope
+        return Payer(str(scope.get(SCOPE_KEY) or ""), str(scope.get(DECLARED_KEY) or ""))
 
 
 class PaidRequestHandler(DefaultRequestHandler):  # type: ignore[misc]

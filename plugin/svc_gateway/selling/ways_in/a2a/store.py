@@ -3,10 +3,13 @@
 The SDK's in-memory store never evicts and, with its default owner, lets any caller who knows a
 task id read or continue it. Here each task belongs to the payer whose token came with the
 message (:class:`Payer`, set by the way in from the token's ``from``). An unpaid first message
-has no payer: its task, which holds only the payment request, is parked in the anonymous scope,
-and the first paid follow-up claims it for its payer; from then on no one else finds it (a
-follow-up of another payer, or of nobody, is "task not found"). At most :data:`MAX_TASKS` are
-kept, each for :data:`TASK_TTL_SECS` after its last change, the oldest evicted first.
+that names the payer it is offered to (``x402.payment.payer``) starts a task owned by that payer:
+the owner stays the same from the unpaid message to the paid follow-up, and a follow-up paid by
+anyone else, or unpaid, is "task not found". An unpaid first message that names no payer (a
+plain a2a-x402 client) parks its task, which holds only the prompt and the payment request, in
+the anonymous scope, and the first paid follow-up claims it for its payer; from then on no one
+else finds it. At most :data:`MAX_TASKS` are kept, each for :data:`TASK_TTL_SECS` after its last
+change, the oldest evicted first.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ class Payer(User):  # type: ignore[misc]
     Not authenticated: the flow verifies the token before any work, and the store only hands
     a payer the tasks started or claimed with that payer's tokens."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, declared: str = "") -> None:
         self._address = address.lower()
+        #: the payer an unpaid message names: the owner of the task it starts, never a key
+        #: to an existing task (only a token's payer finds one)
+        self.declared = declared.lower()
 
     @property
     def is_authenticated(self) -> bool:
@@ -47,6 +53,12 @@ def owner_of(context: ServerCallContext) -> str:
     user = context.user
     name = user.user_name if user is not None else ""
     return str(name or ANONYMOUS)
+
+
+def declared_of(context: ServerCallContext) -> str:
+    """The payer an unpaid message names as its task's owner ('' when none)."""
+    user = context.user
+    return str(getattr(user, "declared", "") or ANONYMOUS)
 
 
 @dataclass
@@ -84,7 +96,11 @@ class PayerTasks(TaskStore):  # type: ignore[misc]
     async def save(self, task: Task, context: ServerCallContext) -> None:
         owner = owner_of(context)
         kept = self._live(task.id)
-        if kept is not None and kept.owner not in (owner, ANONYMOUS):
+        if kept is None:
+            owner = owner or declared_of(context)  # a new task: owned by the payer it names
+        elif kept.owner == owner_of(context) or kept.owner == declared_of(context) != ANONYMOUS:
+            owner = kept.owner  # its owner, or the same request that started it for its payer
+        elif kept.owner != ANONYMOUS:
             return  # never reached through get(); another payer cannot overwrite a task
         copy = Task()
         copy.CopyFrom(task)
