@@ -29,9 +29,10 @@ from svc_gateway.interop import a2a_x402 as x402
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling.ways_in.a2a import PaidA2A
 from svc_gateway.service.client import ServiceClient
-from svc_gateway.service.models import AgentApi, AgentMetadata
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import crypto_price, dynamic_credits
 
-from ..conftest import make_plan
+from ..conftest import USDC, make_plan
 
 GRANTED = 100
 
@@ -117,15 +118,27 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
     made: list[A2AMarket] = []
 
     async def factory(
-        *, per_request: int = 1, config: dict[str, Any] | None = None, transport: Any = None
+        *,
+        per_request: int = 1,
+        config: dict[str, Any] | None = None,
+        transport: Any = None,
+        credits: Callable[[dict[str, Any]], int] | None = None,
+        dynamic: tuple[int, int] | None = None,
     ) -> A2AMarket:
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
         builder_client = ServiceClient(sandbox.base_url, builder["apiKey"])
         subscriber_client = ServiceClient(sandbox.base_url, subscriber["apiKey"])
-        plan_id = await make_plan(
-            builder_client, builder["address"], credits=GRANTED, per_request=per_request
-        )
+        if dynamic is None:
+            plan_id = await make_plan(
+                builder_client, builder["address"], credits=GRANTED, per_request=per_request
+            )
+        else:  # credits per request between dynamic[0] and dynamic[1]
+            plan_id = await builder_client.register_plan(
+                PlanMetadata(name="Dynamic"),
+                crypto_price([1_000_000], [builder["address"]], USDC),
+                dynamic_credits(GRANTED, *dynamic),
+            )
         await subscriber_client.order_plan(plan_id)
         gateway = ReferenceGateway(
             {
@@ -138,6 +151,8 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
                 **(config or {}),
             }
         )
+        if credits is not None:  # the host's per-request price, as the paid endpoint uses
+            gateway.credits_for_request = credits  # type: ignore[attr-defined]
         store = CredentialStore(tmp_path / f"a2a-{len(made)}", use_keyring=False)
         handle = await asyncio.to_thread(
             svc_gateway.register, gateway, store=store, session_factory=transport

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
 import httpx
@@ -108,6 +109,29 @@ async def test_streaming_sends_carry_the_answer_only_after_settling(market: A2AM
     last = events[-1]
     assert last.status_update.status.state == TaskState.TASK_STATE_COMPLETED
     assert await market.burned() == 1
+    await client.close()
+
+
+async def test_the_hosts_credits_function_prices_each_message(
+    make_market: MarketFactory,
+) -> None:
+    asked: list[str] = []
+
+    def credits_for_request(request: dict[str, Any]) -> int:
+        asked.append(request["prompt"])
+        return 3 if "expensive" in request["prompt"] else 1
+
+    market = await make_market(credits=credits_for_request, dynamic=(1, 5))
+    client = await market.client()
+    dear = await send(client, message("an expensive question", paid(await market.token())))
+    assert dear.task.status.state == TaskState.TASK_STATE_COMPLETED, reply_text(dear)
+    (receipt,) = status_meta(dear)[x402.RECEIPTS]
+    assert receipt["creditsRedeemed"] == "3"
+    assert await market.burned() == 3
+    cheap = await send(client, message("a cheap one", paid(await market.token())))
+    assert status_meta(cheap)[x402.RECEIPTS][0]["creditsRedeemed"] == "1"
+    assert await market.burned() == 4
+    assert "an expensive question" in asked and "a cheap one" in asked
     await client.close()
 
 

@@ -262,7 +262,7 @@ class PaidFlow:
             token=token,
             url=url,
             work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
-            credits=functools.partial(self._price, {"prompt": prompt}),
+            credits=functools.partial(self.price_for, {"prompt": prompt}),
             route=ENDPOINT_ROUTE,
             body_digest=digest(prompt),
             connected=connected,
@@ -368,7 +368,9 @@ class PaidFlow:
             request_id=call.request_id,
         )
 
-    async def _price(self, request: dict[str, Any]) -> int:
+    async def price_for(self, request: dict[str, Any]) -> int:
+        """The credits one request costs: the host's credits function (``credits_for_request``,
+        given ``{"prompt": ...}``), else config ``creditsPerRequest``."""
         if self.credits is None:
             return self.core.config.credits_per_request
         value = await call_maybe_async(self.credits, request)

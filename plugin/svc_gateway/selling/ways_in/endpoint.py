@@ -143,7 +143,8 @@ def resolve_handler(
     return default_handler
 
 
-def _resolve_credits(api: GatewayAPI, given: CreditsFn | None) -> CreditsFn | None:
+def resolve_credits(api: GatewayAPI, given: CreditsFn | None) -> CreditsFn | None:
+    """The argument, else the host's ``api.credits_for_request``, else ``None`` (config)."""
     if given is not None:
         return given
     hosted = getattr(api, "credits_for_request", None)
@@ -169,7 +170,7 @@ async def attach_paid_endpoint(
     flow = PaidFlow(
         core,
         handler=resolve_handler(api, config, handler),
-        credits=_resolve_credits(api, credits),
+        credits=resolve_credits(api, credits),
         plan_id=plan_id,
         agent_id=agent_id,
         book=shared.book if shared is not None else None,

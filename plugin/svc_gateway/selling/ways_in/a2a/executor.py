@@ -16,6 +16,7 @@ cannot carry an unpaid answer, and a non-blocking send is answered once the outc
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,8 @@ class PaidExecutor(AgentExecutor):  # type: ignore[misc]
             token=token,
             url=url,
             work=lambda: run_handler(flow.handler, prompt, flow.handler_pool),
+            # the host's credits function, as the paid endpoint prices a prompt
+            credits=functools.partial(flow.price_for, {"prompt": prompt}),
             route=A2A_ROUTE,
             body_digest=digest(prompt),
             description="A paid answer from this agent over A2A",

@@ -38,7 +38,7 @@ from ....interop import a2a_x402 as x402
 from ....redact import get_logger
 from ...flow.admission import token_payer
 from ...flow.flow import PaidFlow
-from ..endpoint import resolve_handler
+from ..endpoint import resolve_credits, resolve_handler
 from .card import CARD_PATH, JSONRPC_PATH, LEGACY_CARD_PATH, REST_PATH, CardSource, skeleton
 from .executor import URL_STATE, PaidExecutor
 from .store import Payer, PayerTasks
@@ -296,7 +296,11 @@ async def attach_paid_a2a(
     config = core.config
     if flow is None:
         # no settle store: an A2A answer is never delivered unsettled, so nothing is queued
-        flow = PaidFlow(core, handler=resolve_handler(api, config, None))
+        flow = PaidFlow(
+            core,
+            handler=resolve_handler(api, config, None),
+            credits=resolve_credits(api, None),
+        )
         core.runtime.add_closer(flow.aclose)
     public = config.paid_a2a_public_url
     handle = await serve(
