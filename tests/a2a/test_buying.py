@@ -106,3 +106,38 @@ async def test_an_agent_that_fails_charges_nothing_and_says_so(
     assert "the agent broke" not in error["message"]  # the exception stays with the seller
     assert "nothing was charged" in error["message"]
     assert await market.burned() == 0
+
+
+async def test_a_chunked_reply_without_a_length_is_cut_at_the_answer_cap() -> None:
+    import httpx
+    import pytest
+    from aiohttp import web
+
+    from svc_gateway.buying.capped import capped_transport
+    from svc_gateway.chat.failure import ToolFailure
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for _ in range(int(request.query["chunks"])):
+            await response.write(b"x" * 65536)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", chunked)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with httpx.AsyncClient(transport=capped_transport(1 << 20)) as http:
+            small = await http.get(f"http://127.0.0.1:{port}/?chunks=2")
+            assert "content-length" not in small.headers and len(small.content) == 2 * 65536
+            with pytest.raises(ToolFailure) as refused:
+                await http.get(f"http://127.0.0.1:{port}/?chunks=64")  # 4 MiB, no length
+            assert refused.value.code == "answer_too_large"
+    finally:
+        await runner.cleanup()

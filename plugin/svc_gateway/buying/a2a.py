@@ -39,6 +39,7 @@ from ..redact import get_logger
 from ..safe_text import one_line, quoted
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, Purchase, check_receipt
+from .capped import capped_transport, too_large_failure
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
 from .request import AgentQuery
@@ -93,14 +94,14 @@ async def _card_json(http: httpx.AsyncClient, agent_url: str) -> dict[str, Any] 
     return data if isinstance(data, dict) else None
 
 
-async def _probe(core: PluginCore, agent_url: str, secs: float) -> None:
+async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) -> None:
     """:class:`NotA2A` unless the agent's address is allowed and its origin's card names
     ``agent_url`` as an A2A interface. A refused address is left to the HTTP path, which checks
     (and reports) it again; a DNS lookup that outlasts the deadline is reported here."""
     import httpx
 
     deadline = core.config.request_timeout_secs
-    scope = asyncio.timeout(deadline)
+    scope = asyncio.timeout_at(until)  # the query's one deadline
     try:
         async with scope:
             await check_agent_address(core, agent_url)
@@ -111,7 +112,8 @@ async def _probe(core: PluginCore, agent_url: str, secs: float) -> None:
     except ToolFailure:
         raise NotA2A from None  # the HTTP path checks again and reports it
     try:
-        async with asyncio.timeout(secs):
+        left = max(0.0, min(secs, until - asyncio.get_running_loop().time()))
+        async with asyncio.timeout(left):
             async with httpx.AsyncClient(timeout=secs, follow_redirects=False) as http:
                 raw = await _card_json(http, agent_url)
     except TimeoutError:
@@ -140,17 +142,23 @@ def _sdk() -> Any:
     return a2a
 
 
-async def query_a2a_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
+async def query_a2a_agent(
+    core: PluginCore, p: AgentQuery, until: float | None = None
+) -> dict[str, Any]:
     """svc_queryAgent for an A2A agent; :class:`NotA2A` (before any token exists) when
-    ``agentUrl`` is not an A2A interface."""
+    ``agentUrl`` is not an A2A interface. ``until`` (loop time): the query's one deadline,
+    shared with the HTTP path that follows a :class:`NotA2A` (default: requestTimeoutSecs
+    from now)."""
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
-    await _probe(core, p.agent_url, min(PROBE_SECS, deadline))
+    if until is None:
+        until = asyncio.get_running_loop().time() + deadline
+    await _probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     step = Step()
-    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, the card, the service, the send
+    scope = asyncio.timeout_at(until)  # ONE deadline: the probe, DNS, the card, service, send
     try:
         async with scope:
             purchase, token, reply = await _buy(core, p, step, scope)
@@ -200,15 +208,13 @@ async def _buy(
     async def too_large(response: httpx.Response) -> None:
         size = response.headers.get("content-length", "")
         if size.isdigit() and int(size) > MAX_ANSWER_BYTES:
-            raise ToolFailure(
-                "answer_too_large",
-                f"The agent's reply is {size} bytes, more than the "
-                f"{MAX_ANSWER_BYTES // 1024} KiB svc_queryAgent reads",
-                "Ask for a shorter answer, or call the agent another way.",
-            )
+            raise too_large_failure(size)
 
     async with httpx.AsyncClient(
-        timeout=timeout, follow_redirects=False, event_hooks={"response": [too_large]}
+        timeout=timeout,
+        follow_redirects=False,
+        event_hooks={"response": [too_large]},
+        transport=capped_transport(MAX_ANSWER_BYTES),
     ) as http:
         step.waiting = "agent"
         sdk = _sdk()

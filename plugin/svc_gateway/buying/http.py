@@ -117,16 +117,20 @@ async def post_prompt_once_more(
         return await post_prompt(http, url, prompt, token)
 
 
-async def query_http_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
+async def query_http_agent(
+    core: PluginCore, p: AgentQuery, until: float | None = None
+) -> dict[str, Any]:
     """svc_queryAgent when ``agentUrl`` is a plain HTTP endpoint: every step of the module
-    docstring, then the answer, the checked receipt and the balance read back."""
+    docstring, then the answer, the checked receipt and the balance read back. ``until`` (loop
+    time): the query's deadline when it started earlier (the A2A probe ran within it)."""
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
     step = Step()
-    scope = asyncio.timeout(deadline)  # ONE deadline: DNS, cards, service, HEAD, the request
+    # ONE deadline: the A2A probe, DNS, cards, service, HEAD, the request
+    scope = asyncio.timeout(deadline) if until is None else asyncio.timeout_at(until)
     try:
         async with scope:
             purchase, version, reply = await _buy(core, p, step)

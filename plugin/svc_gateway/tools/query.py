@@ -7,6 +7,7 @@ An MCP agent (``agentUrl`` ending in ``/mcp``, or ``tool``/``listTools`` given) 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from pydantic import Field
@@ -86,7 +87,9 @@ class QueryAgentParams(Params):
 async def query_agent(core: PluginCore, p: QueryAgentParams) -> dict[str, Any]:
     if p.tool_name is not None or p.list_tools or is_mcp_url(p.agent_url):
         return await query_mcp_agent(core, p)
+    # one deadline for the whole query: the A2A probe, then the A2A or the HTTP path
+    until = asyncio.get_running_loop().time() + core.config.request_timeout_secs
     try:
-        return await query_a2a_agent(core, p)
+        return await query_a2a_agent(core, p, until)
     except NotA2A:
-        return await query_http_agent(core, p)
+        return await query_http_agent(core, p, until)
