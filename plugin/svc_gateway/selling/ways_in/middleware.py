@@ -28,6 +28,7 @@ from ...chat.credentials import CredentialStore, default_config_dir
 from ...config import ConfigError, load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
+from ...safe_text import plural
 from ..flow.flow import PaidFlow
 from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
@@ -124,7 +125,7 @@ class PaymentMiddleware:
             self.shared.share(self.flow.stats)
         owed = await self.flow.start()
         if owed:
-            log.warning("%d paid request(s) of a previous run are not settled yet", owed)
+            log.warning("%s of a previous run not settled yet", plural(owed, "paid request"))
         # in the background: a slow or absent service never delays start (the first paid
         # request of each route checks again, from the plan its admission read)
         self._pricing = asyncio.create_task(self._check_prices())
