@@ -106,6 +106,8 @@ HOSTED_OFFLINE = Recipe(
 README_TOUR = Recipe(
     "README.md", "## A 30-second tour", "text", 1, "tests/chat/test_readme_tour.py"
 )
+README_SET_UP = Recipe("README.md", "## Set up", "sh", 3, "tests/test_venv_recipes.py")
+DOCS_SET_UP = Recipe("docs/getting-started.md", "## Set up", "sh", 3, "tests/test_venv_recipes.py")
 
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
@@ -115,4 +117,6 @@ RECIPES: dict[str, Recipe] = {
     "HERMES_SETTINGS": HERMES_SETTINGS,
     "README_TOUR": README_TOUR,
     "HOSTED_OFFLINE": HOSTED_OFFLINE,
+    "README_SET_UP": README_SET_UP,
+    "DOCS_SET_UP": DOCS_SET_UP,
 }

@@ -165,3 +165,38 @@ async def test_a_restart_on_port_0_with_a_plan_is_warned_about(
     )
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("paidEndpointPort is 0" in w and "changes on every restart" in w for w in warnings)
+
+
+async def test_paid_mcp_names_its_url_and_the_uri_to_register_at_start(
+    sandbox: SandboxServer, builder: dict[str, str], tmp_path: Path
+) -> None:
+    config = {
+        "environment": "local",
+        "baseUrl": sandbox.base_url,
+        "enablePaidMcp": True,
+        "paidMcpPort": 0,
+        "serverName": "svc-agent",
+        "settleQueuePath": str(tmp_path / "q.json"),
+    }
+    (tmp_path / "seller.json").write_text(json.dumps(config))
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "svc_gateway.cli",
+        "chat",
+        "--config",
+        str(tmp_path / "seller.json"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**chat_env(tmp_path), "SVC_API_KEY": builder["apiKey"]},
+    )
+    out, err = await asyncio.wait_for(child.communicate(b""), WAIT_SECS)
+    text = out.decode()
+    assert child.returncode == 0, err.decode()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("Paid MCP:      http://")]
+    assert line.endswith("/mcp (streamable HTTP, paid tool ask)")
+    assert (
+        "Paid MCP: not selling yet: run svc_registerAgent with agentUrl "
+        "mcp://svc-agent/tools/ask" in text
+    )

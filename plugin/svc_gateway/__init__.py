@@ -237,6 +237,10 @@ def register(
             paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
             handle.extras["paid_mcp"] = paid_mcp
             commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
+            from .chat.seller_notes import mcp_notes
+
+            for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
+                log.info("%s", note)
         if config.enable_paid_a2a:
             from .selling.ways_in.a2a import attach_paid_a2a
 

@@ -150,6 +150,11 @@ async def _chat(args: argparse.Namespace) -> int:
 
                     for note in startup_notes(handle.core):
                         print(note)
+                if (paid_mcp := handle.extras.get("paid_mcp")) is not None:
+                    from .chat.seller_notes import mcp_notes
+
+                    for note in mcp_notes(handle.core, paid_mcp.url, paid_mcp.logical_uri("ask")):
+                        print(note)
                 print(
                     f"svc-gateway {__version__} reference chat. Type /help; "
                     "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."

@@ -5,10 +5,12 @@ discovery, health and registration endpoints."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from aiohttp import web
 
 import svc_gateway
@@ -65,6 +67,21 @@ async def test_enable_paid_mcp_sells_the_agent_as_the_ask_tool(
         assert result["_meta"]["x402/payment-response"]["creditsRedeemed"] == "3"
         assert await mcp_market.burned() == 3
         assert paid.stats.credits_settled == 3
+    finally:
+        await asyncio.to_thread(handle.close)
+
+
+async def test_enable_paid_mcp_logs_its_url_and_the_uri_to_register(
+    mcp_market: McpMarket, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    _gateway, handle = await builder_gateway(mcp_market, tmp_path)
+    try:
+        url = handle.extras["paid_mcp"].url
+        infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        assert f"Paid MCP:      {url} (streamable HTTP, paid tool ask)" in infos
+        uri = mcp_market.uri("ask")
+        assert f"Paid MCP: the agent sold must register {uri} among its endpoints" in infos
     finally:
         await asyncio.to_thread(handle.close)
 

@@ -23,7 +23,7 @@ from typing import Final
 
 from ..config import PlanRef
 from ..redact import get_logger
-from ..safe_text import NAME_LIMIT, one_line, quoted
+from ..safe_text import NAME_LIMIT, one_line, plural, quoted
 from ..service.errors import ServiceError
 from ..service.models import PlanBalance
 from .core import PluginCore
@@ -217,7 +217,7 @@ def format_line(entry: BalanceEntry) -> str:
             return head + f"time plan, access active{window}"
         return head + f"time plan, no active access (not subscribed){window}"
     status = "subscribed" if entry.is_subscriber else "not subscribed"
-    return head + f"{entry.balance} credits, {status}"
+    return head + f"{plural(entry.balance, 'credit')}, {status}"
 
 
 class BalanceContext:

@@ -102,7 +102,7 @@ async def seller_row(seller: Seller) -> tuple[_Row, list[Mapping[str, Any]]]:
 def _line(name: str, row: _Row) -> str:
     if row.in_sales:
         return (
-            f"- {one_line(name, 80)}: {plural(row.sales, 'sale')}, {row.settled} credits "
+            f"- {one_line(name, 80)}: {plural(row.sales, 'sale')}, {plural(row.settled, 'credit')} "
             f"settled, {row.queued} queued, {row.lost} lost (sales){row.note}"
         )
     return (
@@ -141,7 +141,7 @@ async def earnings_text(sales: Sales, sold: list[Receipt]) -> str:
     queued = sum(row.queued for row in ways.values() if not row.in_sales)
     lost = sum(row.lost for row in ways.values() if not row.in_sales)
     head = (
-        f"Earned {settled} credits settled, {queued} queued (retried until the service "
+        f"Earned {plural(settled, 'credit')} settled, {queued} queued (retried until the service "
         f"answers), {lost} lost, over {plural(count, 'sale')} since the gateway started "
         "(what it bought is in /svc_spend)."
     )

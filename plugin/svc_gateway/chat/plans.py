@@ -15,7 +15,8 @@ def require_plan(core: PluginCore, plan_id: str | None) -> str:
         raise ToolFailure(
             "missing_plan_id",
             "No planId was given and no default plan is configured",
-            "Pass planId, or set planId in the plugin config (svc_listPlans lists your plans).",
+            "Pass planId (an agent's 402 answer or card names its plan), or set planId in the "
+            "plugin config (svc_listPlans lists the plans you sell).",
         )
     return plan
 

@@ -86,7 +86,12 @@ def spend_text(items: list[Receipt]) -> str:
     pending = sum(r.credits for r in items if r.status == "queued")
     lines = [
         f"You paid {plural(settled, 'credit')} for {plural(len(items), 'call')}"
-        + (f", and {pending} more are being settled" if pending else "")
+        + (
+            f", and {plural(pending, 'credit')} more {'is' if pending == 1 else 'are'} "
+            "being settled"
+            if pending
+            else ""
+        )
         + " (receipts since the gateway started):"
     ]
     for r in reversed(items[-SHOWN:]):

@@ -47,6 +47,18 @@ def startup_notes(core: PluginCore) -> list[str]:
     return notes
 
 
+def mcp_notes(core: PluginCore, url: str, uri: str) -> list[str]:
+    """Lines for the start-up banner/log of ``enablePaidMcp``: where the MCP server is, and the
+    logical URI ``uri`` the agent must register (a buyer's token names it, not the URL)."""
+    config = core.config
+    notes = [f"Paid MCP:      {url} (streamable HTTP, paid tool ask)"]
+    if core.plan_id or config.plan_id or config.plans:
+        notes.append(f"Paid MCP: the agent sold must register {uri} among its endpoints")
+    else:
+        notes.append(f"Paid MCP: not selling yet: run svc_registerAgent with agentUrl {uri}")
+    return notes
+
+
 def keep_selling(core: PluginCore, plan_id: str | None, agent_id: str | None) -> dict[str, Any]:
     """The result fields of ``svc_registerAgent``: what to put in the config, and a warning."""
     keep: dict[str, Any] = {"planId": plan_id, "agentId": agent_id}  # the service gave both

@@ -206,7 +206,8 @@ def render(result: Any) -> str:
     if result.isError:
         err = result.structuredContent.get("error", {})
         message = str(err.get("message", "")).rstrip(".")
-        return f"error [{err.get('code')}]: {message}. Next: {err.get('hint')}"
+        stop = "" if message.endswith(("?", "!")) else "."  # never "priceAmounts?."
+        return f"error [{err.get('code')}]: {message}{stop} Next: {err.get('hint')}"
     return json.dumps(result.structuredContent, indent=2, ensure_ascii=False)
 
 

@@ -53,7 +53,10 @@ class PaymentRequired(ServiceError):
 class NotFound(ServiceError):
     """404: the plan, agent or other resource does not exist."""
 
-    default_hint = "Check the id; svc_listPlans lists your plans."
+    default_hint = (
+        "Check the id: a buyer finds an agent's plan id in its 402 answer or card "
+        "(svc_queryAgent names it); svc_listPlans lists only the plans you sell."
+    )
 
 
 class Conflict(ServiceError):

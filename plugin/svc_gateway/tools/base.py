@@ -21,7 +21,7 @@ from ..config import ConfigError
 from ..host import Caller, ToolResult, ToolSpec
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
-from ..service.errors import ServiceError
+from ..service.errors import NotFound, ServiceError
 from ..service.pricing import PriceError
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ CHAT_HINTS: dict[str, str] = {
 _STATUS_HINTS = {
     401: "Log in again with /svc_login.",
     403: "This account may not do that; use the account that owns it.",
-    404: "Check the id; svc_listPlans lists your plans.",
+    404: NotFound.default_hint,
 }
 
 

@@ -11,7 +11,7 @@ from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type, require_agent, require_plan
 from ..encoding import decode_access_token, token_authorization
-from ..safe_text import NAME_LIMIT, one_line, quoted
+from ..safe_text import NAME_LIMIT, one_line, plural, quoted
 from ..service.errors import ServiceError
 from ..service.models import Plan
 from ..service.pricing import format_price
@@ -180,7 +180,7 @@ async def quote(core: PluginCore, plan: Plan, tool_name: str, p: OrderParams) ->
             message += (
                 " You already have active access on this plan."
                 if plan.is_time_plan
-                else f" You already hold {held.balance} credits on this plan."
+                else f" You already hold {plural(held.balance, 'credit')} on this plan."
             )
     result["message"] = message
     return result
@@ -191,7 +191,7 @@ def _quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
     grants = (
         f"access for {credits.duration_secs} s"
         if plan.is_time_plan
-        else f"{credits.amount} credits"
+        else plural(credits.amount, "credit")
     )
     return {
         "confirmRequired": True,

@@ -16,6 +16,7 @@ the endpoint starts (a builder registers its plan *after* the endpoint URL exist
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from ...chat.core import PluginCore
 from ...config import ConfigError, PluginConfig
 from ...host import GatewayAPI, host_http_app
 from ...redact import get_logger
+from ...safe_text import plural
 from ..flow.admission import MAX_TOKEN_CHARS
 from ..flow.flow import PaidFlow
 from ..handlers import AgentHandler, CreditsFn, default_handler, load_handler
@@ -182,7 +184,7 @@ async def attach_paid_endpoint(
     core.runtime.add_closer(flow.aclose)
     owed = await flow.start()
     if owed:  # settles a previous run could not finish
-        log.warning("%d paid request(s) of a previous run are not settled yet; retrying them", owed)
+        log.warning("%s of a previous run not settled yet: retrying", plural(owed, "paid request"))
     if flow.plan_id() is None:
         if require_plan:
             raise ConfigError(
@@ -202,7 +204,39 @@ async def attach_paid_endpoint(
     else:
         endpoint = await _serve(core, flow, path, public)
     endpoint.shared = shared
+    # in the background (start makes no service call): a replica at a URL the agent did not
+    # register would be refused every bound token without a word
+    check = asyncio.create_task(_note_registration(flow, endpoint.url))
+
+    async def stop_check() -> None:
+        check.cancel()
+
+    core.runtime.add_closer(stop_check)
     return endpoint
+
+
+async def _note_registration(flow: PaidFlow, url: str) -> None:
+    """Warn when ``url`` is not one of the sold agent's registered endpoints."""
+    agent_id = flow.agent_id()
+    if agent_id is None or flow.plan_id() is None or not url.startswith(("http://", "https://")):
+        return
+    from ...buying.purchase import is_registered, registered_endpoints
+
+    try:
+        document = await flow.core.public_client().get_agent_document(agent_id)
+    except Exception:  # unreadable now: the service's own refusal says it later
+        return
+    endpoints = registered_endpoints(document)
+    if endpoints and not is_registered(url, endpoints, agent_id):
+        listed = ", ".join(f"{verb} {one}" for verb, one in endpoints[:5])
+        log.warning(
+            "Paid endpoint: %s is not a registered endpoint of agent %s (it registered %s): "
+            "tokens bound to this URL are refused. Add this URL to the agent's endpoints, or "
+            "set paidEndpointPublicUrl to a registered one",
+            url,
+            agent_id,
+            listed,
+        )
 
 
 def _mount(

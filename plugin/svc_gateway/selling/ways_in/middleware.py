@@ -16,6 +16,7 @@ request fails (500, nothing charged) with an error saying so.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from ...chat.credentials import CredentialStore, default_config_dir
 from ...config import ConfigError, load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime
+from ...safe_text import plural
 from ..flow.flow import PaidFlow
 from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
@@ -34,7 +36,7 @@ from ..state.open import shared_state
 from ..state.stats import PaidStats
 from ..types import PaidOutcome, PaidRequest
 from .http import client_connected, paid_response
-from .routes import Route, RouteConfig, RouteMap
+from .routes import Route, RouteConfig, RouteMap, out_of_range
 
 if TYPE_CHECKING:
     from ..state.redis_store import RedisState
@@ -92,6 +94,9 @@ class PaymentMiddleware:
         self._origin = f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
         self._started = False
         self._closed = False
+        #: routes whose price was compared with their plan's range (each warned once at most)
+        self._priced: set[str] = set()
+        self._pricing: asyncio.Task[None] | None = None
 
     @property
     def stats(self) -> PaidStats:
@@ -120,12 +125,40 @@ class PaymentMiddleware:
             self.shared.share(self.flow.stats)
         owed = await self.flow.start()
         if owed:
-            log.warning("%d paid request(s) of a previous run are not settled yet", owed)
+            log.warning("%s of a previous run not settled yet", plural(owed, "paid request"))
+        # in the background: a slow or absent service never delays start (the first paid
+        # request of each route checks again, from the plan its admission read)
+        self._pricing = asyncio.create_task(self._check_prices())
+
+    async def _check_prices(self) -> None:
+        """Read each fixed-price route's plan and warn when the price lies outside its range."""
+        for route in self.routes.routes:
+            if isinstance(route.config.credits, int):
+                try:
+                    await self.flow.facts(route.config.plan_id)
+                except Exception:  # an outage: the first paid request checks again
+                    continue
+                self._note_price(route, route.config.credits)
+
+    def _note_price(self, route: Route, credits: int) -> None:
+        """Warn once per route whose price lies outside its plan's per-request range."""
+        if route.key in self._priced:
+            return
+        facts = self.flow.facts_cache.peek(route.config.plan_id)
+        if facts is None:
+            return  # not read yet (or unreadable): a later request checks
+        warning = out_of_range(route, credits, facts)
+        if warning is not None or isinstance(route.config.credits, int):
+            self._priced.add(route.key)  # a price function: until one price falls outside
+        if warning is not None:
+            log.warning("%s", warning)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._pricing is not None:
+            self._pricing.cancel()
         await self.flow.aclose()
         if self.shared is not None:  # after the flow: its book and store close first
             await self.shared.aclose(self.flow.stats)
@@ -175,7 +208,9 @@ class PaymentMiddleware:
             verb=verb or request.method,
             plan_id=config.plan_id,
             agent_id=config.agent_id,
-            credits=config.credits if isinstance(config.credits, int) else _price(config, request),
+            credits=config.credits
+            if isinstance(config.credits, int)
+            else self._price(route, request),
             scheme=config.scheme_override,
             network=config.network,
             description=config.description,
@@ -184,7 +219,20 @@ class PaymentMiddleware:
             body_digest=body_digest,
             connected=lambda: client_connected(request),
         )
-        return await self.flow.handle(paid)
+        outcome = await self.flow.handle(paid)
+        if isinstance(config.credits, int):
+            self._note_price(route, config.credits)
+        return outcome
+
+    def _price(self, route: Route, request: web.Request) -> Callable[[], Awaitable[int]]:
+        """The route's price function for this request (its result checked against the plan)."""
+
+        async def price() -> int:
+            credits = await route.config.price(request)
+            self._note_price(route, credits)
+            return credits
+
+        return price
 
     def _url(self, request: web.Request) -> str:
         """The resource URL of the envelope: the request's own, without its query, on the
@@ -203,13 +251,6 @@ def _with_queue_path(settings: Mapping[str, Any], routes: RouteMap) -> Mapping[s
     plans = sorted({route.config.plan_id for route in routes.routes})
     name = f"settle-queue-routes-{digest(*plans)[:12]}.json"
     return {**settings, "settleQueuePath": str(default_config_dir() / name)}
-
-
-def _price(config: RouteConfig, request: web.Request) -> Callable[[], Awaitable[int]]:
-    async def price() -> int:
-        return await config.price(request)
-
-    return price
 
 
 def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:

@@ -15,13 +15,17 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from aiohttp import web
 
 from ...config import ConfigError
+from ...safe_text import plural
 from ...service.models import Scheme
+
+if TYPE_CHECKING:
+    from ..flow.plans import PlanFacts
 
 #: credits of one request: a fixed number, or a function of the request (sync or async)
 RouteCredits = int | Callable[[web.Request], "int | Awaitable[int]"]
@@ -157,6 +161,24 @@ def dispatched(request: web.Request) -> Dispatched | None:
         slots.extend(tail)
         spread.extend(tail)
     return tuple(slots), tuple(spread)
+
+
+def out_of_range(route: Route, credits: int, facts: PlanFacts) -> str | None:
+    """The warning for a route priced outside its plan's per-request credit range (the flow
+    charges the nearest bound, :meth:`PlanFacts.clamp`), or ``None`` when the price fits."""
+    if facts.min_amount is None and facts.max_amount is None:
+        return None  # the plan could not be read: nothing to compare with
+    charged = facts.clamp(credits)
+    if charged == credits:
+        return None
+    low, high = facts.min_amount or 0, facts.max_amount
+    allowed = f"{low}–{high}" if high is not None and high >= low else f"at least {low}"
+    return (
+        f"route {route.key!r} asks {plural(credits, 'credit')} per request, but plan "
+        f"{facts.plan_id} allows {allowed} per request: each request will be charged "
+        f"{plural(charged, 'credit')}. Set the route's credits within {allowed}, or sell it "
+        "under a plan whose range includes its price."
+    )
 
 
 def parse_route(key: str, config: RouteConfig | Mapping[str, Any]) -> Route:
