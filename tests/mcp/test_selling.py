@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx
@@ -369,8 +370,20 @@ async def test_concurrent_calls_never_overdraw_and_deliver_only_what_was_paid(
 ) -> None:
     """12 concurrent calls of a 10-credit tool against 100 credits: exactly 10 answers, each
     paid; the other 2 get payment-required and no content (verify reserves nothing, the
-    flow's admission does). Conservation: granted = balance + burned = balance + paid."""
-    mcp_market.server.tool("costly", lambda a: f"answer {a['n']}", options=Options(credits=10))
+    flow's admission does). Conservation: granted = balance + burned = balance + paid.
+
+    Each paid answer is held until the two calls the balance cannot cover were refused: a call
+    admitted after every claim had settled would be the payer's top-up at settle (the book lets
+    verify decide then), which is the automatic top-up's rule, not this test's."""
+    flow = mcp_market.server.flow
+
+    async def costly(arguments: dict[str, Any]) -> str:
+        deadline = time.monotonic() + 30
+        while flow.stats.refused < 2 and time.monotonic() < deadline:  # noqa: ASYNC110 - polled: the count is not an event on this loop
+            await asyncio.sleep(0.01)
+        return f"answer {arguments['n']}"
+
+    mcp_market.server.tool("costly", costly, options=Options(credits=10))
     payments = [await mcp_market.payment("costly") for _ in range(12)]
 
     async def call(n: int) -> dict[str, Any]:
