@@ -26,10 +26,17 @@ class _Capped:
     """A response body that stops at ``limit`` bytes and tells its session why (mixed into the
     installed httpx's ``AsyncByteStream``: :func:`_capped`)."""
 
-    def __init__(self, inner: Any, limit: int, over: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        limit: int,
+        over: Callable[[bytes], None],
+        error: type[ResponseTooLarge] = ResponseTooLarge,
+    ) -> None:
         self._inner = inner
         self._limit = limit
         self._over = over
+        self._error = error
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen: list[bytes] = []
@@ -38,7 +45,7 @@ class _Capped:
             if size + len(chunk) > self._limit:
                 head = b"".join(seen) + chunk[: self._limit - size]
                 self._over(head)
-                raise ResponseTooLarge(self._limit, b"")  # the SDK may log it: no content
+                raise self._error(self._limit, b"")  # the SDK may log it: no content
             seen.append(chunk)
             size += len(chunk)
             yield chunk
@@ -47,17 +54,20 @@ class _Capped:
         await self._inner.aclose()
 
 
-_CAPPED_TYPES: dict[type, type] = {}
+_CAPPED_TYPES: dict[type, tuple[type, type[ResponseTooLarge]]] = {}
 
 
 def _capped(http: Any, inner: Any, limit: int, over: Callable[[bytes], None]) -> Any:
     """:class:`_Capped` as the ``AsyncByteStream`` of ``http`` (httpx for mcp 1.x, httpx2 for
-    2.x), which a response's reader insists on."""
+    2.x), which a response's reader insists on. Its error is also ``http``'s ``StreamError``:
+    mcp 2.x's transport answers that one as a failed read (1.x catches any error there), where
+    another error would fail the session's task group and cancel the caller."""
     base: type = http.AsyncByteStream
-    kind = _CAPPED_TYPES.get(base)
-    if kind is None:
-        kind = _CAPPED_TYPES[base] = type("CappedStream", (_Capped, base), {})
-    return kind(inner, limit, over)
+    kinds = _CAPPED_TYPES.get(base)
+    if kinds is None:
+        error = type("ResponseTooLarge", (ResponseTooLarge, http.StreamError), {})
+        kinds = _CAPPED_TYPES[base] = (type("CappedStream", (_Capped, base), {}), error)
+    return kinds[0](inner, limit, over, kinds[1])
 
 
 class ClientSession:
