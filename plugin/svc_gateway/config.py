@@ -236,6 +236,26 @@ class PluginConfig(BaseModel):
         description="Plan metered tool calls are charged on (default: planId)",
     )
 
+    approval: Literal["human", "model"] = Field(
+        default="human",
+        description="Who approves a purchase: human (the person's own /svc_approve <code>, or "
+        "a spending mandate they set with /svc_allow; a host that cannot deliver commands runs "
+        "as model) or model (confirm: true places the order, for headless agents)",
+    )
+    approval_ttl_secs: int = Field(
+        default=600,
+        alias="approvalTtlSecs",
+        ge=10,
+        description="How long a pending purchase's approval code stays valid, in seconds",
+    )
+    max_user_spend_per_day: float | None = Field(
+        default=None,
+        alias="maxUserSpendPerDay",
+        gt=0,
+        description="Operator's cap, in USD per day, on what any user's spending mandates "
+        "(/svc_allow) may spend on this gateway; empty = no cap",
+    )
+
     allowed_agent_hosts: list[str] = Field(
         default_factory=list,
         alias="allowedAgentHosts",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...approvals.gate import ApprovalNeeded, limited
 from ...chat.receipts import ReceiptBook
 from ...host import Caller, CallNext, ToolCallContext, ToolResult
 from ...redact import get_logger
@@ -32,6 +33,7 @@ from ...service.models import SCHEME_CARD
 from ..handlers import Answer, load_handler
 from ..state.settle_journal import SettleJournal
 from ..types import Outcome, PaidOutcome, PaidRequest
+from .metered_approval import approval_block, metered_ticket
 
 if TYPE_CHECKING:
     from ...chat.accounts import UserAccounts
@@ -235,7 +237,16 @@ class ToolMeter:
         try:
             facts = await self.flow.facts(plan_id)
             price = facts.clamp(credits)
-            token = await self._mint(payer, plan_id, facts.scheme)
+            ticket = await metered_ticket(payer, ctx, plan_id, price)
+            with limited(ticket):  # the person's approval bounds the token's delegation
+                token = await self._mint(payer, plan_id, facts.scheme)
+        except ApprovalNeeded as asked:
+            return block(
+                "approval_required",
+                asked.result["message"],
+                asked.pending.line(),
+                **approval_block(asked),
+            )
         except errors.NotLoggedIn as exc:
             return block("not_logged_in", f"{name} is a paid tool. {exc.message}", exc.hint)
         except errors.ServiceError as exc:
@@ -265,7 +276,15 @@ class ToolMeter:
             description=f"tool {name}",
             route=f"tool:{name}",
         )
-        outcome = await self.flow.handle(request)
+        try:
+            outcome = await self.flow.handle(request)
+        except BaseException:
+            if ticket is not None:
+                await ticket.settle(None)  # not known: the reservation counts as spent
+            raise
+        if ticket is not None:
+            charged = outcome.kind in (Outcome.PAID, Outcome.DEFERRED)
+            await (ticket.settle(price) if charged else ticket.release())
         self._record(ctx, payer, plan_id, price, outcome)
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
             return call.result
