@@ -94,6 +94,7 @@ class Ticket:
         self.done = True
         spent = self.amount_micro if credits is None else self.value.credits_micro(credits)
         await self.gate.ledger.finish(self.who.account, self.rid, spent)
+        await self.gate.mandates(self.who.account)  # what is left, for the balance context
 
     async def release(self) -> None:
         """Nothing was paid (the token never went out)."""
@@ -120,6 +121,8 @@ class Approvals:
         self.pending = PendingBook(config.approval_ttl_secs, clock)
         #: metered calls approved once: key -> the pending purchase that approved it
         self._grants: dict[str, Pending] = {}
+        #: the mandates each account had when last read (the balance context's lines)
+        self._seen: dict[str, list[MandateState]] = {}
 
     @property
     def mode(self) -> str:
@@ -131,7 +134,35 @@ class Approvals:
     # -- mandates ----------------------------------------------------------------------------
 
     async def mandates(self, account: str) -> list[MandateState]:
-        return states(await self.ledger.fields(account), self.clock())
+        found = states(await self.ledger.fields(account), self.clock())
+        self._seen[account] = found  # what the balance context shows, read without waiting
+        return found
+
+    def context_lines(self, account: str) -> list[str]:
+        """The balance context's lines (``"human"`` mode): purchases waiting for the person's
+        code, and what their mandates had left when this process last looked. Data, never
+        instructions: names are quoted."""
+        if not self.human:
+            return []
+        lines = [
+            f"Waiting for the user's /svc_approve (svc plugin): {p.summary} (code {p.code})"
+            for p in self.pending.of(account)
+            if p.expires_at > self.clock() and p.kind != "tool"
+        ][-3:]
+        seen = self._seen.get(account)
+        if seen:
+            left = "; ".join(
+                f"{format_money(s.left_micro, s.mandate.currency)} left of {s.mandate.describe()}"
+                for s in seen
+            )
+            lines.append(
+                f"Spending mandate (svc plugin; paid queries need no code within it): {left}"
+            )
+        elif seen is not None or self.pending.of(account):
+            lines.append(
+                "No spending mandate (svc plugin): each paid query asks the user for a code."
+            )
+        return lines
 
     def cap_micro(self) -> int | None:
         cap = self.config.max_user_spend_per_day

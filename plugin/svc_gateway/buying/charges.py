@@ -158,8 +158,9 @@ async def balance_after(
 def record_top_up(core: PluginCore, plan_id: str, before: int, after: int) -> dict[str, Any]:
     """A top-up the query's delegation made: kept as a receipt (``/svc_spend`` lists it) and
     named in the result."""
-    if core.receipt_sink is not None and core.session is not None:
-        core.receipt_sink(
+    sink = getattr(core, "receipt_sink", None)
+    if sink is not None and core.session is not None:
+        sink(
             what=f"automatic top-up of plan {plan_id} (balance {before} -> {after})",
             payer=core.session.address,
             identity=core.identity,

@@ -41,6 +41,8 @@ HELP = """Commands:
   /context              show the text injected before each prompt
   /svc_login ...        log in (browser, <env>:<API_KEY>, or status)
   /svc_logout           log out
+  /svc_approve <code>   approve a pending purchase (/svc_deny <code> drops it)
+  /svc_allow ...        let paid queries spend, e.g. /svc_allow 5 USD per day (or off)
   /quit                 leave
 Tool calls:  <toolName> {json params}   e.g. svc_checkBalance {"planId": "123"}
 Speak as a chat user:  @alice <line>    e.g. @alice /svc_login new"""
