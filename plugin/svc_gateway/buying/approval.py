@@ -13,7 +13,14 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..approvals.gate import ApprovalNeeded, Ticket, pending_result, quote_of, read_credits
+from ..approvals.gate import (
+    ApprovalNeeded,
+    Approvals,
+    Ticket,
+    pending_result,
+    quote_of,
+    read_credits,
+)
 from ..approvals.money import PlanValue, format_money, per_request_credits
 from ..chat.core import PluginCore
 from ..safe_text import NAME_LIMIT, one_line, quoted
@@ -32,7 +39,7 @@ async def query_ticket(
 ) -> Ticket | None:
     """``None`` in ``"model"`` mode; a ticket within a mandate or an approved code; else
     :class:`ApprovalNeeded` (nothing minted, nothing paid)."""
-    approvals = getattr(core, "approvals", None)  # a bare core (unit tests) has none
+    approvals: Approvals | None = getattr(core, "approvals", None)  # a bare test core: none
     if approvals is None or not approvals.human:
         return None
     plan = await core.public_client().get_plan(plan_id)
