@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -388,6 +389,18 @@ class PluginConfig(BaseModel):
         if self.plan_id:
             return [PlanRef(plan_id=self.plan_id, payment_type=self.payment_type)]
         return []
+
+
+def describe_state_url(url: str) -> str:
+    """``host:port/db`` of a ``stateUrl``, without its user name or password."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix:{parts.path}"
+    host = parts.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    db = parts.path.lstrip("/") or "0"
+    return f"{host}:{parts.port or 6379}/{db}"
 
 
 def resolve_base_url(config: PluginConfig, environment: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import PluginConfig
 from ..redact import get_logger
@@ -38,7 +38,17 @@ from .money import (
 from .pending import Pending, PendingBook, Who
 
 if TYPE_CHECKING:
-    from ..chat.core import PluginCore
+    from ..service.client import ServiceClient
+
+
+class Account(Protocol):
+    """The chat user's side of a core: whose account (``None``: the gateway's own) and its
+    client (``PluginCore`` is one)."""
+
+    identity: str | None
+
+    def client(self) -> ServiceClient: ...
+
 
 log = get_logger("svc_gateway.approvals")
 
@@ -128,7 +138,7 @@ class Approvals:
     def mode(self) -> str:
         return "human" if self.human else "model"
 
-    def who(self, core: PluginCore, caller: str | None = None) -> Who:
+    def who(self, core: Account, caller: str | None = None) -> Who:
         return Who(core.identity or "", CALLER.get() if caller is None else caller)
 
     # -- mandates ----------------------------------------------------------------------------
@@ -193,7 +203,7 @@ class Approvals:
             found.append(Slot(CAP_ID, window("day", now), cap, must_exist=False))
         return found
 
-    async def token_limit_cents(self, core: PluginCore, plan_id: str, agent_id: str | None) -> int:
+    async def token_limit_cents(self, core: Account, plan_id: str, agent_id: str | None) -> int:
         """The spending limit of a token's delegation: the configured one in ``"model"`` mode;
         in ``"human"`` mode at most what the person approved."""
         configured = self.config.default_spending_limit_cents
@@ -216,7 +226,7 @@ class Approvals:
 
     async def ticket(
         self,
-        core: PluginCore,
+        core: Account,
         plan: Plan,
         agent_id: str | None,
         credits: int | None = None,
@@ -260,7 +270,7 @@ class Approvals:
 
     def add_pending(
         self,
-        core: PluginCore,
+        core: Account,
         kind: str,
         plan: Plan,
         amount_micro: int,
@@ -353,7 +363,7 @@ def pending_result(pending: Pending, quote: dict[str, Any], message: str) -> dic
     }
 
 
-async def read_credits(core: PluginCore, plan_id: str) -> int | None:
+async def read_credits(core: Account, plan_id: str) -> int | None:
     try:
         return (await core.client().get_plan_balance(plan_id)).balance
     except ServiceError:

@@ -17,7 +17,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from ..selling.state.shared import StateUnavailable, describe_state_url
+from ..config import describe_state_url
+from ..service.errors import ServiceUnavailable
 from .ledger import Reserved, Slot
 from .mandates import Mandate
 
@@ -93,6 +94,18 @@ return redis.error_reply('unknown ledger operation')
 """
 
 
+class LedgerUnavailable(ServiceUnavailable):
+    """The shared Redis did not answer: nothing is paid without a mandate it can check."""
+
+    default_hint = "The gateway's shared state store is unreachable; retry in a few seconds."
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(
+            f"the shared state store at {where} did not answer ({type(exc).__name__})",
+            code="state_unavailable",
+        )
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -120,7 +133,7 @@ class RedisLedger:
         try:
             return await self._script(keys=[self.key(account)], args=list(args))
         except RedisError as exc:
-            raise StateUnavailable(self.where, exc) from None
+            raise LedgerUnavailable(self.where, exc) from None
 
     async def put(self, account: str, mandate: Mandate) -> None:
 
