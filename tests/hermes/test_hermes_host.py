@@ -80,7 +80,7 @@ def test_discovery_lists_svc_with_tools_commands_and_hook(host: ChildRun) -> Non
     plugin = found["plugin"]
     assert plugin is not None, "svc was not discovered through the hermes_agent.plugins entry point"
     assert plugin["enabled"] is True and plugin["error"] is None
-    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 8
+    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 14
     assert found["tools"] == sorted(SVC_TOOLS)
     assert sorted(found["commands"]) == COMMAND_NAMES
     assert found["has_pre_llm_call"] is True
