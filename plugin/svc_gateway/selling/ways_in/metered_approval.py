@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ...approvals.gate import ApprovalNeeded, Ticket, pending_result, quote_of
-from ...approvals.money import PlanValue, format_money
+from ...approvals.money import PlanValue, format_money, plan_value
 from ...host import ToolCallContext
 from ...safe_text import NAME_LIMIT, one_line, quoted
 
@@ -40,8 +40,6 @@ async def metered_ticket(
     caller = ctx.caller.identity if ctx.caller is not None else ""
     granted = approvals.take_grant(key)
     if granted is not None:
-        from ...approvals.money import plan_value
-
         value = plan_value(plan)
         who = approvals.who(payer, caller)
         return Ticket(approvals, who, value, value.credits_micro(credits), 1)
