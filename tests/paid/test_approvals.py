@@ -87,6 +87,9 @@ async def test_an_order_waits_for_the_same_users_approve_and_buys_exactly_once(
     gw = market.subscriber_gw
     code = await pending_order(gw, market.plan_id)
     assert await market.balance() == 0 and await orders(market) == 0  # nothing bought yet
+    context = await gw.context_text()
+    assert "Waiting for the user's /svc_approve (svc plugin): order plan" in context
+    assert f"(code {code})" in context
     reply = await gw.run_command("svc_approve", code)
     assert reply.startswith("Approved: bought plan"), reply
     assert await market.balance() == 10 and await orders(market) == 1
@@ -226,6 +229,7 @@ async def test_a_mandate_pays_exactly_what_it_allows_in_a_concurrent_burst(
     assert await market.balance() == 15 and market.endpoint.stats.settled == 5
     assert conserved(await ledger(market)) and await orders(market) == 1  # no top-up
     assert "0.00 USD left today" in await gw.run_command("svc_allow", "")
+    assert "0.00 USD left of 5.00 USD per day" in await gw.context_text()
 
 
 async def test_a_tokens_delegation_carries_at_most_what_the_mandate_has_left(
