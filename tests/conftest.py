@@ -132,7 +132,14 @@ async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[Hos
     ) -> Host:
         nonlocal counter
         counter += 1
-        settings: dict[str, Any] = {"environment": "local", "baseUrl": sandbox.base_url, **config}
+        # these hosts test the tools, not approvals: confirm: true buys unless a test passes
+        # approval: human (tests/paid/test_approvals.py tests the person's approval)
+        settings: dict[str, Any] = {
+            "environment": "local",
+            "baseUrl": sandbox.base_url,
+            "approval": "model",
+            **config,
+        }
         gateway = ReferenceGateway(settings)
         store = CredentialStore(tmp_path / f"store-{counter}", use_keyring=False)
         handle = svc_gateway.register(

@@ -118,6 +118,9 @@ def test_manifest_config_schema_is_the_config_model() -> None:
         "svc_logout",
         "svc_spend",
         "svc_earnings",
+        "svc_approve",
+        "svc_deny",
+        "svc_allow",
     }
 
 

@@ -168,6 +168,12 @@ def register(
     try:
         core = PluginCore(config, runtime, store=store, session_factory=session_factory)
         core.restore_session()
+        from .approvals.opening import open_approvals
+
+        core.approvals = open_approvals(
+            config, delivers_commands=getattr(api, "delivers_commands", True)
+        )
+        runtime.add_closer(core.approvals.ledger.aclose)
 
         def balance_context(owner: PluginCore) -> BalanceContext:
             cache = BalanceCache(owner, clock=clock) if clock else BalanceCache(owner)

@@ -1,4 +1,5 @@
-"""API keys: ``<environment>:<token>`` parsed into an :class:`ApiKey`, or refused (ConfigError).
+"""API keys (``<environment>:<token>`` parsed into an :class:`ApiKey`, or refused) and the
+``Service-Version`` values a client may send.
 
 A key is a bearer credential: :class:`ApiKey`'s ``repr`` hides it and no error quotes it.
 """
@@ -6,6 +7,7 @@ A key is a bearer credential: :class:`ApiKey`'s ``repr`` hides it and no error q
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -84,3 +86,14 @@ def parse_api_key(raw: str | SecretStr) -> ApiKey:
         expires_at=int(exp) if exp is not None else None,
         deployment=deployment,
     )
+
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?$")
+
+
+def normalize_version(value: str) -> str | None:
+    """``1.0``, ``v1.0`` and ``1.0.7`` all mean ``1.0``; anything else is ``None``."""
+    match = _VERSION_RE.fullmatch(value.strip())
+    if match is None:
+        return None
+    return f"{int(match.group(1))}.{int(match.group(2))}"

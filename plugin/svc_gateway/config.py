@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from .api_keys import KEY_PREFIXES, ApiKey, parse_api_key
+from .api_keys import KEY_PREFIXES, ApiKey, normalize_version, parse_api_key
 from .api_keys import ConfigError as ConfigError  # re-exported: config and keys share it
 
 Environment = Literal["sandbox", "live", "local"]
@@ -33,15 +33,6 @@ PaymentType = Literal["crypto", "fiat"]
 ENVIRONMENTS: tuple[str, ...] = ("sandbox", "live", "local")
 DEFAULT_API_VERSION = "1.1"
 DEFAULT_NETWORK = {"sandbox": "eip155:84532", "live": "eip155:8453", "local": "eip155:84532"}
-_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?$")
-
-
-def normalize_version(value: str) -> str | None:
-    """``1.0``, ``v1.0`` and ``1.0.7`` all mean ``1.0``; anything else is ``None``."""
-    match = _VERSION_RE.fullmatch(value.strip())
-    if match is None:
-        return None
-    return f"{int(match.group(1))}.{int(match.group(2))}"
 
 
 class PlanRef(BaseModel):
@@ -256,6 +247,26 @@ class PluginConfig(BaseModel):
         default=None,
         alias="meteringPlanId",
         description="Plan metered tool calls are charged on (default: planId)",
+    )
+
+    approval: Literal["human", "model"] = Field(
+        default="human",
+        description="Who approves a purchase: human (the person's own /svc_approve <code>, or "
+        "a spending mandate they set with /svc_allow; a host that cannot deliver commands runs "
+        "as model) or model (confirm: true places the order, for headless agents)",
+    )
+    approval_ttl_secs: int = Field(
+        default=600,
+        alias="approvalTtlSecs",
+        ge=10,
+        description="How long a pending purchase's approval code stays valid, in seconds",
+    )
+    max_user_spend_per_day: float | None = Field(
+        default=None,
+        alias="maxUserSpendPerDay",
+        gt=0,
+        description="Operator's cap, in USD per day, on what any user's spending mandates "
+        "(/svc_allow) may spend on this gateway; empty = no cap",
     )
 
     allowed_agent_hosts: list[str] = Field(

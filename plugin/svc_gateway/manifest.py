@@ -23,6 +23,17 @@ COMMANDS = [
     {"name": "svc_logout", "description": "Log out of the payments service and forget the key"},
     {"name": "svc_spend", "description": "What you paid for on this gateway"},
     {"name": "svc_earnings", "description": "What this gateway earned (operator only)"},
+    {
+        "name": "svc_approve",
+        "description": "Approve a pending purchase with its code (only you can)",
+        "args": "<code>",
+    },
+    {"name": "svc_deny", "description": "Drop a pending purchase", "args": "<code>"},
+    {
+        "name": "svc_allow",
+        "description": "Let paid queries spend up to an amount without a code (or list, or off)",
+        "args": "[5 USD per day | off]",
+    },
 ]
 
 

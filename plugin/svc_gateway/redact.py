@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import urlsplit
 
 _PATTERNS = [
     # <env>:<jwt> API keys
@@ -95,3 +96,15 @@ def install(*names: str) -> None:
         for child in list(logging.Logger.manager.loggerDict):
             if child.startswith(name + "."):
                 get_logger(child)
+
+
+def describe_state_url(url: str) -> str:
+    """``host:port/db`` of a ``stateUrl``, without its user name or password."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix:{parts.path}"
+    host = parts.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    db = parts.path.lstrip("/") or "0"
+    return f"{host}:{parts.port or 6379}/{db}"

@@ -42,9 +42,11 @@ async def test_a_piped_chat_session_buys_from_the_embedded_agent(tmp_path: Path)
     assert params["agentUrl"].startswith("http://127.0.0.1:")
     assert params["agentUrl"].endswith("/svc/agent")
     assert any(params["agentUrl"] in line and "sells answers" in line for line in banner)
+    assert any("/svc_allow 1 USD per day" in line for line in banner)
     script = [
         "svc_orderPlan {}",
         'svc_orderPlan {"confirm": true}',
+        "/svc_allow 1 USD per day",
         try_line.removeprefix("Try: "),
         "svc_checkBalance {}",
     ]
@@ -54,11 +56,12 @@ async def test_a_piped_chat_session_buys_from_the_embedded_agent(tmp_path: Path)
     assert child.returncode == 0, err.decode()
     text = out.decode()
     answers = _json_blocks(text)
-    quote, order, query, balance = answers[-4:]
+    quote, pending, query, balance = answers[-4:]
     assert quote["confirmRequired"] is True and "Nothing was bought" in quote["message"]
-    assert order["ordered"] is True and order["balance"] == "100"
+    assert pending["approvalRequired"] is True  # the person's code, never the model's confirm
+    assert "Allowed: paid queries" in text
     assert query["receipt"]["creditsRedeemed"] in ("1", 1)
-    assert query["answer"]
+    assert query["answer"] and query["topUp"]  # bought within the mandate, and said so
     assert balance["balance"] == "99"
     assert "Traceback" not in err.decode()
 

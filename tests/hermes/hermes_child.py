@@ -354,6 +354,9 @@ def scenario_commands(params: dict[str, Any], report: dict[str, Any]) -> None:
         steps: dict[str, Any] = {"before": balance()}
         steps["gateway_login"] = gateway_command(f"/svc_login {key}")
         steps["after_gateway_login"] = balance()
+        # the person's own commands (issue 25) reach the plugin through the gateway too
+        steps["gateway_allow"] = gateway_command("/svc_allow 1 USD per day")
+        steps["gateway_approve"] = gateway_command("/svc_approve NOCODE")
         steps["gateway_logout"] = gateway_command("/svc_logout")
         steps["after_gateway_logout"] = balance()
         steps["cli_login"] = cli_command(f"/svc_login {key}")

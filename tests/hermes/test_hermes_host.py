@@ -20,7 +20,9 @@ from .hermes_support import ChildRun, Sandbox, plan_balance, run_child, section
 pytestmark = pytest.mark.hermes
 
 COMMAND_NAMES = sorted(
-    f"svc{sep}{name}" for sep in "-_" for name in ("login", "logout", "spend", "earnings")
+    f"svc{sep}{name}"
+    for sep in "-_"
+    for name in ("login", "logout", "spend", "earnings", "approve", "deny", "allow")
 )
 
 
@@ -78,7 +80,7 @@ def test_discovery_lists_svc_with_tools_commands_and_hook(host: ChildRun) -> Non
     plugin = found["plugin"]
     assert plugin is not None, "svc was not discovered through the hermes_agent.plugins entry point"
     assert plugin["enabled"] is True and plugin["error"] is None
-    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 8
+    assert plugin["tools"] == 9 and plugin["hooks"] == 1 and plugin["commands"] == 14
     assert found["tools"] == sorted(SVC_TOOLS)
     assert sorted(found["commands"]) == COMMAND_NAMES
     assert found["has_pre_llm_call"] is True
@@ -173,8 +175,14 @@ def test_commands_registered_and_menu_has_no_duplicates(commands: ChildRun) -> N
         "svc_logout",
         "svc_spend",
         "svc_earnings",
+        "svc_approve",
+        "svc_deny",
+        "svc_allow",
     ]
     assert sorted(menus["telegram_menu_commands"]) == [
+        "svc_allow",
+        "svc_approve",
+        "svc_deny",
         "svc_earnings",
         "svc_login",
         "svc_logout",
@@ -220,6 +228,14 @@ def test_typed_key_reply_warns_about_the_cli_history_and_offers_safer_ways(
         assert text.startswith("Logged in"), text
         assert str(commands.home / "hermes" / ".hermes_history") in text
         assert "/svc_login env:SVC_API_KEY" in text
+
+
+def test_the_persons_approval_commands_reach_the_plugin_through_the_gateway(
+    commands: ChildRun,
+) -> None:
+    flow = section(commands, "flow")
+    assert flow["gateway_allow"].startswith("Allowed: paid queries"), flow["gateway_allow"]
+    assert flow["gateway_approve"].startswith("No pending purchase of yours")
 
 
 def test_login_from_an_environment_variable(
@@ -299,4 +315,4 @@ def test_the_payments_skill_is_registered_and_readable(host: ChildRun) -> None:
     body = json.dumps(view)
     assert "quote" in body and "confirm" in body and "svc_orderPlan" in body
     assert "Before buying, read the skill svc:payments" in found["order_description"]
-    assert "quote → confirm → pay" in skill_text()
+    assert "quote → confirm → the user approves" in skill_text()

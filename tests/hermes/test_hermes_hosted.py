@@ -40,6 +40,7 @@ def test_a_host_tool_is_metered_per_chat_user_inside_hermes(
         "perUserAccounts": True,
         "meteredTools": {"image_*": 1},
         "defaultSpendingLimitCents": 1,  # no automatic top-up: a user without credits is short
+        "approval": "model",  # metering inside Hermes is tested here, approvals elsewhere
     }
     run = run_child("hosted", tmp_path, settings, {"userKey": hermes_sandbox.subscriber.api_key})
     plugin = section(run, "discovery")["plugin"]

@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 
 from svc_gateway.host import ToolCallContext, ToolResult
-from svc_gateway.selling.ways_in.metering import HostToolError, ToolMeter, default_failed
+from svc_gateway.selling.ways_in.metering import ToolMeter
+from svc_gateway.selling.ways_in.tool_results import HostToolError, default_failed
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import CountingTransport, HostFactory, make_plan
 from tests.hosted.test_metered_tools import (

@@ -85,6 +85,7 @@ async def test_an_own_host_meters_a_tool_for_two_users(
             "perUserAccounts": True,
             "meteredTools": {"draw": 4},
             "defaultSpendingLimitCents": 1,
+            "approval": "model",  # metering, not approvals, is tested here
         }
     )
     assert isinstance(host, GatewayAPI)

@@ -198,6 +198,7 @@ async def make_buyer(tmp_path: Path) -> AsyncIterator[BuyerFactory]:
                 "environment": "local",
                 "baseUrl": market.sandbox.base_url,
                 "svcApiKey": market.secrets[1],
+                "approval": "model",  # these buyers test MCP buying; approvals have their own
                 **config,
             }
         )

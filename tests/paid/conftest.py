@@ -121,7 +121,13 @@ async def make_market(
         if register_agent:
             await market.register_agent(credits, per_request)
         market.subscriber_gw = ReferenceGateway(
-            {**base, **(subscriber_config(market) if subscriber_config else {})}
+            {
+                **base,
+                # these markets test paying, not approving: confirm: true buys (approval tests
+                # pass approval: human in subscriber_config)
+                "approval": "model",
+                **(subscriber_config(market) if subscriber_config else {}),
+            }
         )
         market.subscriber = await asyncio.to_thread(
             register,

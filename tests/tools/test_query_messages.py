@@ -287,7 +287,7 @@ async def test_the_token_asked_for_is_bound_to_the_url_and_verb_with_the_configu
 ):
     minter = _Minter()
     config = PluginConfig(defaultDelegationDurationSecs=1234)
-    stub = SimpleNamespace(client=lambda: minter, config=config)
+    stub = SimpleNamespace(client=lambda: minter, config=config, approvals=None)
     stub.access_token = partial(PluginCore.access_token, stub)  # the real one, over the minter
     core = cast(PluginCore, stub)
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})

@@ -243,7 +243,7 @@ class _Client:
 
 def stub_core(error: ServiceError) -> PluginCore:
     client = _Client(error)
-    core = SimpleNamespace(client=lambda: client, config=PluginConfig())
+    core = SimpleNamespace(client=lambda: client, config=PluginConfig(), approvals=None)
     core.access_token = partial(PluginCore.access_token, core)  # the real one, over the stub
     return cast(PluginCore, core)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..approvals.gate import Ticket
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..service.errors import ServiceError
@@ -26,6 +28,8 @@ class Step:
     token_sent: bool = False
     plan_id: str = ""
     balance_before: int | None = None
+    #: the query's mandate reservation or approval (``"human"`` approval), if any
+    ticket: Ticket | None = None
 
     def done(self, core: PluginCore) -> None:
         """Once the token went out the request may have been charged, whatever came back: the
@@ -137,6 +141,7 @@ async def balance_after(
         return
     result["balanceAfter"] = str(balance)
     if before is not None and balance > before:
+        result["topUp"] = record_top_up(core, plan_id, before, balance)
         warnings.append(
             f"Your balance went from {before} to {balance} credits during this request: the "
             "token's delegation bought the plan (automatic top-up), charged to the "
@@ -148,3 +153,21 @@ async def balance_after(
         warnings.append(
             f"The agent's receipt says {claimed} credits remain; the service says {balance}."
         )
+
+
+def record_top_up(core: PluginCore, plan_id: str, before: int, after: int) -> dict[str, Any]:
+    """A top-up the query's delegation made: kept as a receipt (``/svc_spend`` lists it) and
+    named in the result."""
+    sink = getattr(core, "receipt_sink", None)
+    if sink is not None and core.session is not None:
+        sink(
+            what=f"automatic top-up of plan {plan_id} (balance {before} -> {after})",
+            payer=core.session.address,
+            identity=core.identity,
+            plan_id=plan_id,
+            credits=after - before,
+            transaction=None,
+            status="top-up",
+            at=time.time(),
+        )
+    return {"planId": plan_id, "balanceBefore": str(before), "balanceAfter": str(after)}

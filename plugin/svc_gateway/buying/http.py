@@ -28,12 +28,14 @@ import functools
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from ..approvals.gate import limited
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
 from ..redact import get_logger
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
+from .approval import finish_ticket, query_ticket, redeemed
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import HTTP_VERB, decide_purchase
 from .request import AgentQuery
@@ -121,14 +123,27 @@ async def query_http_agent(
     core: PluginCore, p: AgentQuery, until: float | None = None
 ) -> dict[str, Any]:
     """svc_queryAgent when ``agentUrl`` is a plain HTTP endpoint: every step of the module
-    docstring, then the answer, the checked receipt and the balance read back. ``until`` (loop
-    time): the query's deadline when it started earlier (the A2A probe ran within it)."""
+    docstring, then the answer, the checked receipt and the balance read back; what it cost
+    settled against the person's approval (:mod:`.approval`). ``until`` (loop time): the query's
+    deadline when it started earlier (the A2A probe ran within it)."""
+    step = Step()
+    try:
+        result = await _query(core, p, step, until)
+    except BaseException:
+        await finish_ticket(core, step, None)
+        raise
+    await finish_ticket(core, step, redeemed(result))
+    return result
+
+
+async def _query(
+    core: PluginCore, p: AgentQuery, step: Step, until: float | None
+) -> dict[str, Any]:
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
-    step = Step()
     # ONE deadline: the A2A probe, DNS, cards, service, HEAD, the request
     scope = asyncio.timeout(deadline) if until is None else asyncio.timeout_at(until)
     try:
@@ -188,10 +203,14 @@ async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, i
         await check_answer_size(http, p.agent_url, found)
         step.waiting = "service"
         step.plan_id = purchase.plan_id
-        # the balance before paying, read while the token is minted (minting burns nothing)
-        token, step.balance_before = await asyncio.gather(
-            mint(core, p, purchase), read_balance(core, purchase.plan_id)
+        step.ticket = await query_ticket(
+            core, purchase.plan_id, purchase.agent_id, lambda: query_http_agent(core, p)
         )
+        with limited(step.ticket):
+            # the balance before paying, read while the token is minted (minting burns nothing)
+            token, step.balance_before = await asyncio.gather(
+                mint(core, p, purchase), read_balance(core, purchase.plan_id)
+            )
         step.waiting, step.token_sent = "agent", True
         try:
             reply = await post_prompt_once_more(

@@ -97,6 +97,7 @@ class UserAccounts:
                     identity=identity,
                 )
                 core.receipt_sink = op.receipt_sink
+                core.approvals = op.approvals
                 core.restore_session()
                 if len(self._users) >= MAX_USERS:
                     self._forget_one()

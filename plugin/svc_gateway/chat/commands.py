@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..approvals.commands import approval_specs
 from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from ..host import Caller, CommandContext, CommandSpec
 from ..redact import get_logger
@@ -349,7 +350,7 @@ class Commands:
         async def logout(ctx: CommandContext) -> str:
             return await runtime.run(self.logout(ctx))
 
-        return [
+        specs = [
             CommandSpec(
                 "svc_login",
                 "Log in to the payments service (browser, or <env>:<API_KEY> headless)",
@@ -365,3 +366,6 @@ class Commands:
                 "svc_earnings", "What this gateway earned (operator only)", False, earnings
             ),
         ]
+        if self.core.approvals is not None:  # /svc_approve, /svc_deny, /svc_allow
+            specs += approval_specs(self.core.approvals, self, runtime)
+        return specs

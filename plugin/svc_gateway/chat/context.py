@@ -282,13 +282,21 @@ class BalanceContext:
             and ready[2] == self.cache.version
             and self.cache.clock() < ready[3]
         ):
-            return ready[4]
+            return self._with_approvals(ready[4])
         return MISS
+
+    def _with_approvals(self, text: str | None) -> str | None:
+        """Pending purchases and the mandate left (``"human"`` approval), after the balances."""
+        approvals = self._core.approvals
+        lines = [] if approvals is None else approvals.context_lines(self._core.identity or "")
+        if not lines:
+            return text
+        return "\n".join([*([text] if text else []), *lines])
 
     async def text(self) -> str | None:
         """The context text, the login notice once when logged out, or None. Never raises."""
         try:
-            return await self._text()
+            return self._with_approvals(await self._text())
         except Exception:  # the hook must never break a prompt
             log.exception("balance context failed")
             return None

@@ -24,6 +24,7 @@ from ..service.models import PlanBalance
 from .credentials import CredentialStore
 
 if TYPE_CHECKING:
+    from ..approvals.gate import Approvals
     from ..service.transport import SessionFactory
 
 log = get_logger("svc_gateway.core")
@@ -101,6 +102,8 @@ class PluginCore:
         self._balance_listeners: list[Callable[[str, PlanBalance], None]] = []
         #: where a receipt of something this account paid for goes (``/svc_spend``)
         self.receipt_sink: Callable[..., None] | None = None
+        #: who approves purchases, and the mandates (shared by every chat user's core)
+        self.approvals: Approvals | None = None
         self._lock = asyncio.Lock()
 
     # -- session -----------------------------------------------------------------------------
@@ -276,15 +279,19 @@ class PluginCore:
         resource_url: str | None = None,
         http_verb: str = "POST",
     ) -> str:
-        """An access token for ``plan_id``, backed by a delegation with exactly this gateway's
-        ``defaultSpendingLimitCents`` and ``defaultDelegationDurationSecs`` (every token the
-        plugin mints, for any tool, goes through here)."""
+        """An access token for ``plan_id``, backed by a delegation lasting this gateway's
+        ``defaultDelegationDurationSecs`` (every token the plugin mints, for any tool, goes
+        through here). Its spending limit is ``defaultSpendingLimitCents`` with approval
+        ``"model"``; with ``"human"``, at most what the person approved (:mod:`..approvals`)."""
+        limit = self.config.default_spending_limit_cents
+        if self.approvals is not None:
+            limit = await self.approvals.token_limit_cents(self, plan_id, agent_id)
         return await self.client().get_access_token(
             plan_id,
             agent_id=agent_id,
             payment_type=payment_type,
             payment_method_id=payment_method_id,
-            spending_limit_cents=self.config.default_spending_limit_cents,
+            spending_limit_cents=limit,
             duration_secs=self.config.default_delegation_duration_secs,
             resource_url=resource_url,
             http_verb=http_verb,

@@ -1,7 +1,8 @@
 """``svc-gateway demo``: sell and buy an agent answer end to end, offline, in one command.
 
 A local sandbox; a BUILDER gateway that serves the paid endpoint and registers its agent and
-plan; a SUBSCRIBER gateway that logs in, buys the plan and queries the agent twice. Every step
+plan; a SUBSCRIBER gateway that logs in, buys the plan (the person approves the assistant's order
+with its code), allows a daily amount and queries the agent twice. Every step
 goes through the same tools and commands a chat user has, over real loopback HTTP. The exit
 code says whether the credits moved exactly as priced, checked from both sides: the
 subscriber's balance and receipts, and the receipts the builder's endpoint settled.
@@ -24,6 +25,8 @@ from .reference import ReferenceGateway
 CREDITS_GRANTED = 10
 CREDITS_PER_REQUEST = 2
 PLAN_PRICE = 1_000_000  # 1 USDC-like token (6 decimals)
+#: what the person lets paid answers spend without a code (3 answers x 0.20 USD here)
+ALLOWANCE = "1 USD per day"
 QUESTIONS = (
     "What does an x402 access token prove?",
     "Summarise verify, work and settle in one line.",
@@ -48,7 +51,7 @@ def mcp_available() -> bool:
 NEXT_STEPS = """\
 Try next:
   svc-gateway chat          buy from a demo agent yourself: its banner prints a ready
-                            svc_queryAgent line (quote, order, pay, receipt)
+                            svc_queryAgent line (you approve, it pays, a receipt)
   svc-gateway sandbox       a sandbox for two gateways: docs/selling.md "Sell in one gateway,
                             buy from another", or the REST API with curl (docs/sandbox.md)"""
 
@@ -142,9 +145,12 @@ class Demo:
             "svc_orderPlan",
             f"quote: {quote['quote']['price']} for {quote['quote']['grants']} (not bought yet)",
         )
-        order = await _tool(subscriber, "svc_orderPlan", {"planId": plan_id, "confirm": True})
-        granted = int(order["balance"]) - before
-        self.line("subscriber", "svc_orderPlan", f"bought: balance {order['balance']} credits")
+        held = await self.approved_order(subscriber, plan_id)
+        granted = held - before
+        allowed = await subscriber.run_command("svc_allow", ALLOWANCE)
+        if not allowed.startswith("Allowed"):
+            raise DemoFailed(f"/svc_allow failed: {allowed}")
+        self.line("subscriber", "/svc_allow", f"{ALLOWANCE}: paid answers need no code up to it")
 
         redeemed = 0
         for question in QUESTIONS:
@@ -189,15 +195,14 @@ class Demo:
         )
         plan_id = str(ids["planId"])
         self.line("builder", "svc_registerAgent", f"{paid.logical_uri('ask')}, plan {plan_id}")
-        order = await _tool(subscriber, "svc_orderPlan", {"planId": plan_id, "confirm": True})
-        self.line("subscriber", "svc_orderPlan", f"bought: balance {order['balance']} credits")
+        held = await self.approved_order(subscriber, plan_id)
         answer = await _tool(
             subscriber,
             "svc_queryAgent",
             {"agentUrl": paid.url, "tool": "ask", "prompt": QUESTIONS[0], "planId": plan_id},
         )
         receipt = answer.get("receipt") or {}
-        moved = int(order["balance"]) - int(answer.get("balanceAfter") or -1)
+        moved = held - int(answer.get("balanceAfter") or -1)
         self.line(
             "subscriber",
             "svc_queryAgent",
@@ -207,6 +212,21 @@ class Demo:
         if moved != CREDITS_PER_REQUEST or receipt.get("creditsRedeemed") != str(moved):
             raise DemoFailed(f"the MCP purchase moved {moved} credits, not {CREDITS_PER_REQUEST}")
         return f"MCP: 1 tool call x {CREDITS_PER_REQUEST} credits, receipt agrees"
+
+    async def approved_order(self, subscriber: ReferenceGateway, plan_id: str) -> int:
+        """The order the assistant asks for and the person approves with its code; the
+        balance after it."""
+        pending = await _tool(subscriber, "svc_orderPlan", {"planId": plan_id, "confirm": True})
+        code = str(pending.get("pending", {}).get("code", ""))
+        if not code:
+            raise DemoFailed(f"svc_orderPlan bought without the person's approval: {pending}")
+        self.line("subscriber", "svc_orderPlan", f"pending: the person types /svc_approve {code}")
+        reply = await subscriber.run_command("svc_approve", code)
+        if not reply.startswith("Approved"):
+            raise DemoFailed(f"/svc_approve failed: {reply}")
+        data = await _tool(subscriber, "svc_checkBalance", {"planId": plan_id})
+        self.line("subscriber", "/svc_approve", f"bought: balance {data['balance']} credits")
+        return int(data["balance"])
 
     async def balance(self, gateway: ReferenceGateway, plan_id: str, tool: str) -> int:
         data = await _tool(gateway, tool, {"planId": plan_id})

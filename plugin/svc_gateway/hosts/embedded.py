@@ -116,8 +116,10 @@ async def embedded_session(config: dict[str, Any], enabled: bool) -> AsyncIterat
             f"A demo agent (agentId {agent_id}) sells answers at {url}\n"
             f"with the demo plan '{DEMO_PLAN_NAME}' (planId {plan_id}): {DEMO_CREDITS} credits "
             "for 1 USDC, 1 credit per answer.\n"
-            "First: /context, svc_checkBalance {}, svc_orderPlan {} (a quote), then "
-            'svc_orderPlan {"confirm": true}\n'
+            "You approve what is bought, not the assistant: svc_orderPlan {} quotes, with "
+            '{"confirm": true} it gives you a code to type, /svc_approve <code>.\n'
+            "First: /context, then /svc_allow 1 USD per day (paid answers then go through "
+            "without a code, up to that), then:\n"
             f"{try_line(url)}"
         )
         yield Embedded(plugin_config, operator["apiKey"], banner, url)

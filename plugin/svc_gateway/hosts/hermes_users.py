@@ -101,7 +101,7 @@ def _watch_registry() -> None:
 def run_watched(next_call: Callable[..., Any], args: Any) -> Any:
     """``next_call(args)`` (a thread of its own); a :class:`HostToolError` around its result
     when Hermes's registry caught the tool's exception on the way."""
-    from ..selling.ways_in.metering import HostToolError
+    from ..selling.ways_in.tool_results import HostToolError
 
     seen: list[str] = []
     token = _TOOL_ERRORS.set(seen)
@@ -219,7 +219,7 @@ def make_tool_middleware(
         name = tool_name if isinstance(tool_name, str) else ""
         if meter.price_of(name) is None:
             return next_call(args)
-        from ..selling.ways_in.metering import ToolFailed, block, delivered
+        from ..selling.ways_in.tool_results import ToolFailed, block, delivered
 
         if senders.unidentified(session_id):
             return render(block(*NO_SENDER))

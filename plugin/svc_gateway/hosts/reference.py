@@ -43,6 +43,8 @@ HELP = """Commands:
   /svc_logout           log out
   /svc_spend            what you paid for on this gateway
   /svc_earnings         what this gateway sold (operator only)
+  /svc_approve <code>   approve a pending purchase (/svc_deny <code> drops it)
+  /svc_allow ...        let paid queries spend, e.g. /svc_allow 5 USD per day (or off)
   /quit                 leave
 Tool calls:  <toolName> {json params}   e.g. svc_checkBalance {"planId": "123"}
 Speak as a chat user:  @alice <line>    e.g. @alice /svc_spend

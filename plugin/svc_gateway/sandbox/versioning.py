@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..config import normalize_version
+from ..api_keys import normalize_version
 from .errors import VERSION_UNSUPPORTED, ApiError
 
 KNOWN_VERSIONS: tuple[str, ...] = ("1.0", "1.1")

@@ -81,13 +81,13 @@ class DelegationPool:
             except errors.ServiceError as exc:
                 if exc.code not in SPENT_CODES or attempt == 2:
                     raise
-                self._delegations.pop(_key(provider, card_id), None)
+                self._delegations.pop(_key(provider, card_id, limit), None)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _delegation(
         self, provider: str, currency: str, card_id: str | None, limit: int, duration: int
     ) -> Delegation:
-        key = _key(provider, card_id)
+        key = _key(provider, card_id, limit)
         async with self._lock:
             current = self._delegations.get(key)
             fresh = current is not None and (current.expires_at or 0) - time.time() > (
@@ -102,8 +102,10 @@ class DelegationPool:
             return created
 
 
-def _key(provider: str, card_id: str | None) -> str:
-    return f"{provider}:{card_id or ''}"
+def _key(provider: str, card_id: str | None, limit: int) -> str:
+    """One delegation per provider, card and spending limit: a token asked for with a smaller
+    limit (what a person approved) never reuses a delegation that could spend more."""
+    return f"{provider}:{card_id or ''}:{limit}"
 
 
 def delegation_from_answer(body: dict[str, Any], provider: str, duration_secs: int) -> Delegation:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..config import normalize_version
+from ..api_keys import normalize_version
 from .output import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from ..api_keys import ApiKey, ConfigError, parse_api_key
+from ..api_keys import ApiKey, ConfigError, normalize_version, parse_api_key
 from ..chat.credentials import CredentialStore
-from ..config import ENVIRONMENTS, normalize_version
+from ..config import ENVIRONMENTS
 from .errors import BadUsage
 
 CONFIG_FILE = "config.json"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..approvals.gate import CALLER, ApprovalNeeded
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..config import ConfigError
@@ -155,8 +156,19 @@ def describe_validation(error: ValidationError, known: list[str] | None = None) 
     return "; ".join(parts)
 
 
-async def execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None) -> ToolResult:
-    """Validate, run, and turn every failure into an error result."""
+async def execute(
+    core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None, caller: Caller | None = None
+) -> ToolResult:
+    """Validate, run, and turn every failure into an error result. ``caller``: the chat user
+    the host named, whom a pending purchase is bound to."""
+    token = CALLER.set(caller.identity if caller is not None else "")
+    try:
+        return await _execute(core, spec, raw)
+    finally:
+        CALLER.reset(token)
+
+
+async def _execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None) -> ToolResult:
     try:
         params = spec.params.model_validate(raw or {})
     except ValidationError as exc:
@@ -168,6 +180,8 @@ async def execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None)
         )
     try:
         return ToolResult.ok(await spec.run(core, params))
+    except ApprovalNeeded as exc:  # nothing was paid: the person is asked
+        return ToolResult.ok(exc.result)
     except ToolFailure as exc:
         return ToolResult.error(exc.code, exc.message, exc.hint)
     except ServiceError as exc:
@@ -191,7 +205,7 @@ def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = N
     async def handler(raw: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
         target = core if accounts is None else accounts.core_for(caller)
         try:
-            return await core.runtime.run(execute(target, spec, raw))
+            return await core.runtime.run(execute(target, spec, raw, caller))
         except RuntimeClosed:
             return ToolResult.error(
                 "plugin_closed",

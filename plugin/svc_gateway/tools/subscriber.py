@@ -15,6 +15,7 @@ from ..safe_text import NAME_LIMIT, one_line, plural, quoted
 from ..service.errors import ServiceError
 from ..service.models import Plan
 from ..service.pricing import format_price
+from .approval import ask_to_order, person_approves
 from .base import Params, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
@@ -168,6 +169,8 @@ async def quote(core: PluginCore, plan: Plan, tool_name: str, p: OrderParams) ->
     if p.almost_confirmed:
         why = f": {NOT_CONFIRMED} (confirm was {one_line(repr(p.confirm), 40)})"
     message = f"Nothing was bought{why}. To buy, call {tool_name} again with confirm: true."
+    if person_approves(core):
+        message += " The user then approves the purchase themselves with a code."
     try:
         held = await core.client().get_plan_balance(plan.id)
     except ServiceError:
@@ -205,10 +208,18 @@ def _quote(core: PluginCore, plan: Plan, tool_name: str) -> dict[str, Any]:
             "environment": core.environment,
         },
         "message": f"Nothing was bought. To buy, call {tool_name} again with confirm: true.",
-        "topUp": "Paying for a query can also buy this plan: a token backed by a delegation may "
+        "topUp": TOP_UP_HUMAN
+        if person_approves(core)
+        else "Paying for a query can also buy this plan: a token backed by a delegation may "
         "order it at settle when credits run short (automatic top-up), charged to the "
         "delegation and bounded by its spending limit (defaultSpendingLimitCents).",
     }
+
+
+TOP_UP_HUMAN = (
+    "A paid query never buys this plan without the user's consent: it may top up only within "
+    "a spending mandate the user set (/svc_allow) or a purchase they approved with a code."
+)
 
 
 async def _plan_to_order(core: PluginCore, plan_id: str | None, *, by_card: bool) -> Plan:
@@ -236,6 +247,13 @@ async def order_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     plan = await _plan_to_order(core, p.plan_id, by_card=False)
     if not p.confirmed:
         return await quote(core, plan, "svc_orderPlan", p)
+    if person_approves(core):
+        return ask_to_order(core, plan, by_card=False, place=lambda: place_order(core, plan))
+    return await place_order(core, plan)
+
+
+async def place_order(core: PluginCore, plan: Plan) -> dict[str, Any]:
+    """Buy ``plan`` now (``"model"`` approval, or the person's approved code)."""
     plan_id = plan.id
     client = core.client()
     result = await client.order_plan(plan_id)
@@ -261,6 +279,13 @@ async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
     plan = await _plan_to_order(core, p.plan_id, by_card=True)
     if not p.confirmed:
         return await quote(core, plan, "svc_orderFiatPlan", p)
+    if person_approves(core):
+        return ask_to_order(core, plan, by_card=True, place=lambda: place_fiat_order(core, plan))
+    return await place_fiat_order(core, plan)
+
+
+async def place_fiat_order(core: PluginCore, plan: Plan) -> dict[str, Any]:
+    """The checkout of a card plan (``"model"`` approval, or the person's approved code)."""
     plan_id = plan.id
     checkout = await core.client().order_fiat_plan(plan_id)
     core.spent(plan_id)

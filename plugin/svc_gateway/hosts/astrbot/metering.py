@@ -205,7 +205,7 @@ class ExecutorWrap:
             for future in started:
                 future.cancel()  # the tool stops; the meter records it as failed, uncharged
             raise
-        from ...selling.ways_in.metering import ToolFailed
+        from ...selling.ways_in.tool_results import ToolFailed
 
         if isinstance(result, ToolFailed):
             if isinstance(result.error, ToolErrored):

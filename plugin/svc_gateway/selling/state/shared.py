@@ -3,9 +3,8 @@ claim lives. Imported by the Redis modules and the flow; it imports neither."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from ...config import PluginConfig
+from ...redact import describe_state_url as describe_state_url  # re-exported
 from ...service.errors import ServiceUnavailable
 
 
@@ -19,18 +18,6 @@ class StateUnavailable(ServiceUnavailable):
             f"the shared state store at {where} did not answer ({type(exc).__name__})",
             code="state_unavailable",
         )
-
-
-def describe_state_url(url: str) -> str:
-    """``host:port/db`` of a ``stateUrl``, without its user name or password."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix:{parts.path}"
-    host = parts.hostname or "localhost"
-    if ":" in host:
-        host = f"[{host}]"
-    db = parts.path.lstrip("/") or "0"
-    return f"{host}:{parts.port or 6379}/{db}"
 
 
 def claim_ttl_secs(config: PluginConfig) -> float:

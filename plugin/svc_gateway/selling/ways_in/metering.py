@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...approvals.gate import ApprovalNeeded, limited
 from ...chat.receipts import ReceiptBook
 from ...host import Caller, CallNext, ToolCallContext, ToolResult
 from ...redact import get_logger
@@ -42,6 +43,8 @@ from ..handlers import Answer, load_handler
 from ..state.book import IN_PROGRESS_NOTE
 from ..state.settle_journal import SettleJournal
 from ..types import Outcome, PaidOutcome, PaidRequest
+from .metered_approval import approval_block, metered_ticket
+from .tool_results import FailedFn, ToolFailed, block, default_failed, delivered
 
 if TYPE_CHECKING:
     from ...chat.accounts import UserAccounts
@@ -57,45 +60,6 @@ CALLS_KEPT = 4096
 TOOL_QUEUE_FILE = "settle-queue-tools.json"
 #: ``PaidRequest.agent_id`` of a metered call: no agent (tokens are minted for none)
 NO_AGENT = ""
-
-#: decides whether a host tool's result is a failure (not charged)
-FailedFn = Callable[[Any], bool]
-
-
-class ToolFailed(Exception):
-    """The host's tool raised: re-raised to the host after the flow recorded no charge."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(type(error).__name__)
-        self.error = error
-
-
-@dataclass(frozen=True)
-class HostToolError:
-    """A host adapter's own mark that its tool failed (not charged): ``result`` is what the
-    host answers the model with (Hermes: the error JSON its registry made of the exception)."""
-
-    result: Any
-
-
-def default_failed(result: Any) -> bool:
-    """The host's error channel only: an error ``ToolResult`` or a :class:`HostToolError`.
-    Never the content: a tool's text or object with an ``"error"`` key may be its user's own
-    output (``run_code`` printing ``{"error": "none"}``), and it is charged like any other."""
-    if isinstance(result, ToolResult):
-        return result.isError
-    return isinstance(result, HostToolError)
-
-
-def delivered(result: Any) -> Any:
-    """What the host hands the model: a :class:`HostToolError`'s own answer, else as is."""
-    return result.result if isinstance(result, HostToolError) else result
-
-
-def block(code: str, message: str, hint: str, **details: Any) -> ToolResult:
-    """What the model gets instead of a blocked tool's result: never a bare error."""
-    error = {"code": code, "message": message, "hint": hint, **details}
-    return ToolResult(structuredContent={"error": error}, isError=True)
 
 
 @dataclass
@@ -268,7 +232,16 @@ class ToolMeter:
         try:
             facts = await self.flow.facts(plan_id)
             price = facts.clamp(credits)
-            token = await self._mint(payer, plan_id, facts.scheme)
+            ticket = await metered_ticket(payer, ctx, plan_id, price)
+            with limited(ticket):  # the person's approval bounds the token's delegation
+                token = await self._mint(payer, plan_id, facts.scheme)
+        except ApprovalNeeded as asked:
+            return block(
+                "approval_required",
+                asked.result["message"],
+                asked.pending.line(),
+                **approval_block(asked),
+            )
         except errors.NotLoggedIn as exc:
             return block("not_logged_in", f"{name} is a paid tool. {exc.message}", exc.hint)
         except errors.ServiceError as exc:
@@ -299,7 +272,15 @@ class ToolMeter:
             description=f"tool {name}",
             route=f"tool:{name}",
         )
-        outcome = await self.flow.handle(request)
+        try:
+            outcome = await self.flow.handle(request)
+        except BaseException:
+            if ticket is not None:
+                await ticket.settle(None)  # not known: the reservation counts as spent
+            raise
+        if ticket is not None:
+            charged = outcome.kind in (Outcome.PAID, Outcome.DEFERRED)
+            await (ticket.settle(price) if charged else ticket.release())
         self._record(ctx, payer, plan_id, price, outcome)
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
             return call.result

@@ -1,0 +1,69 @@
+"""Metered calls under ``"human"`` approval: within a mandate, or once the person approved.
+
+Without a mandate that covers the call (or beyond what it has left) the tool does not run and
+nothing is minted: the model gets a block result with a code; once the person types
+``/svc_approve <code>``, the same call (same user, tool and arguments) goes through once, its
+delegation unable to buy anything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ...approvals.gate import ApprovalNeeded, Ticket, pending_result, quote_of
+from ...approvals.money import PlanValue, format_money, plan_value
+from ...host import ToolCallContext
+from ...safe_text import NAME_LIMIT, one_line, quoted
+
+if TYPE_CHECKING:
+    from ...chat.core import PluginCore
+
+
+def grant_key(payer: PluginCore, ctx: ToolCallContext) -> str:
+    """The same call of the same user: account, caller, tool and arguments."""
+    caller = ctx.caller.identity if ctx.caller is not None else ""
+    arguments = json.dumps(ctx.arguments, sort_keys=True, default=repr)
+    return "\x00".join((payer.identity or "", caller, ctx.tool_name, arguments))
+
+
+async def metered_ticket(
+    payer: PluginCore, ctx: ToolCallContext, plan_id: str, credits: int
+) -> Ticket | None:
+    """``None`` in ``"model"`` mode; a ticket within a mandate or a code the person approved;
+    else :class:`ApprovalNeeded`."""
+    approvals = payer.approvals
+    if approvals is None or not approvals.human:
+        return None
+    plan = await payer.public_client().get_plan(plan_id)
+    key = grant_key(payer, ctx)
+    caller = ctx.caller.identity if ctx.caller is not None else ""
+    granted = approvals.take_grant(key)
+    if granted is not None:
+        value = plan_value(plan)
+        who = approvals.who(payer, caller)
+        return Ticket(approvals, who, value, value.credits_micro(credits), 1)
+
+    async def ask(value: PlanValue, amount: int) -> ApprovalNeeded:
+        name = quoted(plan.name, NAME_LIMIT)
+        summary = (
+            f"run {one_line(ctx.tool_name, 100)} for {credits} credit"
+            f"{'s' if credits != 1 else ''} of plan {name} ({format_money(amount, value.currency)})"
+        )
+        pending = approvals.add_pending(
+            payer, "tool", plan, amount, value.currency, summary, grant_key=key, caller=caller
+        )
+        message = (
+            f"{ctx.tool_name} is a paid tool and did not run; nothing was charged. On this "
+            f"gateway the user consents to paying: tell them it would {summary}. Once they "
+            "approve, call it again with the same arguments; /svc_allow <amount> per day lets "
+            "paid tools run without a code."
+        )
+        return ApprovalNeeded(pending_result(pending, quote_of(plan), message), pending)
+
+    return await approvals.ticket(payer, plan, None, credits, ask=ask, caller=caller)
+
+
+def approval_block(exc: ApprovalNeeded) -> dict[str, Any]:
+    """The block result's details: the pending purchase, as the model sees it."""
+    return {k: v for k, v in exc.result.items() if k != "message"}
