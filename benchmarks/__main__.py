@@ -20,7 +20,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import load, market, micro, procs, settle_queue
+from . import floor, load, market, micro, procs, settle_queue
 from .report import Figure, Report, Target
 
 CONCURRENCIES = (1, 8, 32, 128)
@@ -345,7 +345,13 @@ def case_queue(report: Report, s: Settings) -> None:
     )
 
 
+def case_chain(report: Report, s: Settings) -> None:
+    """The chain (verify + settle, nothing else) vs our paid endpoint and middleware."""
+    floor.case_chain(report, s.duration, s.load_rounds, force_aiohttp=s.force_aiohttp)
+
+
 CASES = {
+    "chain": case_chain,
     "stub": case_stub,
     "middleware": case_middleware,
     "sandbox": case_sandbox,
@@ -370,6 +376,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         "--aiohttp-load", action="store_true", help="use the aiohttp generator even if wrk exists"
     )
     parser.add_argument("--out", default="benchmarks/results", help="where the JSON and PNG go")
+    parser.add_argument(
+        "--profile",
+        choices=["paid", "route"],
+        help="instead of the cases: py-spy profile of that server under load (flame graph)",
+    )
     args = parser.parse_args(argv)
     cases = frozenset(c.strip() for c in args.only.split(",") if c.strip())
     unknown = cases - set(CASES)
@@ -399,6 +410,11 @@ def _loadavg() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse(argv)
+    if args.profile:
+        from .profile import profile
+
+        profile(args.profile, Path(args.out), max(settings.duration, 5.0))
+        return 0
     generator = "aiohttp" if settings.force_aiohttp or not load.wrk_path() else "wrk -t1"
     report = Report(
         meta={

@@ -26,6 +26,7 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import signal
 import socket
 import sys
@@ -57,7 +58,7 @@ def fake_key(address: str = STUB_OWNER) -> str:
 
 
 def _announce(url: str) -> None:
-    sys.stdout.write(json.dumps({"url": url}) + "\n")
+    sys.stdout.write(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
 
 
@@ -180,7 +181,7 @@ def bare_app() -> web.Application:
     return app
 
 
-async def _serve_app(app: web.Application, path: str = "") -> None:
+async def serve_app(app: web.Application, path: str = "") -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, HOST, 0)
@@ -197,6 +198,23 @@ async def _wait_for_signal() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+
+
+def enable_tracing() -> None:
+    """Tracing on with a no-op exporter: the OpenTelemetry SDK records every span and drops
+    it (what tracing costs the flow itself, without an exporter's I/O)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    from svc_gateway.selling.flow.tracing import use_tracer_provider
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Drop()))
+    use_tracer_provider(provider)
 
 
 # -- our paid endpoint ----------------------------------------------------------------------
@@ -394,12 +412,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", default="", help="the seller's API key (paid, sdk)")
     parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold (paid, sdk)")
     parser.add_argument("--state-url", help="share state through this Redis (paid)")
+    parser.add_argument("--tracing", action="store_true", help="spans on, no-op exporter")
     args = parser.parse_args(argv)
     key = args.key or fake_key()
+    if args.tracing:
+        enable_tracing()
     if args.kind == "stub":
-        asyncio.run(_serve_app(stub_app()))
+        asyncio.run(serve_app(stub_app()))
     elif args.kind == "bare":
-        asyncio.run(_serve_app(bare_app(), AGENT_PATH))
+        asyncio.run(serve_app(bare_app(), AGENT_PATH))
     elif args.kind == "paid":
         if not args.service:
             parser.error("paid needs --service")
@@ -407,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.kind == "route":
         if not args.service:
             parser.error("route needs --service")
-        asyncio.run(_serve_app(route_app(args.service, key, args.plan), AGENT_PATH))
+        asyncio.run(serve_app(route_app(args.service, key, args.plan), AGENT_PATH))
     elif args.kind == "x402":
         if not args.facilitator:
             parser.error("x402 needs --facilitator")
