@@ -43,6 +43,7 @@ STUB_PLAN_ID = "1001"
 STUB_PAYER = "0x" + "ab" * 20
 STUB_OWNER = "0x" + "cd" * 20
 X402_NETWORK = "eip155:84532"
+STUB_BALANCE = 10**12
 
 
 def _b64url(data: dict[str, Any]) -> str:
@@ -91,9 +92,27 @@ def stub_plan(plan_id: str) -> dict[str, Any]:
     }
 
 
+def token_payer(body: bytes) -> str:
+    """The payer a verify body's token names (``authorization.from`` of a base64 JSON
+    token), else :data:`STUB_PAYER`: the memory case sends many payers' tokens."""
+    try:
+        token = json.loads(body).get("x402AccessToken", "")
+        if token.startswith("eyJ"):  # base64 JSON, not the load generator's plain token
+            decoded = json.loads(base64.b64decode(token))
+            return str(decoded["payload"]["authorization"]["from"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return STUB_PAYER
+
+
 def stub_app() -> web.Application:
-    """The instant facilitator: every answer is a constant shape, every token is valid."""
+    """The instant facilitator: every token is valid; like the real service, each settle
+    burns one credit of the one payer's balance, which the balance read and the next settle's
+    ``remainingBalance`` reflect (a balance that never moved would look like top-ups to the
+    admission book, which re-reads a balance that rises: a round trip a real payer never
+    causes)."""
     counter = itertools.count(1)
+    remaining = [STUB_BALANCE]
     routes = web.RouteTableDef()
 
     @routes.get("/api/v1/protocol/plans/{planId}")
@@ -106,18 +125,18 @@ def stub_app() -> web.Application:
             {
                 "planId": request.match_info["planId"],
                 "holderAddress": request.match_info["holder"],
-                "balance": "1000000000",
+                "balance": str(remaining[0]),
                 "isSubscriber": True,
             }
         )
 
     @routes.post("/api/v1/x402/verify")
     async def verify(request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
         return web.json_response(
             {
                 "isValid": True,
-                "payer": STUB_PAYER,
+                "payer": token_payer(body),
                 "network": "eip155:84532",
                 "agentRequestId": f"req-{next(counter)}",
             }
@@ -126,6 +145,7 @@ def stub_app() -> web.Application:
     @routes.post("/api/v1/x402/settle")
     async def settle(request: web.Request) -> web.Response:
         await request.read()
+        remaining[0] -= 1
         return web.json_response(
             {
                 "success": True,
@@ -133,7 +153,7 @@ def stub_app() -> web.Application:
                 "network": "eip155:84532",
                 "transaction": "0x" + "0" * 64,
                 "creditsRedeemed": "1",
-                "remainingBalance": "999999999",
+                "remainingBalance": str(remaining[0]),
             }
         )
 
