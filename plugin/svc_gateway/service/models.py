@@ -45,7 +45,9 @@ SCHEME_CARD: Scheme = "svc:card-delegation"
 class WireModel(BaseModel):
     """Base: camelCase on the wire, unknown fields ignored."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", defer_build=True
+    )
 
     def wire(self) -> dict[str, Any]:
         """The JSON body form: camelCase, big ints as strings, ``None`` left out."""
