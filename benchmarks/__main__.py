@@ -20,7 +20,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import floor, load, market, micro, procs, settle_queue
+from . import floor, load, market, memory, micro, procs, settle_queue
 from .report import Figure, Report, Target
 
 CONCURRENCIES = (1, 8, 32, 128)
@@ -37,6 +37,7 @@ class Settings:
     settle_secs: float
     force_aiohttp: bool
     cases: frozenset[str]
+    memory_requests: int = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,6 +351,11 @@ def case_chain(report: Report, s: Settings) -> None:
     floor.case_chain(report, s.duration, s.load_rounds, force_aiohttp=s.force_aiohttp)
 
 
+def case_memory(report: Report, s: Settings) -> None:
+    """RSS growth of the paid endpoint over many single-use tokens from many payers."""
+    memory.case_memory(report, s.memory_requests)
+
+
 CASES = {
     "chain": case_chain,
     "stub": case_stub,
@@ -359,6 +365,7 @@ CASES = {
     "micro": case_micro,
     "queue": case_queue,
     "redis": case_redis,
+    "memory": case_memory,
 }
 
 
@@ -376,6 +383,12 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         "--aiohttp-load", action="store_true", help="use the aiohttp generator even if wrk exists"
     )
     parser.add_argument("--out", default="benchmarks/results", help="where the JSON and PNG go")
+    parser.add_argument(
+        "--memory-requests",
+        type=int,
+        help="paid requests of the memory case (default 20,000; 2,000 with --quick; the "
+        "issue's long run is 100,000)",
+    )
     parser.add_argument(
         "--profile",
         choices=["paid", "route"],
@@ -396,6 +409,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         settle_secs=1.0 if quick else 1.5,
         force_aiohttp=args.aiohttp_load,
         cases=cases,
+        memory_requests=args.memory_requests or (2_000 if quick else 20_000),
     )
     return args, settings
 
