@@ -15,6 +15,7 @@ from aiohttp.typedefs import Handler
 from benchmarks.chain import chain_app
 from benchmarks.load import parse_wrk
 from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
+from benchmarks.micro import top_imports
 from benchmarks.profile import read_collapsed
 from benchmarks.report import Figure, Report, Target
 from benchmarks.serve import fake_key, stub_app
@@ -155,3 +156,16 @@ def test_memory_of_many_paid_requests_stays_bounded() -> None:
     result = measure(400)
     assert result.errors == 0
     assert result.growth_mb <= GROWTH_BOUND_MB
+
+
+def test_import_costs_are_read_after_aiohttp_largest_first() -> None:
+    importtime = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       900 |        900 |   multidict",
+            "import time:      5000 |       9000 | aiohttp",
+            "import time:       300 |        300 |   svc_gateway.redact",
+            "import time:      2500 |       2800 | svc_gateway.config",
+        ]
+    )
+    assert top_imports(importtime, 5) == [("svc_gateway.config", 2.5), ("svc_gateway.redact", 0.3)]
