@@ -21,7 +21,9 @@ START_TIMEOUT_SECS = 60.0
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This checkout's code wins over any installed copy, in every child."""
     env = dict(os.environ)
-    paths = [str(ROOT / "plugin"), str(ROOT)]
+    # SVC_BENCH_PLUGIN: another tree's plugin/ (a ``git archive`` of an older commit), to
+    # measure a before and an after with the same benchmarks
+    paths = [env.get("SVC_BENCH_PLUGIN") or str(ROOT / "plugin"), str(ROOT)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
