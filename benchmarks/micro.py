@@ -151,4 +151,33 @@ def measure_import(runs: int) -> dict[str, object]:
         "baseline_ms": statistics.median(base),
         "register_ms": statistics.median(reg),
         "modules": modules,
+        "top_imports": import_costs(),
     }
+
+
+def import_costs(top: int = 8) -> list[tuple[str, float]]:
+    """The modules whose own import time (``-X importtime``, self) is largest among those
+    imported after ``import aiohttp``, by import + register: ``(module, ms)``."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", IMPORT_CODE],
+        capture_output=True,
+        text=True,
+        env=procs.child_env(),
+        timeout=60,
+    )
+    return top_imports(done.stderr, top)
+
+
+def top_imports(importtime: str, top: int) -> list[tuple[str, float]]:
+    """Read ``-X importtime`` output: the ``top`` largest self times after ``aiohttp``."""
+    rows: list[tuple[str, float]] = []
+    after = False
+    for line in importtime.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        own, _cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
+        if after:
+            rows.append((name, int(own) / 1e3))
+        elif name == "aiohttp":
+            after = True
+    return sorted(rows, key=lambda row: -row[1])[:top]

@@ -21,7 +21,9 @@ START_TIMEOUT_SECS = 60.0
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This checkout's code wins over any installed copy, in every child."""
     env = dict(os.environ)
-    paths = [str(ROOT / "plugin"), str(ROOT)]
+    # SVC_BENCH_PLUGIN: another tree's plugin/ (a ``git archive`` of an older commit), to
+    # measure a before and an after with the same benchmarks
+    paths = [env.get("SVC_BENCH_PLUGIN") or str(ROOT / "plugin"), str(ROOT)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -37,7 +39,7 @@ def read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any
         ready, _, _ = select.select([proc.stdout], [], [], 0.2)
         if ready:
             line = proc.stdout.readline()
-            if line:
+            if line.startswith("{"):  # a profiler in front may print its own lines first
                 data: dict[str, Any] = json.loads(line)
                 return data
         if proc.poll() is not None:
@@ -56,15 +58,18 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 
 @contextmanager
-def spawn(args: list[str], env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
-    """Run ``python <args>``; yield its ready line; stop it afterwards.
+def spawn(
+    args: list[str], env: dict[str, str] | None = None, prefix: list[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Run ``python <args>`` (behind ``prefix``, a profiler's command line, when given);
+    yield its ready line; stop it afterwards.
 
     stderr goes to a file, never a pipe: a chatty server blocks once a pipe it writes to is
     full, and its tail is shown when the server fails to start.
     """
     with tempfile.TemporaryFile(mode="w+") as errors:
         proc = subprocess.Popen(
-            [sys.executable, *args],
+            [*(prefix or []), sys.executable, *args],
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
@@ -80,6 +85,14 @@ def spawn(args: list[str], env: dict[str, str] | None = None) -> Iterator[dict[s
             yield ready
         finally:
             stop(proc)
+
+
+def signal_pid(pid: int, signum: int) -> None:
+    """Signal one server we started (by the pid its ready line gave), if it still runs."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return
 
 
 @contextmanager

@@ -26,6 +26,7 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import signal
 import socket
 import sys
@@ -42,6 +43,7 @@ STUB_PLAN_ID = "1001"
 STUB_PAYER = "0x" + "ab" * 20
 STUB_OWNER = "0x" + "cd" * 20
 X402_NETWORK = "eip155:84532"
+STUB_BALANCE = 10**12
 
 
 def _b64url(data: dict[str, Any]) -> str:
@@ -57,7 +59,7 @@ def fake_key(address: str = STUB_OWNER) -> str:
 
 
 def _announce(url: str) -> None:
-    sys.stdout.write(json.dumps({"url": url}) + "\n")
+    sys.stdout.write(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
 
 
@@ -90,9 +92,27 @@ def stub_plan(plan_id: str) -> dict[str, Any]:
     }
 
 
+def token_payer(body: bytes) -> str:
+    """The payer a verify body's token names (``authorization.from`` of a base64 JSON
+    token), else :data:`STUB_PAYER`: the memory case sends many payers' tokens."""
+    try:
+        token = json.loads(body).get("x402AccessToken", "")
+        if token.startswith("eyJ"):  # base64 JSON, not the load generator's plain token
+            decoded = json.loads(base64.b64decode(token))
+            return str(decoded["payload"]["authorization"]["from"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return STUB_PAYER
+
+
 def stub_app() -> web.Application:
-    """The instant facilitator: every answer is a constant shape, every token is valid."""
+    """The instant facilitator: every token is valid; like the real service, each settle
+    burns one credit of the one payer's balance, which the balance read and the next settle's
+    ``remainingBalance`` reflect (a balance that never moved would look like top-ups to the
+    admission book, which re-reads a balance that rises: a round trip a real payer never
+    causes)."""
     counter = itertools.count(1)
+    remaining = [STUB_BALANCE]
     routes = web.RouteTableDef()
 
     @routes.get("/api/v1/protocol/plans/{planId}")
@@ -105,18 +125,18 @@ def stub_app() -> web.Application:
             {
                 "planId": request.match_info["planId"],
                 "holderAddress": request.match_info["holder"],
-                "balance": "1000000000",
+                "balance": str(remaining[0]),
                 "isSubscriber": True,
             }
         )
 
     @routes.post("/api/v1/x402/verify")
     async def verify(request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
         return web.json_response(
             {
                 "isValid": True,
-                "payer": STUB_PAYER,
+                "payer": token_payer(body),
                 "network": "eip155:84532",
                 "agentRequestId": f"req-{next(counter)}",
             }
@@ -125,6 +145,7 @@ def stub_app() -> web.Application:
     @routes.post("/api/v1/x402/settle")
     async def settle(request: web.Request) -> web.Response:
         await request.read()
+        remaining[0] -= 1
         return web.json_response(
             {
                 "success": True,
@@ -132,7 +153,7 @@ def stub_app() -> web.Application:
                 "network": "eip155:84532",
                 "transaction": "0x" + "0" * 64,
                 "creditsRedeemed": "1",
-                "remainingBalance": "999999999",
+                "remainingBalance": str(remaining[0]),
             }
         )
 
@@ -180,7 +201,7 @@ def bare_app() -> web.Application:
     return app
 
 
-async def _serve_app(app: web.Application, path: str = "") -> None:
+async def serve_app(app: web.Application, path: str = "") -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, HOST, 0)
@@ -197,6 +218,23 @@ async def _wait_for_signal() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+
+
+def enable_tracing() -> None:
+    """Tracing on with a no-op exporter: the OpenTelemetry SDK records every span and drops
+    it (what tracing costs the flow itself, without an exporter's I/O)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    from svc_gateway.selling.flow.tracing import use_tracer_provider
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Drop()))
+    use_tracer_provider(provider)
 
 
 # -- our paid endpoint ----------------------------------------------------------------------
@@ -394,12 +432,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", default="", help="the seller's API key (paid, sdk)")
     parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold (paid, sdk)")
     parser.add_argument("--state-url", help="share state through this Redis (paid)")
+    parser.add_argument("--tracing", action="store_true", help="spans on, no-op exporter")
     args = parser.parse_args(argv)
     key = args.key or fake_key()
+    if args.tracing:
+        enable_tracing()
     if args.kind == "stub":
-        asyncio.run(_serve_app(stub_app()))
+        asyncio.run(serve_app(stub_app()))
     elif args.kind == "bare":
-        asyncio.run(_serve_app(bare_app(), AGENT_PATH))
+        asyncio.run(serve_app(bare_app(), AGENT_PATH))
     elif args.kind == "paid":
         if not args.service:
             parser.error("paid needs --service")
@@ -407,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.kind == "route":
         if not args.service:
             parser.error("route needs --service")
-        asyncio.run(_serve_app(route_app(args.service, key, args.plan), AGENT_PATH))
+        asyncio.run(serve_app(route_app(args.service, key, args.plan), AGENT_PATH))
     elif args.kind == "x402":
         if not args.facilitator:
             parser.error("x402 needs --facilitator")

@@ -21,6 +21,8 @@ from pathlib import Path
 from svc_gateway.selling.state.settle_journal import SettleJournal
 from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 
+from .report import Figure, Report, Target
+
 SIZES = (10, 10_000)
 #: untimed operations first (the journal's thread, the page cache, the allocator)
 WARMUP = 20
@@ -231,3 +233,67 @@ def measure(
         return QueueFigures(old, journal, burst, *drain)
 
     return asyncio.run(run())
+
+
+def case(report: Report, rounds: int, load_rounds: int) -> None:
+    """Settle queue add/remove at 10 and 10k entries: the journal vs the whole-file rewrite."""
+    ops, old_ops, drain = (50, 2, 2_000) if rounds < 100 else (300, 4, 10_000)
+    q = measure(ops, old_ops, drain, load_rounds)
+    for size in SIZES:
+        for label, costs in (("whole-file", q.old[size]), ("journal", q.new[size])):
+            print(
+                f"  {label:<10} at {size:>6,} entries: add {costs.add_ms:9.3f} ms  remove "
+                f"{costs.remove_ms:9.3f} ms  loop stall {costs.stall_ms:9.3f} ms  loop CPU "
+                f"{costs.loop_cpu_us:8.1f} µs/op",
+                flush=True,
+            )
+            report.rows.append({"case": f"settle queue {label}, {size} entries", **vars(costs)})
+        old, new = q.old[size], q.new[size]
+        print(
+            f"  whole-file / journal at {size:,}: add {old.add_ms / new.add_ms:,.0f}×, "
+            f"remove {old.remove_ms / new.remove_ms:,.0f}×",
+            flush=True,
+        )
+    print(
+        f"  journal: 100 adds at once {q.burst_us:.0f} µs each; draining {drain:,} entries "
+        f"{q.drain_ms:.3f} ms per remove (longest loop stall {q.drain_stall_ms:.1f} ms, "
+        f"{q.drain_lines} lines left)",
+        flush=True,
+    )
+    report.rows.append(
+        {
+            "case": f"settle queue journal drain, {drain} entries",
+            "burst_add_us": q.burst_us,
+            "remove_ms": q.drain_ms,
+            "stall_ms": q.drain_stall_ms,
+        }
+    )
+    big, small = SIZES[-1], SIZES[0]
+    new, old = q.new[big], q.old[big]
+    for op in ("add", "remove"):
+        ms_new, ms_old = getattr(new, f"{op}_ms"), getattr(old, f"{op}_ms")
+        report.figure(
+            Figure(
+                f"queue {op} at 10k (ms) [journal / whole-file]", ms_new, ms_old, "", ms_new, "ms"
+            ),
+            Target("abs<=", 1.0),
+        )
+        report.figure(
+            Figure(f"journal {op} at 10k / at 10", ms_new, getattr(q.new[small], f"{op}_ms")),
+            Target("<=", 1.5),
+        )
+    report.figure(Figure("whole-file add at 10k / at 10", old.add_ms, q.old[small].add_ms))
+    report.figure(
+        Figure("longest loop stall at 10k: journal / whole-file", new.stall_ms, old.stall_ms),
+        Target("<=", 0.01),
+    )
+    report.figure(
+        Figure(
+            f"journal remove while draining {drain // 1000}k (ms) [/ whole-file at 10k]",
+            q.drain_ms,
+            old.remove_ms,
+            absolute=q.drain_ms,
+            unit="ms",
+        ),
+        Target("abs<=", 1.0),
+    )

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import math
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.typedefs import Handler
 
+from benchmarks.chain import chain_app
 from benchmarks.load import parse_wrk
+from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
+from benchmarks.micro import top_imports
+from benchmarks.profile import read_collapsed
 from benchmarks.report import Figure, Report, Target
 from benchmarks.serve import fake_key, stub_app
 from svc_gateway.api_keys import parse_api_key
@@ -91,3 +97,75 @@ async def test_stub_facilitator_answers_shapes_the_plugin_accepts() -> None:
         assert SettleResult.model_validate(await settle.json()).success
         plan = await client.get("/api/v1/protocol/plans/77")
         assert (await plan.json())["id"] == "77"
+
+
+async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -> None:
+    seen: list[str] = []
+
+    @web.middleware
+    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+        seen.append(request.path)
+        return await handler(request)
+
+    stub = stub_app()
+    stub.middlewares.append(count)
+    async with TestServer(stub, host="127.0.0.1") as facilitator:
+        chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
+        async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
+            for _ in range(3):
+                answer = await client.post(
+                    "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
+                )
+                assert answer.status == 200
+    assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 3
+
+
+async def test_stub_burns_a_credit_per_settle_like_the_service() -> None:
+    async with TestClient(TestServer(stub_app(), host="127.0.0.1")) as client:
+        first = await (await client.post("/api/v1/x402/settle", json={})).json()
+        second = await (await client.post("/api/v1/x402/settle", json={})).json()
+        balance = await (await client.get("/api/v1/protocol/plans/1/balance/0xab")).json()
+    assert int(first["remainingBalance"]) - 1 == int(second["remainingBalance"])
+    assert balance["balance"] == second["remainingBalance"]
+
+
+async def test_stub_verify_names_the_payer_of_a_v3_token() -> None:
+    token = single_use_token(7)
+    async with TestClient(TestServer(stub_app(), host="127.0.0.1")) as client:
+        verdict = await client.post("/api/v1/x402/verify", json={"x402AccessToken": token})
+        assert (await verdict.json())["payer"] == payer(7)
+
+
+def test_profile_reads_own_time_and_our_inclusive_time_from_collapsed_stacks() -> None:
+    stacks = "\n".join(
+        [
+            "main (x.py:1);_run_once (base_events.py:9);agent (svc_gateway/http.py:3);"
+            "dumps (json/__init__.py:4) 30",
+            "main (x.py:1);_run_once (base_events.py:9);agent (svc_gateway/http.py:5) 10",
+            "main (x.py:1);import_module (importlib.py:2) 99",  # start-up: not counted
+        ]
+    )
+    costs = read_collapsed(stacks)
+    assert costs.samples == 40
+    assert costs.own[0] == ("__init__.py:dumps", 30)
+    assert costs.ours == [("http.py:agent", 40)]
+
+
+def test_memory_of_many_paid_requests_stays_bounded() -> None:
+    """The short CI run of the memory case: single-use tokens from many payers (no timing)."""
+    result = measure(400)
+    assert result.errors == 0
+    assert result.growth_mb <= GROWTH_BOUND_MB
+
+
+def test_import_costs_are_read_after_aiohttp_largest_first() -> None:
+    importtime = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       900 |        900 |   multidict",
+            "import time:      5000 |       9000 | aiohttp",
+            "import time:       300 |        300 |   svc_gateway.redact",
+            "import time:      2500 |       2800 | svc_gateway.config",
+        ]
+    )
+    assert top_imports(importtime, 5) == [("svc_gateway.config", 2.5), ("svc_gateway.redact", 0.3)]

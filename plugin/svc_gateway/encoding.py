@@ -108,3 +108,16 @@ def abbreviate_secret(secret: str | None) -> str:
     if not secret:
         return "<none>"
     return f"{secret[:6]}…({len(secret)} chars)"
+
+
+def big_int(value: Any) -> int:
+    """A big integer from a number or a decimal string (WIRE.md §1.4); a bool is refused."""
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise ValueError("expected an integer or a decimal string")

@@ -21,22 +21,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from ..encoding import ZERO_ADDRESS
+from ..encoding import ZERO_ADDRESS, big_int
 
-
-def _big_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("expected an integer, got a boolean")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    raise ValueError("expected an integer or a decimal string")
-
-
-BigInt = Annotated[int, BeforeValidator(_big_int), PlainSerializer(str, return_type=str)]
+BigInt = Annotated[int, BeforeValidator(big_int), PlainSerializer(str, return_type=str)]
 Scheme = Literal["svc:erc4337", "svc:card-delegation"]
 SCHEME_CRYPTO: Scheme = "svc:erc4337"
 SCHEME_CARD: Scheme = "svc:card-delegation"
@@ -45,7 +32,9 @@ SCHEME_CARD: Scheme = "svc:card-delegation"
 class WireModel(BaseModel):
     """Base: camelCase on the wire, unknown fields ignored."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", defer_build=True
+    )
 
     def wire(self) -> dict[str, Any]:
         """The JSON body form: camelCase, big ints as strings, ``None`` left out."""

@@ -23,6 +23,11 @@ TRACER_NAME = "svc_gateway.paid"
 
 _otel: Any = None  # the opentelemetry.trace module, once looked up; False: not installed
 _provider: Any = None  # a tracer provider set with use_tracer_provider (else the global one)
+_global: Any = None  # the global tracer provider, once one is set (OpenTelemetry sets it once)
+_unset_until = 0.0  # no global provider was set when last looked: not looked again before this
+#: how often a paid request looks for a newly set global tracer provider while none is set
+#: (reading it costs an environment lookup, too dear for every request)
+GLOBAL_RECHECK_SECS = 1.0
 
 
 def use_tracer_provider(provider: Any) -> None:
@@ -132,13 +137,33 @@ class RequestTrace(NullTrace):
             self._parent.set_status(status)
 
 
+def _global_provider(trace: Any) -> Any:
+    """OpenTelemetry's global tracer provider, or ``None`` while none is set. It can be set
+    only once, so a real one is kept; while none is, it is looked up at most once a second."""
+    global _global, _unset_until
+    if _global is not None:
+        return _global
+    now = time.monotonic()
+    if now < _unset_until:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        _unset_until = now + GLOBAL_RECHECK_SECS
+        return None
+    _global = provider
+    return provider
+
+
 def start_trace() -> NullTrace:
     """A trace for one request: a real one when OpenTelemetry is installed and a tracer
-    provider is set (the tracing switch), else the shared null object."""
+    provider is set (the tracing switch: :func:`use_tracer_provider` at once, OpenTelemetry's
+    global one within :data:`GLOBAL_RECHECK_SECS`), else the shared null object."""
     trace = _trace_module()
     if not trace:
         return NULL_TRACE
-    provider = _provider or trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+    provider = _provider or _global_provider(trace)
+    if provider is None or isinstance(
+        provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
         return NULL_TRACE
     return RequestTrace(trace, provider)

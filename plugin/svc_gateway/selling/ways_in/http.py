@@ -83,21 +83,14 @@ async def read_prompt(request: web.Request, max_bytes: int, read_secs: float) ->
         raise BadRequest(
             error_answer(400, "Bad Request", 'Send Content-Type: application/json with {"prompt"}')
         )
-    chunks: list[bytes] = []
-    size = 0
+    if request.content.is_eof():  # the whole body came with the headers: nothing to wait for
+        body = request.content.read_nowait()
+        if len(body) > max_bytes:
+            raise BadRequest(_too_large(max_bytes))
+    else:
+        body = await _read_body(request, max_bytes, read_secs)
     try:
-        async with asyncio.timeout(read_secs):
-            while chunk := await request.content.readany():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise BadRequest(_too_large(max_bytes))
-                chunks.append(chunk)
-    except TimeoutError:
-        raise BadRequest(
-            error_answer(408, "Request Timeout", "The request body did not arrive in time.")
-        ) from None
-    try:
-        data = json.loads(b"".join(chunks))
+        data = json.loads(body)
     except (ValueError, RecursionError):
         raise BadRequest(error_answer(400, "Bad Request", "The body is not valid JSON.")) from None
     prompt = data.get("prompt") if isinstance(data, dict) else None
@@ -121,6 +114,24 @@ async def read_prompt(request: web.Request, max_bytes: int, read_secs: float) ->
             )
         ) from None
     return prompt
+
+
+async def _read_body(request: web.Request, max_bytes: int, read_secs: float) -> bytes:
+    """A body still arriving: read it within ``read_secs``, at most ``max_bytes``."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(read_secs):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BadRequest(_too_large(max_bytes))
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BadRequest(
+            error_answer(408, "Request Timeout", "The request body did not arrive in time.")
+        ) from None
+    return b"".join(chunks)
 
 
 def _too_large(max_bytes: int) -> Answer:

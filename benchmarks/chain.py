@@ -1,0 +1,98 @@
+"""The chain: the floor of a verify → work → settle request on this machine.
+
+A bare aiohttp handler that makes exactly the paid endpoint's two facilitator calls (the same
+``x402/verify`` and ``x402/settle`` payloads, the same headers, one pooled client, the same stub
+facilitator) around the default agent, and does nothing else: no admission book, no stats, no
+tracing, no receipt, no replay cache, no deadlines, no retries. The paid endpoint and the route
+middleware are reported as a ratio of it (``python -m benchmarks --only chain``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from .serve import AGENT_PATH, STUB_PLAN_ID, fake_key, serve_app, stub_plan
+
+POOL_SIZE = 64  # the plugin's own pool size (svc_gateway.service.transport.POOL_SIZE)
+
+
+def chain_envelope(plan_id: str, url: str) -> dict[str, Any]:
+    """The ``paymentRequired`` the paid endpoint sends for the stub's plan, built once by the
+    plugin's own envelope builder (so both sides carry the same payload)."""
+    from svc_gateway.config import PluginConfig
+    from svc_gateway.selling.flow.plans import PlanFacts, build_envelope, payment_deadline_secs
+    from svc_gateway.service.models import Plan
+
+    facts = PlanFacts.from_plan(Plan.model_validate(stub_plan(plan_id)), "local")
+    deadline = payment_deadline_secs(PluginConfig.model_validate({}))
+    envelope = build_envelope(facts, None, url, amount=1, max_timeout_secs=deadline)
+    wire: dict[str, Any] = envelope.wire()
+    return wire
+
+
+def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Application:
+    """``POST /agent``: verify, the default agent, settle; the agent's JSON back."""
+    from svc_gateway.config import DEFAULT_API_VERSION
+    from svc_gateway.selling.handlers import default_handler
+
+    base = service.rstrip("/")
+    verify_url, settle_url = f"{base}/x402/verify", f"{base}/x402/settle"
+    secret = (key or fake_key()).split(":", 1)[-1]
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "Service-Version": DEFAULT_API_VERSION,
+        "Authorization": f"Bearer {secret}",
+    }
+    state: dict[str, Any] = {}
+
+    async def start(app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
+        state["session"] = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+        )
+
+    async def stop(app: web.Application) -> None:
+        await state["session"].close()
+
+    async def post(url: str, body: dict[str, Any]) -> Any:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        async with state["session"].post(url, data=data, headers=headers) as response:
+            return json.loads(await response.read())
+
+    async def agent(request: web.Request) -> web.Response:
+        data = await request.json()
+        token = request.headers.get("payment-signature", "")
+        required = state.get("envelope")
+        if required is None:
+            required = state["envelope"] = chain_envelope(plan_id, str(request.url))
+        body = {"paymentRequired": required, "x402AccessToken": token, "maxAmount": "1"}
+        verdict = await post(verify_url, body)
+        answer = await default_handler(data)
+        await post(settle_url, {**body, "agentRequestId": verdict["agentRequestId"]})
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_post(AGENT_PATH, agent)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chain")
+    parser.add_argument("--service", required=True, help="the stub's {base_url}")
+    parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold")
+    args = parser.parse_args(argv)
+    asyncio.run(serve_app(chain_app(args.service, args.plan), AGENT_PATH))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
