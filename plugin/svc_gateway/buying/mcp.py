@@ -37,7 +37,7 @@ from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
-from ..interop.agent_card import TooLarge, read_limited
+from ..interop.agent_card import CARD_SECS, TooLarge, read_limited
 from ..redact import get_logger
 from ..safe_text import TooBig, clean_json, one_line, quoted
 from .addresses import check_agent_address, check_agent_url
@@ -87,21 +87,22 @@ def covers(pattern: str, uri: str) -> bool:
 
 
 async def server_info(url: str, read_secs: float) -> dict[str, Any]:
-    """The managed server's ``GET /`` (name, agentId), read up to 64 KiB; ``{}`` when it has
-    none."""
+    """The managed server's ``GET /`` (name, agentId), read up to 64 KiB within
+    :data:`~..interop.agent_card.CARD_SECS`; ``{}`` when it has none."""
     import httpx
 
     parts = urlsplit(url)
     root = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')[: -len(MCP_PATH)]}/"
     try:
         async with (
+            asyncio.timeout(min(read_secs, CARD_SECS)),  # optional: the call gets the rest
             httpx.AsyncClient(timeout=read_secs, follow_redirects=False) as http,
             http.stream("GET", root, headers={"Accept": "application/json"}) as reply,
         ):
             if reply.status_code != 200:
                 return {}
             data = json.loads(await read_limited(reply, INFO_MAX_BYTES))
-    except (httpx.HTTPError, ValueError, TooLarge):
+    except (httpx.HTTPError, ValueError, TooLarge, TimeoutError):
         return {}
     return _obj(data)
 
