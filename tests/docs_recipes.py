@@ -100,6 +100,9 @@ MIDDLEWARE_APP = Recipe(
 HERMES_SETTINGS = Recipe(
     "docs/hosts.md", "## In Hermes Agent", "yaml", 2, "tests/hermes/test_readme_hermes.py"
 )
+HERMES_OFFLINE = Recipe(
+    "docs/hosts.md", "## Hermes without a model key", "", 3, "tests/hermes/test_hermes_offline.py"
+)
 HOSTED_OFFLINE = Recipe(
     "docs/hosted.md", "## Try it offline", "", 2, "tests/chat/test_docs_hosted.py"
 )
@@ -115,6 +118,7 @@ RECIPES: dict[str, Recipe] = {
     "TWO_GATEWAYS": TWO_GATEWAYS,
     "MIDDLEWARE_APP": MIDDLEWARE_APP,
     "HERMES_SETTINGS": HERMES_SETTINGS,
+    "HERMES_OFFLINE": HERMES_OFFLINE,
     "README_TOUR": README_TOUR,
     "HOSTED_OFFLINE": HOSTED_OFFLINE,
     "README_SET_UP": README_SET_UP,

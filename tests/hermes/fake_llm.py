@@ -1,13 +1,15 @@
 """A scripted OpenAI-compatible chat server on 127.0.0.1 for driving a real Hermes agent turn.
 
 Script: while the conversation has no ``tool`` message, answer with one call to ``tool_name``;
-afterwards answer with ``final_text``. Both the streaming (SSE) and the plain JSON forms are
-served. Every request body is recorded for assertions. ``POST /api/show`` (Hermes's model-info
-probe) gets a 404, which Hermes tolerates.
+afterwards answer with ``final_text``. ``python -m tests.hermes.fake_llm`` serves it on a port
+of its own, so Hermes can be tried without a model key (docs/hosts.md). Both the streaming (SSE)
+and the plain JSON forms are served. Every request body is recorded for assertions. ``POST
+/api/show`` (Hermes's model-info probe) gets a 404, which Hermes tolerates.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -16,13 +18,22 @@ from typing import Any
 
 
 class FakeLLM:
-    def __init__(self, tool_name: str, tool_args: dict[str, Any], final_text: str) -> None:
+    def __init__(
+        self,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        final_text: str,
+        port: int = 0,
+        echo_tool: bool = False,
+    ) -> None:
+        #: the final answer also quotes the start of the tool's output (for a person watching)
+        self.echo_tool = echo_tool
         self.tool_name = tool_name
         self.tool_args = tool_args
         self.final_text = final_text
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -44,8 +55,12 @@ class FakeLLM:
     def _answer(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The assistant message for this request and its finish reason."""
         messages = body.get("messages") or []
-        if any(m.get("role") == "tool" for m in messages if isinstance(m, dict)):
-            return {"role": "assistant", "content": self.final_text}, "stop"
+        tools = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
+        if tools:
+            text = self.final_text
+            if self.echo_tool:
+                text += "\n" + str(tools[-1].get("content") or "")[:300]
+            return {"role": "assistant", "content": text}, "stop"
         call = {
             "id": f"call_{len(self.requests)}",
             "type": "function",
@@ -140,3 +155,27 @@ class FakeLLM:
                 self.wfile.write(stream)
 
         return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.hermes.fake_llm --port 8766``: serve the scripted model until Ctrl-C
+    (docs/hosts.md, "Hermes without a model key")."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--tool", default="skill_view", help="the one tool the model calls")
+    parser.add_argument("--args", default='{"name": "svc:payments"}', help="its JSON arguments")
+    parser.add_argument("--say", default="(fake model) The tool answered:")
+    options = parser.parse_args(argv)
+    fake = FakeLLM(
+        options.tool, json.loads(options.args), options.say, port=options.port, echo_tool=True
+    )
+    with fake:
+        print(f"fake model at {fake.base_url} (model fake-model); Ctrl-C stops it", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

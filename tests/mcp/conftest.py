@@ -110,6 +110,7 @@ async def make_mcp_market(
         transport: Any = None,
         plan_in_config: bool = True,
         config: dict[str, Any] | None = None,
+        endpoints: list[str] | None = None,
     ) -> McpMarket:
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
@@ -120,11 +121,13 @@ async def make_mcp_market(
             crypto_price([1_000_000], [builder["address"]], USDC),
             dynamic_credits(GRANTED, min_credits, max_credits),
         )
-        endpoints = [
-            {"POST": f"mcp://{SERVER_NAME}/{kind}/*"} for kind in ("tools", "resources", "prompts")
+        uris = endpoints or [
+            f"mcp://{SERVER_NAME}/{kind}/*" for kind in ("tools", "resources", "prompts")
         ]
         agent_id = await builder_client.register_agent(
-            AgentMetadata(name="Weather MCP"), AgentApi(endpoints=endpoints), [plan_id]
+            AgentMetadata(name="Weather MCP"),
+            AgentApi(endpoints=[{"POST": uri} for uri in uris]),
+            [plan_id],
         )
         await subscriber_client.order_plan(plan_id)
         gateway = ReferenceGateway(

@@ -139,3 +139,28 @@ async def test_a_json_rpc_error_after_the_tool_ran_is_reported_with_the_charge(
         f"the service shows nothing was charged (balance {GRANTED} credits)" in (failed["message"])
     )
     assert await market.burned() == 0
+
+
+async def test_an_agent_registered_with_one_tool_lists_and_answers_a_bare_prompt(
+    make_mcp_market: McpMarketFactory, make_buyer: BuyerFactory
+) -> None:
+    """An agent registered the README's first way (``mcp://<server>/tools/ask`` only): listing
+    is allowed and costs nothing, a prompt without ``tool`` goes to ``ask``, and a tool it did
+    not register is refused with a hint naming ``tool: "ask"``."""
+    market = await make_mcp_market(endpoints=[f"mcp://{SERVER_NAME}/tools/ask"])
+    buyer = await make_buyer(market)
+    schema = {"type": "object", "properties": {"prompt": {"type": "string"}}}
+    market.server.tool(
+        "ask", lambda a: f"echo: {a['prompt']}", input_schema=schema, options=Options(credits=2)
+    )
+    market.server.tool("secret", lambda _a: "recipe", options=Options(credits=2))
+    listed = (await query(buyer, agentUrl=market.url, listTools=True))["ok"]
+    assert [tool["tool"] for tool in listed["tools"]] == ["ask", "secret"]
+    assert await market.burned() == 0
+    answered = (await query(buyer, agentUrl=market.url, prompt="hello"))["ok"]
+    assert answered["tool"] == "ask" and answered["answer"] == "echo: hello"
+    assert answered["receipt"]["creditsRedeemed"] == "2"
+    other = await query(buyer, agentUrl=market.url, tool="secret", arguments={})
+    assert other["code"] == "agent_url_not_registered"
+    assert 'tool: "ask"' in other["hint"] and "listTools" not in other["hint"]
+    assert await market.burned() == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ import pytest
 from aiohttp import ClientSession, web
 
 from svc_gateway.buying import addresses as query_address
+from svc_gateway.hosts.reference import repl
+from svc_gateway.interop import agent_card
 from svc_gateway.sandbox import SandboxServer
 
 from .support import Market, MarketFactory
@@ -225,3 +228,41 @@ async def test_a_service_that_hangs_is_named_not_the_agent(
     assert error["code"] == "service_timeout"
     assert error["message"] == "The service did not answer within 1 s; nothing was paid"
     assert await market.balance() == 10
+
+
+async def test_a_card_that_never_comes_leaves_the_deadline_to_the_paid_request(
+    make_market: MarketFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card is optional: its own bound (``CARD_SECS``, shortened here) ends the wait for
+    it, and the paid request is sent within ``requestTimeoutSecs``."""
+    monkeypatch.setattr(agent_card, "CARD_SECS", 0.3, raising=False)
+    modes = {CARD: "silent", ORIGIN_CARD: "silent", "POST /agent": "ok"}
+    async with raw_agent(modes) as agent:
+        market = await make_market(
+            register_agent=False, subscriber_config=lambda m: {"requestTimeoutSecs": 3.0}
+        )
+        await market.register_agent(agent_url=agent.url)
+        await market.order()
+        params = {"agentUrl": agent.url, "prompt": "hello", "agentId": market.agent_id}
+        call = market.subscriber_gw.call_tool("svc_queryAgent", params)
+        result = await asyncio.wait_for(call, 3.0 + 1)
+        assert "POST /agent" in agent.seen
+    assert not result.isError, result.structuredContent
+    assert result.structuredContent["answer"] == {"answer": "raw"}
+
+
+async def test_the_reference_chat_says_it_waits_for_a_slow_agent(
+    make_market: MarketFactory,
+) -> None:
+    async with raw_agent({"POST /agent": "silent"}) as agent:
+        market = await registered_market(make_market, agent.url)
+        line = f'svc_queryAgent {{"agentUrl": "{agent.url}", "prompt": "hello", '
+        line += f'"agentId": "{market.agent_id}"}}\n'
+        printed: list[str] = []
+        chat = repl(
+            market.subscriber_gw, io.StringIO(line), printed.append, prompt=False, slow_secs=0.2
+        )
+        assert await asyncio.wait_for(chat, DEADLINE + 5) == 0
+    assert printed[0] == "waiting for the agent, up to 1 s…"
+    assert printed[1].startswith("error [agent_timeout]: The agent at")
+    assert len(printed) == 2

@@ -134,7 +134,7 @@ def _sdk() -> Any:
         raise ToolFailure(
             "a2a_unavailable",
             "This agent speaks A2A, and paying it needs a2a-sdk 1.x; nothing was paid",
-            "Install the plugin's a2a extra (pip install 'svc-gateway-plugin[a2a]').",
+            "Install the plugin's a2a extra (from a checkout: pip install -e '.[a2a]').",
         )
     import a2a.client
     import a2a.types

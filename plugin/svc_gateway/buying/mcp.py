@@ -13,14 +13,16 @@ before every check has passed:
 
 then a v3 token bound to the tool's logical URI is minted and used as the session's bearer and,
 decoded, as ``_meta["x402/payment"]``; the receipt in ``_meta["x402/payment-response"]`` is
-checked like an HTTP receipt and the service's own balance is read back. ``listTools`` lists
-the tools and their prices without paying (its token is bound to ``…/tools/*`` and never
-settled). One deadline (``requestTimeoutSecs``) bounds the whole query; once the token has gone
-out (as the session's bearer), a query that ends without content says what the service shows
-was charged (:mod:`.charges`). Text from the agent reaches the model through
-:mod:`..safe_text`. No HTTP response of the session is read past :data:`MAX_ANSWER_BYTES` (as
-for HTTP agents): a tool's answer over it comes back cut short, with a warning that the request
-was charged; a structured answer is returned whole only within that size.
+checked like an HTTP receipt and the service's own balance is read back. ``listTools`` lists the
+tools and their prices without paying (allowed when any tool of the server is registered; its
+token is bound to ``…/tools/*`` or that tool, and never settled); a prompt without ``tool`` goes
+to the server's only registered tool. One deadline (``requestTimeoutSecs``) bounds the whole
+query; once the token has gone out (as the session's bearer), a query that ends without content
+says what the service shows was charged (:mod:`.charges`). Text from the agent reaches the model
+through :mod:`..safe_text`. No HTTP response of the session is read past
+:data:`MAX_ANSWER_BYTES` (as for HTTP agents): a tool's answer over it comes back cut short,
+with a warning that the request was charged; a structured answer is returned whole only within
+that size.
 """
 
 from __future__ import annotations
@@ -36,14 +38,14 @@ from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
-from ..interop.agent_card import TooLarge, read_limited
+from ..interop.agent_card import CARD_SECS, TooLarge, read_limited
 from ..redact import get_logger
 from ..safe_text import TooBig, clean_json, one_line, quoted
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, check_receipt
 from .approval import finish_ticket, query_ticket, redeemed
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
-from .purchase import agent_document, agent_plan_ids, registered_endpoints
+from .purchase import agent_document, agent_plan_ids, registered_endpoints, registered_tools
 from .request import AgentQuery
 from .tokens import token_version
 
@@ -87,21 +89,22 @@ def covers(pattern: str, uri: str) -> bool:
 
 
 async def server_info(url: str, read_secs: float) -> dict[str, Any]:
-    """The managed server's ``GET /`` (name, agentId), read up to 64 KiB; ``{}`` when it has
-    none."""
+    """The managed server's ``GET /`` (name, agentId), read up to 64 KiB within
+    :data:`~..interop.agent_card.CARD_SECS`; ``{}`` when it has none."""
     import httpx
 
     parts = urlsplit(url)
     root = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')[: -len(MCP_PATH)]}/"
     try:
         async with (
+            asyncio.timeout(min(read_secs, CARD_SECS)),  # optional: the call gets the rest
             httpx.AsyncClient(timeout=read_secs, follow_redirects=False) as http,
             http.stream("GET", root, headers={"Accept": "application/json"}) as reply,
         ):
             if reply.status_code != 200:
                 return {}
             data = json.loads(await read_limited(reply, INFO_MAX_BYTES))
-    except (httpx.HTTPError, ValueError, TooLarge):
+    except (httpx.HTTPError, ValueError, TooLarge, TimeoutError):
         return {}
     return _obj(data)
 
@@ -119,6 +122,44 @@ def _choose_server(names: set[str], info: dict[str, Any], agent_id: str) -> str:
         + "; nothing was paid",
         "Check agentUrl and agentId: the agent must register mcp://<serverName>/tools/<tool>.",
     )
+
+
+def _tool_and_uri(
+    p: AgentQuery, server: str, tools: list[str], agent_id: str
+) -> tuple[str | None, str]:
+    """The tool to call (``None``: list them) and the logical URI its token is bound to.
+
+    A listing is never settled: any registered tool of the server allows it (its token is bound
+    to ``…/tools/*`` when that is registered, else to the first registered tool). A prompt or
+    arguments without ``tool`` go to the server's only registered tool."""
+    prefix = f"mcp://{server}/tools/"
+    named = [url[len(prefix) :] for url in tools if not url.endswith("/*")]
+    tool = p.tool_name
+    asked = bool(p.prompt) or p.arguments is not None
+    if tool is None and not p.list_tools and asked and len(named) == 1 and len(tools) == 1:
+        tool = named[0]
+    if p.list_tools or tool is None:
+        if not tools:
+            raise ToolFailure(
+                "agent_url_not_registered",
+                f"Agent {agent_id} registered no tool of MCP server {quoted(server, 100)}; "
+                "nothing was paid",
+                "Ask the agent's owner to register mcp://<serverName>/tools/<tool>.",
+            )
+        wildcard = prefix + "*"
+        return None, wildcard if wildcard in tools else tools[0]
+    uri = prefix + tool
+    if not any(covers(url, uri) for url in tools):
+        choices = ", ".join(f"tool: {json.dumps(one_line(name, 100))}" for name in named[:10])
+        raise ToolFailure(
+            "agent_url_not_registered",
+            f"{quoted(uri, 300)} is not one of agent {agent_id}'s registered endpoints; "
+            "nothing was paid",
+            f"Use a tool the agent registered: {choices}."
+            if choices
+            else "Use a tool the agent registered (listTools shows them).",
+        )
+    return tool, uri
 
 
 def _arguments(p: AgentQuery, tool: dict[str, Any]) -> dict[str, Any]:
@@ -285,15 +326,7 @@ async def _query(
         )
     document = await agent_document(core, agent_id)
     server = _choose_server(mcp_server_names(document), info, agent_id)
-    tool = p.tool_name or "*"
-    uri = f"mcp://{server}/tools/{tool}"
-    if not any(covers(url, uri) for _v, url in registered_endpoints(document)):
-        raise ToolFailure(
-            "agent_url_not_registered",
-            f"{quoted(uri, 300)} is not one of agent {agent_id}'s registered endpoints; "
-            "nothing was paid",
-            "Use a tool the agent registered (listTools shows them).",
-        )
+    tool_name, uri = _tool_and_uri(p, server, registered_tools(document, server), agent_id)
     sold = agent_plan_ids(document)
     plan_id = p.plan_id or (sold[0] if len(sold) == 1 else None)
     if plan_id is None:
@@ -331,20 +364,20 @@ async def _query(
             max_response_bytes=MAX_ANSWER_BYTES,
         ) as session:
             tools = await session.list_tools()
-            if p.list_tools or p.tool_name is None:
+            if tool_name is None:
                 return {**base, "tools": _listing(tools)}, None, token_version(token)
-            found = next((t for t in tools if t.get("name") == p.tool_name), None)
+            found = next((t for t in tools if t.get("name") == tool_name), None)
             if found is None:
                 raise ToolFailure(
                     "unknown_tool",
-                    f"The agent has no tool {quoted(p.tool_name, 100)}; it was not called",
+                    f"The agent has no tool {quoted(tool_name, 100)}; it was not called",
                     "Call svc_queryAgent with listTools: true to see its tools.",
                 )
             arguments = _arguments(p, found)
             meta = {"x402/payment": decode_access_token(token)}
             try:
                 result: dict[str, Any] | _CutShort = await session.call_tool(
-                    p.tool_name, arguments, meta
+                    tool_name, arguments, meta
                 )
             except ResponseTooLarge as exc:
                 result = _CutShort(exc.head)
@@ -371,7 +404,7 @@ async def _query(
             f"Could not talk MCP to {p.agent_url}: {type(exc).__name__}",
             "Check agentUrl (an MCP endpoint ends in /mcp) and that the agent is running.",
         ) from None
-    return {**base, "tool": p.tool_name}, result, token_version(token)
+    return {**base, "tool": tool_name}, result, token_version(token)
 
 
 async def _interpret(

@@ -67,6 +67,14 @@ def registered_endpoints(document: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def registered_tools(document: dict[str, Any], server: str) -> list[str]:
+    """The logical URIs the agent registered for tools of ``server`` (``…/tools/<name>`` or
+    ``…/tools/*``), in registration order."""
+    prefix = f"mcp://{server}/tools/"
+    found = [url for _v, url in registered_endpoints(document) if url.startswith(prefix)]
+    return [url for url in dict.fromkeys(found) if len(url) > len(prefix)]
+
+
 def agent_plan_ids(document: dict[str, Any]) -> list[str]:
     registry = document.get("registry")
     raw: object = registry.get("plans") if isinstance(registry, dict) else None

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..config import load_config
 from ..host import (
     BEFORE_PROMPT_BUILD,
     Caller,
@@ -53,6 +54,8 @@ Speak as a chat user:  @alice <line>    e.g. @alice /svc_spend
   (svc-gateway chat --demo-tools adds image_gen and web_search for meteredTools to meter)"""
 
 CHANNEL = "terminal"
+#: a line still running after this long shows what it waits for (a purchase: the agent)
+SLOW_LINE_SECS = 2.0
 #: ``@name rest``: a line sent by the chat user ``name``
 _AS_USER = re.compile(r"@([A-Za-z0-9_.-]{1,64})\s+(.*)", re.DOTALL)
 HostTool = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -191,6 +194,20 @@ class ReferenceGateway(CollectingGateway):
             return render(await self.call_host_tool(name, params, sender=sender))
         return render(await self.call_tool(name, params, sender=sender))
 
+    def waiting_note(self, line: str) -> str | None:
+        """What to show while ``line`` runs long: a purchase waits for the agent, up to
+        ``requestTimeoutSecs``; ``None`` for any other line."""
+        line = line.strip()
+        if (as_user := _AS_USER.fullmatch(line)) is not None:
+            line = as_user.group(2).strip()
+        if line.partition(" ")[0] != "svc_queryAgent":
+            return None
+        try:
+            secs = load_config(self.plugin_config).request_timeout_secs
+        except Exception:  # the plugin refused this config at start: no purchase will run
+            return None
+        return f"waiting for the agent, up to {secs:g} s…"
+
     def _describe_tools(self) -> str:
         lines = []
         for spec in self.tools.values():
@@ -247,11 +264,13 @@ async def repl(
     *,
     prompt: bool | None = None,
     write_prompt: Callable[[str], None] = _write_prompt,
+    slow_secs: float = SLOW_LINE_SECS,
 ) -> int:
     """Read lines until end of input or /quit; print each answer.
 
     Interactive (a terminal): the prompt ``svc> `` stays on the input line, and Ctrl-C cancels
-    the line being handled, or at the prompt leaves (exit code 130).
+    the line being handled, or at the prompt leaves (exit code 130). A purchase still running
+    after ``slow_secs`` says it is waiting for the agent, and for how long at most.
     """
     interactive = stdin.isatty() if prompt is None else prompt
     loop = asyncio.get_running_loop()
@@ -294,11 +313,15 @@ async def repl(
             if line.strip() in ("/quit", "/exit"):
                 return 0
             running = asyncio.ensure_future(gateway.handle_line(line))
+            note = gateway.waiting_note(line)
             try:
+                if note is not None and not (await asyncio.wait({running}, timeout=slow_secs))[0]:
+                    out(note)
                 answer = await running
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
+                    running.cancel()
                     raise  # the chat itself is being stopped, not just this line
                 answer = "(cancelled)"
             except Exception as exc:  # a host must keep running whatever a line does

@@ -7,6 +7,7 @@ the one named, or that cannot take the plan's payment scheme.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 
 CARD_PATH = "/.well-known/agent.json"
 CARD_MAX_BYTES = 64 * 1024
+#: the longest reading the (optional) card may take, within the query's deadline: an agent that
+#: never serves one leaves the rest of ``requestTimeoutSecs`` to the paid request
+CARD_SECS = 5.0
 _PAYMENT_KEYS = ("agentId", "planId", "schemes", "x402Version")
 #: the longest id (agent, plan, scheme) from an agent or the service shown in a tool's text
 ID_LIMIT = 100
@@ -86,7 +90,16 @@ class FoundCard:
 
 
 async def fetch_card(http: httpx.AsyncClient, agent_url: str) -> FoundCard | None:
-    """The first card that answers 200 with a JSON object; ``None`` when there is none."""
+    """The first card that answers 200 with a JSON object; ``None`` when there is none, or
+    when none came within :data:`CARD_SECS`."""
+    try:
+        async with asyncio.timeout(CARD_SECS):
+            return await _first_card(http, agent_url)
+    except TimeoutError:  # this bound's own: the query's deadline is the caller's to report
+        return None
+
+
+async def _first_card(http: httpx.AsyncClient, agent_url: str) -> FoundCard | None:
     import httpx  # lazily: only svc_queryAgent reads cards, with its own one-off client
 
     for url in card_urls(agent_url):

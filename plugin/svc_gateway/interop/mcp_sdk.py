@@ -40,7 +40,7 @@ def sdk_version() -> tuple[int, int]:
         raw = importlib.metadata.version("mcp")
     except importlib.metadata.PackageNotFoundError:
         raise ConfigError(
-            "MCP needs the official mcp SDK: pip install 'svc-gateway-plugin[mcp]'"
+            "MCP needs the official mcp SDK: from a checkout, pip install -e '.[mcp]'"
         ) from None
     parts = [int(p) if p.isdigit() else 0 for p in raw.split(".")[:2]] + [0]
     major, minor = parts[0], parts[1]

@@ -1,7 +1,7 @@
 """Choosing where a paid flow keeps its state: in this process, or shared through ``stateUrl``.
 
-Nothing here imports ``redis`` at load: the package is an optional extra (``pip install
-'svc-gateway-plugin[redis]'``) loaded only when ``stateUrl`` is set.
+Nothing here imports ``redis`` at load: the package is an optional extra (from a checkout:
+``pip install -e '.[redis]'``) loaded only when ``stateUrl`` is set.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def open_state(
         from .redis_store import RedisState
     except ImportError:
         raise ConfigError(
-            "stateUrl needs the redis package: pip install 'svc-gateway-plugin[redis]'"
+            "stateUrl needs the redis package: from a checkout, pip install -e '.[redis]'"
         ) from None
     return RedisState.connect(url, config, read_balance, spool, owner=owner)
 
