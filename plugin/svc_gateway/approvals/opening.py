@@ -29,7 +29,7 @@ def open_approvals(config: PluginConfig, *, delivers_commands: bool) -> Approval
             from .redis_ledger import RedisLedger
         except ImportError:
             raise ConfigError(
-                "stateUrl needs the redis package: pip install 'svc-gateway-plugin[redis]'"
+                "stateUrl needs the redis package: from a checkout, pip install -e '.[redis]'"
             ) from None
         ledger = RedisLedger(config.state_url)
         log.info("spending mandates are shared at %s", ledger.where)
