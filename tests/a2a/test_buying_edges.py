@@ -36,6 +36,7 @@ class FakeAgent:
         self.result: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.status = 200
+        self.delay = 0.0
         self.sent: list[dict[str, Any]] = []
         self.base = ""
         self._runner: web.AppRunner | None = None
@@ -65,6 +66,7 @@ class FakeAgent:
     async def _rpc(self, request: web.Request) -> web.Response:
         call = await request.json()
         self.sent.append(call)
+        await asyncio.sleep(self.delay)
         answer: dict[str, Any] = {"jsonrpc": "2.0", "id": call.get("id")}
         if self.error is not None:
             answer["error"] = self.error
@@ -239,3 +241,25 @@ async def test_an_http_error_status_is_reported_as_unreachable(fake: FakeAgent, 
     fake.status = 502
     error = await failure(buyer, fake.url)
     assert error.code == "agent_unreachable" and fake.url in error.message
+
+
+async def test_an_answer_larger_than_the_cap_is_refused_and_its_charge_reported(
+    fake: FakeAgent, buyer: Any
+) -> None:
+    from svc_gateway.buying.answers import MAX_ANSWER_BYTES
+
+    fake.result = task("TASK_STATE_COMPLETED", "z" * (MAX_ANSWER_BYTES + 1))
+    error = await failure(buyer, fake.url)
+    assert error.code == "answer_too_large" and len(fake.sent) == 1
+
+
+async def test_an_agent_slower_than_the_deadline_times_out_after_the_token_went_out(
+    fake: FakeAgent, buyer: Any
+) -> None:
+    fake.delay = 8.0
+    fake.result = task("TASK_STATE_COMPLETED", "late")
+    until = asyncio.get_running_loop().time() + 3.0
+    with pytest.raises(ToolFailure) as caught:
+        await query_a2a_agent(buyer, ask(fake.url), until=until)
+    assert caught.value.code == "agent_timeout" and len(fake.sent) == 1
+    assert "nothing was paid" not in caught.value.message  # the token was sent
