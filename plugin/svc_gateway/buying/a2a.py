@@ -60,6 +60,10 @@ class NotA2A(Exception):
     """``agentUrl`` is not an interface of an A2A agent card: the HTTP path buys from it."""
 
 
+class _SdkTimeout(TimeoutError):
+    """The A2A SDK gave up waiting: its timeout is what was left of the query's deadline."""
+
+
 def _origin(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
@@ -164,8 +168,10 @@ async def query_a2a_agent(
             purchase, token, reply = await _buy(core, p, step, scope)
             completed = _sdk().types.TaskState.TASK_STATE_COMPLETED
             answer = _interpret(reply, client.address, purchase, completed)
-    except TimeoutError:
-        if not scope.expired():
+    except TimeoutError as exc:
+        # the SDK's own timeout is set to what is left of the deadline: it may fire a moment
+        # before the scope does, and it is the same deadline
+        if not scope.expired() and not isinstance(exc, _SdkTimeout):
             raise
         failure = timed_out(step, deadline, p.agent_url)
         if step.token_sent:
@@ -333,7 +339,7 @@ async def _send(
         raise
     except Exception as exc:  # the SDK's errors: transport, HTTP status, JSON-RPC error
         if isinstance(exc, client_mod.A2AClientTimeoutError):
-            raise TimeoutError from None
+            raise _SdkTimeout from None
         answered = (
             getattr(exc, "message", None)
             if not isinstance(exc, client_mod.A2AClientError)
