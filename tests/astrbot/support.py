@@ -1,4 +1,4 @@
-"""The AstrBot tests' side of the harness: a scripted fake model, and one AstrBot child process.
+"""The AstrBot tests' side of the harness: a scripted fake model, one AstrBot child, ledger helpers.
 
 The fake model (OpenAI-compatible, on 127.0.0.1) reads the first text part of the last user
 message: ``CALL <tool> <json>`` answers with that tool call; once the conversation holds the tool's
