@@ -7,7 +7,8 @@ one JSON line per request on stdin (answers are the lines starting with :data:`M
 
 * ``{"op": "send", "text", "sender", "platform", "group"}`` → the replies AstrBot sent, and the
   ``image_gen`` runs during that message;
-* ``{"op": "state"}`` → whether the executor is wrapped, failed plugins, the svc tools' owner;
+* ``{"op": "state"}`` → whether the executor is wrapped, failed plugins, the svc tools' owner,
+  the AstrBot commands the svc plugin registered;
 * ``{"op": "reload", "plugin"}`` → reloads one plugin as the dashboard does;
 * ``{"op": "stop"}`` → stops the core (every plugin's ``terminate``) and reports the state again.
 
@@ -158,7 +159,16 @@ def event_class() -> type[Any]:
 def state(core: Any) -> dict[str, Any]:
     from astrbot.core.astr_agent_tool_exec import FunctionToolExecutor
     from astrbot.core.provider.register import llm_tools
+    from astrbot.core.star.filter.command import CommandFilter
+    from astrbot.core.star.star_handler import star_handlers_registry
 
+    commands = sorted(
+        f.command_name
+        for h in star_handlers_registry
+        if h.handler_module_path == "data.plugins.svc.main"
+        for f in h.event_filters
+        if isinstance(f, CommandFilter)
+    )
     execute = FunctionToolExecutor.__dict__["execute"].__func__
     owners = {t.name: t.handler_module_path for t in llm_tools.func_list}
     failed = core.plugin_manager.failed_plugin_dict if core is not None else {}
@@ -166,6 +176,7 @@ def state(core: Any) -> dict[str, Any]:
         "wrapped": bool(getattr(execute, "__svc_metering__", False)),
         "failed": {name: str(info) for name, info in failed.items()},
         "owners": owners,
+        "commands": commands,
     }
 
 

@@ -1,4 +1,4 @@
-"""The AstrBot tests' side of the harness: a scripted fake model, and one AstrBot child process.
+"""The AstrBot tests' side of the harness: a scripted fake model, one AstrBot child, ledger helpers.
 
 The fake model (OpenAI-compatible, on 127.0.0.1) reads the first text part of the last user
 message: ``CALL <tool> <json>`` answers with that tool call; once the conversation holds the tool's
@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.hermes.fake_llm import FakeLLM
+from tests.hermes.hermes_support import SERVICE_VERSION, Sandbox
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "astrbot_child.py"
@@ -161,3 +164,35 @@ class AstrBotChild:
                 stream.close()
         self.log.close()
         return answer
+
+
+def balance_of(sandbox: Sandbox, plan_id: str, holder: str) -> int:
+    with httpx.Client(base_url=sandbox.base_url, timeout=15.0) as client:
+        answer = client.get(
+            f"/protocol/plans/{plan_id}/balance/{holder}",
+            headers={"Service-Version": SERVICE_VERSION},
+        )
+        assert answer.status_code == 200
+        return int(answer.json()["balance"])
+
+
+def new_account(sandbox: Sandbox) -> dict[str, str]:
+    with httpx.Client(base_url=sandbox.base_url, timeout=15.0) as client:
+        answer = client.post("/sandbox/accounts", json={"label": "astrbot test"})
+        assert answer.status_code == 201
+        return dict(answer.json())
+
+
+def tool_message(model: ScriptedModel) -> str:
+    """The last tool result AstrBot sent the model."""
+    for message in reversed(model.requests[-1]["messages"]):
+        if message.get("role") == "tool":
+            content = message["content"]
+            return content if isinstance(content, str) else json.dumps(content)
+    raise AssertionError("no tool message in the last request")
+
+
+def login(astrbot: AstrBotChild, sender: str, key: str) -> str:
+    replies = astrbot.send(f"/svc_login {key}", sender)["replies"]
+    assert len(replies) == 1, replies
+    return str(replies[0])

@@ -1,6 +1,8 @@
 """The svc plugin inside a real AstrBot 4.29 (offline, a fake model on loopback), as a hosted
 gateway: per-user wallets from AstrBot's sender, the tools, the commands, the balance context and
-an AstrBot tool of the host's own metered by the wrapped tool executor."""
+an AstrBot tool of the host's own metered by the wrapped tool executor. These tests are about
+paying, so the gateway runs with ``approval: "model"``; the person's approvals are
+``test_astrbot_approvals.py``."""
 
 from __future__ import annotations
 
@@ -9,44 +11,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from svc_gateway.hosts.astrbot.names import CONTEXT_HEADER
 from svc_gateway.tools import TOOL_NAMES
-from tests.hermes.hermes_support import SERVICE_VERSION, Sandbox
+from tests.hermes.hermes_support import Sandbox
 
-from .support import PLAIN, AstrBotChild, ScriptedModel
+from .support import (
+    PLAIN,
+    AstrBotChild,
+    ScriptedModel,
+    balance_of,
+    login,
+    new_account,
+    tool_message,
+)
 
 pytestmark = pytest.mark.astrbot
 
 ALICE, BOB, CAROL = "1001", "1002", "1003"
-
-
-def balance_of(sandbox: Sandbox, plan_id: str, holder: str) -> int:
-    with httpx.Client(base_url=sandbox.base_url, timeout=15.0) as client:
-        answer = client.get(
-            f"/protocol/plans/{plan_id}/balance/{holder}",
-            headers={"Service-Version": SERVICE_VERSION},
-        )
-        assert answer.status_code == 200
-        return int(answer.json()["balance"])
-
-
-def new_account(sandbox: Sandbox) -> dict[str, str]:
-    with httpx.Client(base_url=sandbox.base_url, timeout=15.0) as client:
-        answer = client.post("/sandbox/accounts", json={"label": "astrbot test"})
-        assert answer.status_code == 201
-        return dict(answer.json())
-
-
-def tool_message(model: ScriptedModel) -> str:
-    """The last tool result AstrBot sent the model."""
-    for message in reversed(model.requests[-1]["messages"]):
-        if message.get("role") == "tool":
-            content = message["content"]
-            return content if isinstance(content, str) else json.dumps(content)
-    raise AssertionError("no tool message in the last request")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +44,7 @@ def astrbot(
         "perUserAccounts": True,
         "meteredTools": {"image_gen": 1},
         "defaultSpendingLimitCents": 1,  # no automatic top-up: a user without credits is short
+        "approval": "model",  # paying, not approving (human: test_astrbot_approvals.py)
     }
     child = AstrBotChild(module_home, {"settings": settings, "model_url": model.base_url})
     assert child.ready["wrapped"], child.logs()[-4000:]
@@ -68,12 +52,6 @@ def astrbot(
     yield child
     stopped = child.close()
     assert stopped is not None and stopped["wrapped"] is False  # terminate() undid the wrap
-
-
-def login(astrbot: AstrBotChild, sender: str, key: str) -> str:
-    replies = astrbot.send(f"/svc_login {key}", sender)["replies"]
-    assert len(replies) == 1, replies
-    return str(replies[0])
 
 
 def test_the_model_is_offered_the_nine_tools_with_their_schemas(

@@ -8,8 +8,9 @@ under the same name, whatever the core registered through the host contract:
   go inactive with it); the handler answers a JSON string (AstrBot shows the model ``str()`` of
   anything else, and ``None`` ends the turn silently) and accepts any keys (the core refuses the
   ones its schema does not name).
-* **commands** → one AstrBot command per :class:`~svc_gateway.host.CommandSpec`, the raw argument
-  text passed on; it always replies (a silent command would be answered by the model).
+* **commands** → one AstrBot command per :class:`~svc_gateway.host.CommandSpec` (the approval
+  commands too), the raw argument text passed on; it always replies (a silent command would be
+  answered by the model).
 * **before_prompt_build** → ``on_llm_request``: the text is appended to the system prompt of the
   turn as data (it is not stored in the conversation).
 * **the caller** → the event's sender on its platform instance:
@@ -99,6 +100,10 @@ def command_args(text: str, name: str) -> str:
 
 class AstrBotGatewayAPI(CollectingGateway):
     """:class:`svc_gateway.host.GatewayAPI` for AstrBot: collects what the core registers."""
+
+    #: every command arrives with its sender, so ``approval`` stays ``"human"`` by default: the
+    #: code the plugin hands out is approved by that sender's own ``/svc_approve``
+    delivers_commands = True
 
     def __init__(self, plugin_config: dict[str, Any], location: Path) -> None:
         super().__init__(plugin_config, get_logger("svc_gateway.hosts.astrbot"))
