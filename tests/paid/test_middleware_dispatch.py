@@ -4,6 +4,7 @@ real loopback HTTP against the local sandbox (conservation checked on its ledger
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,6 +12,8 @@ from aiohttp import web
 
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.selling import PAYMENTS, RouteConfig, build_payment_app
+from svc_gateway.selling.flow.plans import PlanFacts
+from svc_gateway.selling.ways_in.routes import out_of_range, parse_route
 
 from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 
@@ -108,3 +111,54 @@ async def test_head_on_a_paid_get_is_gated_like_the_get(make_seller: SellerFacto
     assert receipt is not None and receipt["creditsRedeemed"] == "3"
     assert ran == ["r-1"] and app[PAYMENTS].stats.settled == 1
     await conserved(seller, 3)
+
+
+async def test_a_variable_inside_a_segment_and_a_static_file_are_gated_as_dispatched(
+    make_seller: SellerFactory, tmp_path: Path
+) -> None:
+    """``/exports/report.{ext}`` (a variable inside one segment) and a file under a static
+    route are gated on the path the router resolved: unpaid, neither handler nor file is
+    served. Paid, the export is served and charged; the file (aiohttp streams it) is refused
+    uncharged, as every streaming answer of a paid route is."""
+    ran.clear()
+    seller: Seller = await make_seller()
+    (tmp_path / "secret.txt").write_text("the paid file")
+    config = RouteConfig(plan_id=seller.dynamic_plan, agent_id=seller.dynamic_agent, credits=3)
+    app = build_payment_app(
+        {"GET /exports/report.csv": config, "GET /static/secret.txt": config}, seller.settings()
+    )
+
+    async def export(request: web.Request) -> web.Response:
+        ran.append(request.match_info["ext"])
+        return web.json_response({"ext": request.match_info["ext"]})
+
+    app.router.add_get("/exports/report.{ext}", export)
+    app.router.add_static("/static", tmp_path)
+    await seller.serve(app)
+    async with httpx.AsyncClient(base_url=seller.origin) as http:
+        assert (await http.get("/exports/report.csv")).status_code == 402
+        unpaid_file = await http.get("/static/secret.txt")
+        assert unpaid_file.status_code == 402 and "the paid file" not in unpaid_file.text
+        assert ran == []
+        free = await http.get("/exports/report.json")  # another value: not a sold route
+        assert free.status_code == 200 and ran == ["json"]
+        token = await seller.token(seller.dynamic_plan, seller.dynamic_agent)
+        paid = await http.get("/exports/report.csv", headers={"payment-signature": token})
+        token = await seller.token(seller.dynamic_plan, seller.dynamic_agent)
+        paid_file = await http.get("/static/secret.txt", headers={"payment-signature": token})
+    assert paid.status_code == 200 and paid.json() == {"ext": "csv"}
+    assert paid_file.status_code == 500 and "the paid file" not in paid_file.text
+    await conserved(seller, 3)
+
+
+def test_a_route_priced_against_an_unreadable_plan_is_not_warned_about() -> None:
+    """Without the plan's range (its read failed) there is nothing to compare the price with:
+    no warning, rather than a wrong one."""
+    route = parse_route("GET /x", RouteConfig(plan_id="p", credits=5))
+    unknown = PlanFacts(plan_id="p", scheme="svc:erc4337", network="eip155:84532")
+    assert out_of_range(route, 5, unknown) is None
+    ranged = PlanFacts(
+        plan_id="p", scheme="svc:erc4337", network="eip155:84532", min_amount=1, max_amount=2
+    )
+    warning = out_of_range(route, 5, ranged)
+    assert warning is not None and "1–2" in warning and "charged 2 credits" in warning
