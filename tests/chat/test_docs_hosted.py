@@ -1,5 +1,5 @@
 """docs/hosted.md's "Try it offline" runs as written (issue 26 #2): the hosted config, the
-reference chat with its demo host tools, alice's account, purchase and two metered calls, her
+reference chat with its demo host tools, alice's account, her mandate and two metered calls, her
 ``/svc_spend`` and the operator's ``/svc_earnings``; plus the ``/help`` a newcomer reads and the
 start-up warning for a ``meteredTools`` entry no host tool matches."""
 
