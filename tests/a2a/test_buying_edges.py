@@ -329,3 +329,37 @@ async def test_the_deadline_passing_before_the_token_went_out_says_nothing_was_p
     assert "nothing was paid" in caught.value.message
     assert fake.card_requests == 2 and fake.sent == []
     assert conserved(await ledger(market), burned=0)
+
+
+class RepliesTooLate(httpx.AsyncBaseTransport):
+    """The agent gets the paid message, and the SDK's own timer runs out before its reply
+    (httpx's ReadTimeout, as httpx raises it): the card and service calls go through."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.method != "POST":
+            return response
+        await response.aclose()
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_the_sdks_own_timeout_is_the_deadline_reported_with_the_charge(
+    fake: FakeAgent, buyer: Any, market: A2AMarket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from svc_gateway.buying import a2a
+
+    real = a2a.capped_transport
+    monkeypatch.setattr(a2a, "capped_transport", lambda cap: RepliesTooLate(real(cap)))
+    fake.result = task("TASK_STATE_COMPLETED", "late")
+    with pytest.raises(ToolFailure) as caught:
+        await query_a2a_agent(buyer, ask(fake.url))
+    assert caught.value.code == "agent_timeout" and len(fake.sent) == 1
+    assert "after it was sent the payment token" in caught.value.message
+    assert "nothing was paid" not in caught.value.message
+    assert conserved(await ledger(market), burned=0)  # the fake agent never settled

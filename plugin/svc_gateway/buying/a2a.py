@@ -164,11 +164,9 @@ async def query_a2a_agent(
             purchase, token, reply = await _buy(core, p, step, scope)
             completed = _sdk().types.TaskState.TASK_STATE_COMPLETED
             answer = _interpret(reply, client.address, purchase, completed)
-    except TimeoutError as exc:
-        # the SDK's own timeout is set to what is left of the deadline: it may fire a moment
-        # before the scope does, and it is the same deadline
-        if not scope.expired() and not isinstance(exc, _SdkTimeout):
-            raise
+    except TimeoutError:
+        # the scope's, or the SDK's own (:class:`_SdkTimeout`, set to what is left of the
+        # deadline: it is the same deadline); nothing else inside raises TimeoutError
         failure = timed_out(step, deadline, p.agent_url)
         if step.token_sent:
             failure = await with_charge(core, step, failure, answered=False)
