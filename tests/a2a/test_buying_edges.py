@@ -23,7 +23,7 @@ from svc_gateway.interop import a2a_x402 as x402
 from svc_gateway.service.models import AgentApi, AgentMetadata
 from svc_gateway.tools.query import QueryAgentParams
 
-from .conftest import A2AMarket
+from .conftest import GRANTED, A2AMarket
 
 
 class FakeAgent:
@@ -37,6 +37,10 @@ class FakeAgent:
         self.error: dict[str, Any] | None = None
         self.status = 200
         self.delay = 0.0
+        #: card requests from this one on (0: the probe's, 1: the SDK's) hang until stop()
+        self.card_hangs_from: int | None = None
+        self.card_requests = 0
+        self.released = asyncio.Event()
         self.sent: list[dict[str, Any]] = []
         self.base = ""
         self._runner: web.AppRunner | None = None
@@ -56,10 +60,14 @@ class FakeAgent:
         self.base = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
     async def stop(self) -> None:
+        self.released.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
     async def _card(self, _request: web.Request) -> web.Response:
+        self.card_requests += 1
+        if self.card_hangs_from is not None and self.card_requests > self.card_hangs_from:
+            await self.released.wait()
         body = self.card_raw if self.card_raw is not None else json.dumps(self.card).encode()
         return web.Response(body=body, status=self.card_status, content_type="application/json")
 
@@ -113,6 +121,21 @@ async def buyer(market: A2AMarket, tmp_path: Path) -> AsyncIterator[Any]:
         yield handle.core
     finally:
         await asyncio.to_thread(handle.close)
+
+
+async def ledger(market: A2AMarket) -> dict[str, int]:
+    path = f"/sandbox/ledger/{market.plan_id}/{market.subscriber_address}"
+    async with httpx.AsyncClient() as http:
+        data = (await http.get(market.sandbox.base_url + path)).json()
+    return {k: int(data[k]) for k in ("granted", "burned", "balance", "auditBurned")}
+
+
+def conserved(book: dict[str, int], burned: int) -> bool:
+    """The ledger: granted = balance + burned, its trail agreeing, ``burned`` burned."""
+    return (
+        book["granted"] == GRANTED == book["balance"] + book["burned"]
+        and book["burned"] == book["auditBurned"] == burned
+    )
 
 
 def ask(url: str, prompt: str = "hello there") -> QueryAgentParams:
@@ -263,3 +286,80 @@ async def test_an_agent_slower_than_the_deadline_times_out_after_the_token_went_
         await query_a2a_agent(buyer, ask(fake.url), until=until)
     assert caught.value.code == "agent_timeout" and len(fake.sent) == 1
     assert "nothing was paid" not in caught.value.message  # the token was sent
+
+
+async def test_a_dns_lookup_outlasting_the_deadline_is_reported_with_nothing_paid(
+    fake: FakeAgent, buyer: Any, market: A2AMarket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from svc_gateway.buying import addresses
+
+    async def never_answers(host: str, port: int) -> list[str]:
+        await fake.released.wait()
+        return []
+
+    monkeypatch.setattr(addresses, "resolver", never_answers)
+    until = asyncio.get_running_loop().time() + 0.5
+    with pytest.raises(ToolFailure) as caught:
+        await query_a2a_agent(buyer, ask(fake.url), until=until)
+    assert caught.value.code == "agent_unreachable"
+    assert "could not be resolved" in caught.value.message
+    assert "nothing was paid" in caught.value.message
+    assert fake.card_requests == 0 and fake.sent == []
+    assert conserved(await ledger(market), burned=0)
+
+
+async def test_a_card_that_does_not_arrive_in_time_leaves_the_agent_to_the_http_path(
+    fake: FakeAgent, buyer: Any
+) -> None:
+    fake.card_hangs_from = 0
+    until = asyncio.get_running_loop().time() + 0.5
+    with pytest.raises(NotA2A):
+        await query_a2a_agent(buyer, ask(fake.url), until=until)
+    assert fake.card_requests == 1 and fake.sent == []
+
+
+async def test_the_deadline_passing_before_the_token_went_out_says_nothing_was_paid(
+    fake: FakeAgent, buyer: Any, market: A2AMarket
+) -> None:
+    fake.card_hangs_from = 1  # the probe reads the card; the SDK's own read of it hangs
+    until = asyncio.get_running_loop().time() + 3.0
+    with pytest.raises(ToolFailure) as caught:
+        await query_a2a_agent(buyer, ask(fake.url), until=until)
+    assert caught.value.code == "agent_timeout"
+    assert "nothing was paid" in caught.value.message
+    assert fake.card_requests == 2 and fake.sent == []
+    assert conserved(await ledger(market), burned=0)
+
+
+class RepliesTooLate(httpx.AsyncBaseTransport):
+    """The agent gets the paid message, and the SDK's own timer runs out before its reply
+    (httpx's ReadTimeout, as httpx raises it): the card and service calls go through."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.method != "POST":
+            return response
+        await response.aclose()
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_the_sdks_own_timeout_is_the_deadline_reported_with_the_charge(
+    fake: FakeAgent, buyer: Any, market: A2AMarket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from svc_gateway.buying import a2a
+
+    real = a2a.capped_transport
+    monkeypatch.setattr(a2a, "capped_transport", lambda cap: RepliesTooLate(real(cap)))
+    fake.result = task("TASK_STATE_COMPLETED", "late")
+    with pytest.raises(ToolFailure) as caught:
+        await query_a2a_agent(buyer, ask(fake.url))
+    assert caught.value.code == "agent_timeout" and len(fake.sent) == 1
+    assert "after it was sent the payment token" in caught.value.message
+    assert "nothing was paid" not in caught.value.message
+    assert conserved(await ledger(market), burned=0)  # the fake agent never settled

@@ -109,9 +109,7 @@ async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) ->
     try:
         async with scope:
             await check_agent_address(core, agent_url)
-    except TimeoutError:
-        if not scope.expired():
-            raise
+    except TimeoutError:  # only the scope's: a resolver's own is an OSError, a ToolFailure here
         raise timed_out(Step(), deadline, agent_url) from None  # as the HTTP path says it
     except ToolFailure:
         raise NotA2A from None  # the HTTP path checks again and reports it
@@ -128,18 +126,16 @@ async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) ->
 
 def _sdk() -> Any:
     """The a2a-sdk 1.x client names, or a failure saying how to install them."""
-    import importlib.util
+    import importlib
 
     try:
-        found = importlib.util.find_spec("a2a.helpers") is not None
+        importlib.import_module("a2a.helpers")  # new in 1.x: a2a-sdk 0.3 lacks it
     except ImportError:
-        found = False
-    if not found:
         raise ToolFailure(
             "a2a_unavailable",
             "This agent speaks A2A, and paying it needs a2a-sdk 1.x; nothing was paid",
             "Install the plugin's a2a extra (from a checkout: pip install -e '.[a2a]').",
-        )
+        ) from None
     import a2a.client
     import a2a.types
 
@@ -168,11 +164,9 @@ async def query_a2a_agent(
             purchase, token, reply = await _buy(core, p, step, scope)
             completed = _sdk().types.TaskState.TASK_STATE_COMPLETED
             answer = _interpret(reply, client.address, purchase, completed)
-    except TimeoutError as exc:
-        # the SDK's own timeout is set to what is left of the deadline: it may fire a moment
-        # before the scope does, and it is the same deadline
-        if not scope.expired() and not isinstance(exc, _SdkTimeout):
-            raise
+    except TimeoutError:
+        # the scope's, or the SDK's own (:class:`_SdkTimeout`, set to what is left of the
+        # deadline: it is the same deadline); nothing else inside raises TimeoutError
         failure = timed_out(step, deadline, p.agent_url)
         if step.token_sent:
             failure = await with_charge(core, step, failure, answered=False)
@@ -330,11 +324,10 @@ async def _send(
     context = client_mod.ClientCallContext(
         service_parameters={"A2A-Extensions": x402.X402_EXTENSION}, timeout=left
     )
+    replies = client.send_message(types.SendMessageRequest(message=message), context=context)
     try:
-        async for reply in client.send_message(
-            types.SendMessageRequest(message=message), context=context
-        ):
-            return reply
+        # not streaming: the SDK yields the one reply or raises (an empty result included)
+        return await anext(replies)
     except ToolFailure:
         raise
     except Exception as exc:  # the SDK's errors: transport, HTTP status, JSON-RPC error
@@ -354,10 +347,8 @@ async def _send(
         )
         raise (_Answered(failure) if answered else failure) from None
     finally:
+        await replies.aclose()
         await client.close()
-    raise _Answered(
-        ToolFailure("agent_error", "The A2A agent sent no reply", "Retry, or use another agent.")
-    )
 
 
 def _interpret(reply: Any, payer: str | None, purchase: Purchase, completed: int) -> dict[str, Any]:
