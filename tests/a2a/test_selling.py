@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import aiohttp
@@ -16,6 +17,7 @@ from google.protobuf.json_format import MessageToDict
 
 from svc_gateway.interop import a2a_x402 as x402
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.selling.handlers import call_maybe_async
 from svc_gateway.service.client import ServiceClient
 
 from ..conftest import CountingTransport
@@ -139,6 +141,18 @@ async def test_a_burst_with_credits_for_three_gets_exactly_three_answers(
     make_market: MarketFactory,
 ) -> None:
     market = await make_market(per_request=30)  # 100 credits: three requests
+    flow = market.agent.flow
+    default = flow.handler
+
+    async def held(request: dict[str, Any]) -> Any:
+        # each answer waits until the three requests the balance cannot cover were refused: a
+        # request admitted after every claim had settled would take the book's top-up path
+        deadline = time.monotonic() + 30
+        while flow.stats.refused < 3 and time.monotonic() < deadline:  # noqa: ASYNC110 - polled: the count is not an event on this loop
+            await asyncio.sleep(0.01)
+        return await call_maybe_async(default, request)
+
+    flow.handler = held
     client = await market.client()
     tokens = [await market.token() for _ in range(6)]
     replies = await asyncio.gather(
