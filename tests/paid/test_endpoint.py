@@ -264,6 +264,36 @@ async def test_mounted_on_the_hosts_web_app(
         await runner.cleanup()
 
 
+async def test_a_host_that_serves_a_root_card_keeps_it(
+    make_market: MarketFactory, http: httpx.AsyncClient
+) -> None:
+    app = web.Application()
+
+    async def host_card(request: web.Request) -> web.Response:
+        return web.json_response({"name": "the host's own card"})
+
+    app.router.add_get("/.well-known/agent.json", host_card)
+
+    def configure(gateway: ReferenceGateway) -> None:
+        gateway.http_app = app
+
+    market = await make_market(register_agent=False, configure_builder=configure)
+    assert market.endpoint.mounted
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/svc/agent"
+        await market.register_agent(agent_url=url)
+        root = (await http.get(url.removesuffix("/svc/agent") + "/.well-known/agent.json")).json()
+        assert root == {"name": "the host's own card"}
+        ours = (await http.get(url + "/.well-known/agent.json")).json()
+        assert ours["url"] == url and ours["agentId"] == market.agent_id
+    finally:
+        await runner.cleanup()
+
+
 async def test_public_url_names_the_endpoint_in_envelope_and_card(
     make_market: MarketFactory, http: httpx.AsyncClient
 ) -> None:

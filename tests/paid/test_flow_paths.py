@@ -366,3 +366,24 @@ async def test_a_declared_oversize_body_is_413_before_it_is_sent(
     writer.close()
     assert status.startswith(b"HTTP/1.1 413")
     assert market.stub.calls["verify"] == 0
+
+
+async def test_an_oversize_body_that_came_whole_with_the_headers_is_413(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10), config={"maxBodyBytes": 4096})
+    port = int(market.url.split(":")[2].split("/")[0])
+    body = b'{"prompt": "' + b"x" * 5000 + b'"}'
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(  # chunked, so no length is declared; headers and body in one write
+        b"POST /svc/agent HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n0\r\n\r\n"
+    )
+    response = await asyncio.wait_for(reader.read(), 20)
+    writer.close()
+    assert response.startswith(b"HTTP/1.1 413")
+    assert b"The request body is larger than 4096 bytes." in response
+    assert market.stub.calls["verify"] == 0 and nothing_charged(market)

@@ -23,9 +23,16 @@ from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache
-from svc_gateway.selling.handlers import HandlerError, default_handler, load_handler, to_answer
+from svc_gateway.selling.handlers import (
+    Answer,
+    HandlerError,
+    default_handler,
+    load_handler,
+    to_answer,
+)
 from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 from svc_gateway.selling.ways_in.endpoint import ProtocolLog
+from svc_gateway.selling.ways_in.http import paid_response
 from svc_gateway.service.errors import NotFound
 from svc_gateway.service.models import SCHEME_CARD, SCHEME_CRYPTO, Plan
 
@@ -343,3 +350,17 @@ def test_an_entry_too_old_to_settle_is_dropped_and_the_log_says_why(
 def test_a_request_never_costs_negative_credits_even_if_the_plan_says_so() -> None:
     odd = PlanFacts("p", SCHEME_CRYPTO, "eip155:84532", min_amount=-5, max_amount=10)
     assert odd.clamp(-3) == 0 and odd.clamp(4) == 4 and odd.clamp(11) == 10
+
+
+@pytest.mark.parametrize(
+    ("own", "sent"),
+    [
+        ("private, max-age=30", "private, max-age=30"),  # already private: kept as it is
+        ("Private", "Private"),
+        ("public, max-age=60", "max-age=60, private"),  # public gives way to private
+        ("public", "private"),
+    ],
+)
+def test_a_paid_answers_own_cache_control_stays_private(own: str, sent: str) -> None:
+    answer = Answer.json(200, {"ok": True}, {"Cache-Control": own})
+    assert paid_response(answer).headers["Cache-Control"] == sent

@@ -5,11 +5,13 @@ loopback HTTP against the sandbox. No attribute holds a full token or key."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -172,3 +174,47 @@ def test_without_opentelemetry_installed_tracing_imports_nothing(
     assert tracing.start_trace() is NULL_TRACE
     assert tracing.start_trace() is NULL_TRACE
     assert looked_up == ["opentelemetry"]  # looked up once, then remembered
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_global_provider_is_looked_up_once_a_second_then_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from svc_gateway.selling.flow import tracing
+
+    clock = Clock()
+    monkeypatch.setattr(tracing, "time", clock)
+    monkeypatch.setattr(tracing, "_global", None)
+    monkeypatch.setattr(tracing, "_unset_until", 0.0)
+    real = TracerProvider()
+    current: list[Any] = [otel_trace.ProxyTracerProvider()]
+    asked: list[float] = []
+
+    def get_tracer_provider() -> Any:
+        asked.append(clock.now)
+        return current[0]
+
+    trace = SimpleNamespace(
+        get_tracer_provider=get_tracer_provider,
+        ProxyTracerProvider=otel_trace.ProxyTracerProvider,
+        NoOpTracerProvider=otel_trace.NoOpTracerProvider,
+    )
+    assert tracing._global_provider(trace) is None  # none set: asked, then not again for 1 s
+    current[0] = real
+    clock.now += tracing.GLOBAL_RECHECK_SECS / 2
+    assert tracing._global_provider(trace) is None
+    assert asked == [1000.0]
+    clock.now = 1000.0 + tracing.GLOBAL_RECHECK_SECS
+    assert tracing._global_provider(trace) is real  # looked again once the second is over
+    current[0] = otel_trace.NoOpTracerProvider()
+    clock.now += 60
+    assert tracing._global_provider(trace) is real  # a real one is kept: never asked again
+    assert len(asked) == 2
+    real.shutdown()
