@@ -166,10 +166,11 @@ class PaidRoutes:
         app.router.add_get(own_card, self.card)
         if own_card == CARD_PATH:
             return
-        try:
-            app.router.add_get(CARD_PATH, self.card)
-        except RuntimeError:  # a host that already serves a root card keeps its own
+        served = {getattr(r, "canonical", None) for r in app.router.resources()}
+        if CARD_PATH in served:  # a host that already serves a root card keeps its own
             log.info("the host already serves %s; the agent card is at %s", CARD_PATH, own_card)
+            return
+        app.router.add_get(CARD_PATH, self.card)
 
     async def agent(self, request: web.Request) -> web.Response:
         """``POST <agentEndpointPath>``: never a traceback, whatever happens."""
