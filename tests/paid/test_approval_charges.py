@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from svc_gateway.buying.approval import answer_text
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import (
@@ -125,3 +126,56 @@ async def test_a_balance_that_cannot_be_read_back_keeps_the_whole_reservation_co
     market.transport.always.clear()
     book = await ledger(market)
     assert (book["granted"], book["burned"], book["balance"]) == (20, 1, 19) and conserved(book)
+
+
+async def test_a_query_whose_token_is_never_minted_gives_the_mandate_back_whole(
+    make_market: MarketFactory,
+) -> None:
+    """The service refuses to mint the query's token (x402/permissions answers 500) after the
+    mandate reserved the query's $2: the token never went out, so nothing is counted."""
+    market = await make_market(register_agent=False, faults=True, subscriber_config=through_proxy)
+
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        raise AssertionError("no token was minted: the agent is never asked")
+
+    async with fake_agent(None, answer) as agent:
+        result = await market.builder_gw.call_tool("svc_createPlan", PLAN)
+        assert not result.isError, result.structuredContent
+        market.plan_id = str(result.structuredContent["planId"])
+        client = ServiceClient(market.server.base_url, market.builder_key)
+        try:
+            market.agent_id = await client.register_agent(
+                AgentMetadata(name="Never paid"),
+                AgentApi(endpoints=[{"POST": agent.url}]),
+                [market.plan_id],
+            )
+        finally:
+            await client.aclose()
+        agent.card = good_card(market)
+        gw = market.subscriber_gw
+        approved = await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
+        assert approved.startswith("Approved"), approved
+        assert (await gw.run_command("svc_allow", "5 USD per day")).startswith("Allowed")
+        assert market.transport is not None
+        market.transport.always["x402/permissions"] = refuse_500
+        failed = await gw.call_tool(
+            "svc_queryAgent", {"agentUrl": agent.url, "prompt": "hi", "planId": market.plan_id}
+        )
+        market.transport.always.clear()
+        assert failed.isError and agent.posts == [], failed.text
+    mandate = await gw.run_command("svc_allow", "")
+    assert "5.00 USD left today" in mandate, mandate
+    book = await ledger(market)
+    assert (book["granted"], book["burned"], book["balance"]) == (20, 0, 20) and conserved(book)
+
+
+def test_an_approved_answer_is_shown_to_the_person_as_text_whatever_its_shape() -> None:
+    """A plain text answer, a JSON answer naming its ``answer`` and any other JSON object reach
+    the person as readable text, with what it cost."""
+    receipt = {"creditsRedeemed": "1"}
+    plain = answer_text({"answer": "hello", "receipt": receipt, "agentId": "a"})
+    assert "hello" in plain and "paid 1 credits" in plain
+    named = answer_text({"answer": {"answer": "inside"}, "receipt": receipt})
+    assert named.splitlines()[1] == "inside"
+    other = answer_text({"answer": {"days": [1, 2]}, "receipt": receipt})
+    assert other.splitlines()[1] == '{"days": [1, 2]}'
