@@ -66,6 +66,27 @@ def through_proxy(market: Market) -> dict[str, Any]:
     return {**HUMAN, "baseUrl": market.transport.base_url}
 
 
+async def sell_and_allow(market: Market, agent: Any, name: str) -> Any:
+    """The plan sold at ``agent`` (1 to 2 credits a request), ordered by the person's own
+    ``/svc_approve``, and their "5 USD per day" mandate; the buyer's gateway."""
+    result = await market.builder_gw.call_tool("svc_createPlan", PLAN)
+    assert not result.isError, result.structuredContent
+    market.plan_id = str(result.structuredContent["planId"])
+    client = ServiceClient(market.server.base_url, market.builder_key)
+    try:
+        market.agent_id = await client.register_agent(
+            AgentMetadata(name=name), AgentApi(endpoints=[{"POST": agent.url}]), [market.plan_id]
+        )
+    finally:
+        await client.aclose()
+    agent.card = good_card(market)
+    gw = market.subscriber_gw
+    approved = await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
+    assert approved.startswith("Approved"), approved
+    assert (await gw.run_command("svc_allow", "5 USD per day")).startswith("Allowed")
+    return gw
+
+
 async def charged_then_failed(
     make_market: MarketFactory, after_charge: Callable[[Market], None]
 ) -> tuple[Market, str]:
@@ -79,23 +100,7 @@ async def charged_then_failed(
         raise web.HTTPInternalServerError()
 
     async with fake_agent(None, answer) as agent:
-        result = await market.builder_gw.call_tool("svc_createPlan", PLAN)
-        assert not result.isError, result.structuredContent
-        market.plan_id = str(result.structuredContent["planId"])
-        client = ServiceClient(market.server.base_url, market.builder_key)
-        try:
-            market.agent_id = await client.register_agent(
-                AgentMetadata(name="Charging agent"),
-                AgentApi(endpoints=[{"POST": agent.url}]),
-                [market.plan_id],
-            )
-        finally:
-            await client.aclose()
-        agent.card = good_card(market)
-        gw = market.subscriber_gw
-        approved = await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
-        assert approved.startswith("Approved"), approved
-        assert (await gw.run_command("svc_allow", "5 USD per day")).startswith("Allowed")
+        gw = await sell_and_allow(market, agent, "Charging agent")
         failed = await gw.call_tool(
             "svc_queryAgent", {"agentUrl": agent.url, "prompt": "hi", "planId": market.plan_id}
         )
@@ -139,23 +144,7 @@ async def test_a_query_whose_token_is_never_minted_gives_the_mandate_back_whole(
         raise AssertionError("no token was minted: the agent is never asked")
 
     async with fake_agent(None, answer) as agent:
-        result = await market.builder_gw.call_tool("svc_createPlan", PLAN)
-        assert not result.isError, result.structuredContent
-        market.plan_id = str(result.structuredContent["planId"])
-        client = ServiceClient(market.server.base_url, market.builder_key)
-        try:
-            market.agent_id = await client.register_agent(
-                AgentMetadata(name="Never paid"),
-                AgentApi(endpoints=[{"POST": agent.url}]),
-                [market.plan_id],
-            )
-        finally:
-            await client.aclose()
-        agent.card = good_card(market)
-        gw = market.subscriber_gw
-        approved = await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
-        assert approved.startswith("Approved"), approved
-        assert (await gw.run_command("svc_allow", "5 USD per day")).startswith("Allowed")
+        gw = await sell_and_allow(market, agent, "Never paid")
         assert market.transport is not None
         market.transport.always["x402/permissions"] = refuse_500
         failed = await gw.call_tool(
