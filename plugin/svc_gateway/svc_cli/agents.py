@@ -10,8 +10,8 @@ import click
 
 from ..service.models import AgentApi, AgentMetadata
 from .inputs import bad, json_input, load_model
-from .options import global_options
-from .plans import AGENT_COLUMNS, PLAN_COLUMNS, POSITIVE, read_plan_inputs
+from .options import global_options, listing_options
+from .plans import AGENT_COLUMNS, PLAN_COLUMNS, read_plan_inputs
 from .session import Session, pass_session
 
 VERBS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -145,20 +145,7 @@ def get_agent(session: Session, agent_id: str) -> None:
 
 
 @agents.command("get-agents")
-@click.option(
-    "--page", type=POSITIVE, metavar="N", default=1, show_default=True, help="Page number."
-)
-@click.option(
-    "--offset", type=POSITIVE, metavar="N", default=10, show_default=True, help="Agents per page."
-)
-@click.option("--sort-by", metavar="FIELD", help="Field to sort by, e.g. created.")
-@click.option(
-    "--sort-order",
-    type=click.Choice(["asc", "desc"]),
-    default="desc",
-    show_default=True,
-    help="Sort direction.",
-)
+@listing_options("Agents")
 @global_options
 @pass_session
 def get_agents(
@@ -171,12 +158,7 @@ def get_agents(
 
 @agents.command("get-agent-plans")
 @click.argument("agent_id")
-@click.option(
-    "--page", type=POSITIVE, metavar="N", default=1, show_default=True, help="Page number."
-)
-@click.option(
-    "--offset", type=POSITIVE, metavar="N", default=10, show_default=True, help="Plans per page."
-)
+@listing_options("Plans", sort=False)
 @global_options
 @pass_session
 def get_agent_plans(session: Session, agent_id: str, page: int, offset: int) -> None:

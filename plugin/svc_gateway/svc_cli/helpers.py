@@ -15,7 +15,7 @@ import click
 from ..service import pricing
 from ..service.models import CreditsConfig, PriceConfig
 from .inputs import address_input, bad, json_input, load_model
-from .options import global_options
+from .options import POSITIVE, global_options
 from .profiles import ProfileBook, environment_only
 from .session import Session, pass_session
 
@@ -32,7 +32,6 @@ REDEMPTION_TYPES = {
     "ONLY_SUBSCRIBER": 4,
     **{str(n): n for n in (0, 1, 2, 4)},
 }
-POSITIVE = click.IntRange(min=1)
 F = TypeVar("F", bound=Callable[..., Any])
 AMOUNT_HELP = "Price in minor units (1000000 = 1 USDC or $1.00), or dollars such as $1.50."
 

@@ -14,6 +14,8 @@ from ..api_keys import normalize_version
 from .output import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: a whole number from 1 (pages, amounts, limits)
+POSITIVE = click.IntRange(min=1)
 
 
 @dataclass
@@ -73,3 +75,39 @@ def global_options(function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def listing_options(noun: str, *, sort: bool = True) -> Callable[[F], F]:
+    """``--page`` and ``--offset`` (``noun`` per page) of a listing, and with ``sort`` its
+    ``--sort-by`` and ``--sort-order``, in that order in the help."""
+    options = [
+        click.option(
+            "--page", type=POSITIVE, metavar="N", default=1, show_default=True, help="Page number."
+        ),
+        click.option(
+            "--offset",
+            type=POSITIVE,
+            metavar="N",
+            default=10,
+            show_default=True,
+            help=f"{noun} per page.",
+        ),
+    ]
+    if sort:
+        options += [
+            click.option("--sort-by", metavar="FIELD", help="Field to sort by, e.g. created."),
+            click.option(
+                "--sort-order",
+                type=click.Choice(["asc", "desc"]),
+                default="desc",
+                show_default=True,
+                help="Sort direction.",
+            ),
+        ]
+
+    def apply(function: F) -> F:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return apply

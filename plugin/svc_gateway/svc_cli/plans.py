@@ -13,7 +13,7 @@ import click
 
 from ..service.models import CreditsConfig, PlanMetadata, PriceConfig
 from .inputs import address_input, bad, check_addresses, json_input, load_model
-from .options import global_options
+from .options import POSITIVE, global_options, listing_options
 from .output import Column
 from .session import Session, pass_session
 
@@ -32,7 +32,6 @@ AGENT_COLUMNS: list[Column] = [
     ("NAME", "metadata.main.name"),
     ("ENDPOINTS", "endpoints"),
 ]
-POSITIVE = click.IntRange(min=1)
 
 
 @click.group()
@@ -42,20 +41,7 @@ def plans() -> None:
 
 
 @plans.command("get-plans")
-@click.option(
-    "--page", type=POSITIVE, metavar="N", default=1, show_default=True, help="Page number."
-)
-@click.option(
-    "--offset", type=POSITIVE, metavar="N", default=10, show_default=True, help="Plans per page."
-)
-@click.option("--sort-by", metavar="FIELD", help="Field to sort by, e.g. created.")
-@click.option(
-    "--sort-order",
-    type=click.Choice(["asc", "desc"]),
-    default="desc",
-    show_default=True,
-    help="Sort direction.",
-)
+@listing_options("Plans")
 @global_options
 @pass_session
 def get_plans(
