@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from . import frontend, openapi, routes_orgs, routes_payments, routes_protocol
+from . import frontend, openapi, routes_oauth, routes_orgs, routes_payments, routes_protocol
 from .accounts import authenticate
 from .context import (
     API_PREFIX,
@@ -90,5 +90,6 @@ def create_app(
     app.add_routes(routes_payments.routes)
     app.add_routes(routes_orgs.routes)
     app.add_routes(frontend.routes)
+    routes_oauth.install(app)  # the OAuth 2.1 authorization server paid MCP servers name
     openapi.install(app)  # /api/v1/openapi.json and /docs, built from the live router
     return app

@@ -92,6 +92,8 @@ CREATE TABLE IF NOT EXISTS org_events (
     id TEXT PRIMARY KEY, org_id TEXT NOT NULL, event_type TEXT NOT NULL, actor_user_id TEXT,
     subject TEXT NOT NULL, metadata TEXT, occurred_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS org_events_org ON org_events(org_id, occurred_at);
+CREATE TABLE IF NOT EXISTS oauth_clients (
+    client_id TEXT PRIMARY KEY, doc TEXT NOT NULL, secret_hash TEXT, created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS redemptions (
     agent_request_id TEXT PRIMARY KEY, plan_id TEXT NOT NULL, holder TEXT NOT NULL,
     answer TEXT NOT NULL);

@@ -532,10 +532,69 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         query=("callback_url",),
         status=302,
     ),
+    ("GET", "/.well-known/oauth-authorization-server"): RouteDoc(
+        "OAuth 2.1 authorization server metadata (RFC 8414)", PUBLIC, "oauth"
+    ),
+    ("GET", "/.well-known/openid-configuration"): RouteDoc(
+        "OpenID Connect discovery of the same authorization server", PUBLIC, "oauth"
+    ),
+    ("GET", "/.well-known/jwks.json"): RouteDoc(
+        "Signing keys (none: access tokens are service tokens)", PUBLIC, "oauth"
+    ),
+    ("POST", "/oauth/register"): RouteDoc(
+        "Dynamic client registration (RFC 7591): redirect_uris in, client_id out",
+        PUBLIC,
+        "oauth",
+        status=201,
+    ),
+    ("GET", "/oauth/authorize"): RouteDoc(
+        "Authorization endpoint: the consent page (code flow, PKCE S256 and resource required)",
+        PUBLIC,
+        "oauth",
+        query=(
+            "response_type",
+            "client_id",
+            "redirect_uri",
+            "state",
+            "code_challenge",
+            "code_challenge_method",
+            "resource",
+            "scope",
+        ),
+    ),
+    ("POST", "/oauth/authorize"): RouteDoc(
+        "The consent form: approve with a sandbox API key, or deny; redirects with code or "
+        "error=access_denied",
+        PUBLIC,
+        "oauth",
+        status=302,
+    ),
+    ("POST", "/oauth/token"): RouteDoc(
+        "Token endpoint: authorization_code + code_verifier (form-encoded) for an access token",
+        PUBLIC,
+        "oauth",
+    ),
     ("GET", "/sandbox/checkout/{sessionId}"): RouteDoc(
         "Checkout page of a fiat order: opening it pays the order once", PUBLIC, "pages"
     ),
 }
+ROUTE_DOCS.update(
+    {
+        ("OPTIONS", path): RouteDoc(
+            "CORS preflight (browser-based MCP clients such as MCP Inspector)",
+            PUBLIC,
+            "oauth",
+            status=204,
+        )
+        for path in (
+            "/.well-known/oauth-authorization-server",
+            "/.well-known/openid-configuration",
+            "/.well-known/jwks.json",
+            "/oauth/register",
+            "/oauth/token",
+        )
+    }
+)
 #: for a route without metadata: its handler's docstring (first sentence) when it has one
 GENERIC = RouteDoc("(no description yet)", auth=UNKNOWN, tag="other")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -40,11 +41,25 @@ WELL_KNOWN = (
     "/.well-known/openid-configuration",
 )
 
+#: discovery paths and the document each serves (the RFC 9728 path form included)
+DISCOVERY = {**{p: p for p in WELL_KNOWN}, WELL_KNOWN[0] + MCP_PATH: WELL_KNOWN[0]}
+#: browser-based clients (MCP Inspector) read the discovery documents from a web page
+CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, OPTIONS",
+    "Access-Control-Allow-Headers": "MCP-Protocol-Version",
+}
+
+
+def api_origin(base_url: str) -> str:
+    """The service's API origin: its REST root without the ``/api/vN`` suffix."""
+    return re.sub(r"/api/v\d+$", "", base_url.rstrip("/"))
+
 
 async def send_json(
     send: Send, status: int, body: Any, headers: dict[str, str] | None = None
 ) -> None:
-    raw = json.dumps(body, separators=(",", ":")).encode()
+    raw = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": head})
@@ -148,10 +163,11 @@ class McpAsgiApp:
         method = str(scope.get("method") or "GET").upper()
         if path.rstrip("/") == MCP_PATH:
             await self._mcp(scope, receive, send)
-        elif path in WELL_KNOWN and method == "GET":
-            await send_json(send, 200, self._discovery(path, self.base_url(scope)))
-        elif path == WELL_KNOWN[0] + MCP_PATH and method == "GET":  # RFC 9728 path form
-            await send_json(send, 200, self._discovery(WELL_KNOWN[0], self.base_url(scope)))
+        elif path in DISCOVERY and method == "OPTIONS":  # a browser-based client's preflight
+            await send_json(send, 204, None, {**CORS, "Access-Control-Max-Age": "600"})
+        elif path in DISCOVERY and method == "GET":
+            document = self._discovery(DISCOVERY[path], self.base_url(scope))
+            await send_json(send, 200, document, CORS)
         elif path == "/register" and method == "POST":
             await self._register(receive, send)
         elif path == "/health" and method == "GET":
@@ -197,9 +213,12 @@ class McpAsgiApp:
         await self.manager.handle_request(scope, receive, send)
 
     def _oauth(self, base: str) -> dict[str, str]:
+        """The service's OAuth URLs as the payments SDKs build them: issuer and authorize on
+        the web app, token, JWKS and userinfo on the API origin (the REST root without its
+        ``/api/vN``). In the sandbox both are the sandbox's origin."""
         core = self.server.core
         frontend = resolve_frontend_url(core.config, core.environment, core.base_url).rstrip("/")
-        backend = core.base_url.rstrip("/")
+        backend = api_origin(core.base_url)
         return {
             "issuer": frontend,
             "authorization_endpoint": f"{frontend}/oauth/authorize",
@@ -212,14 +231,23 @@ class McpAsgiApp:
     def _discovery(self, path: str, base: str) -> dict[str, Any]:
         oauth = self._oauth(base)
         if path == WELL_KNOWN[0]:
-            return {
+            # the authorization server is the API origin, which serves the RFC 8414 document
+            # with itself as issuer (payments TS SDK ``resolveAuthorizationServer``); agent_id
+            # and plan_id (RFC 9728 §2 allows more fields) tell it what a token is for
+            document: dict[str, Any] = {
                 "resource": base + MCP_PATH,
-                "authorization_servers": [oauth["issuer"]],
+                "authorization_servers": [api_origin(self.server.core.base_url)],
                 "scopes_supported": SCOPES,
                 "bearer_methods_supported": ["header"],
                 "resource_name": self.server.server_name,
             }
-        document: dict[str, Any] = {
+            agent_id, plan_id = self.server.agent_id(), self.server.plan_id()
+            if agent_id:
+                document["agent_id"] = agent_id
+            if plan_id:
+                document["plan_id"] = plan_id
+            return document
+        document = {
             **oauth,
             "response_types_supported": ["code"],
             "grant_types_supported": ["authorization_code", "refresh_token"],
