@@ -111,6 +111,13 @@ README_TOUR = Recipe(
 )
 README_SET_UP = Recipe("README.md", "## Set up", "sh", 3, "tests/test_venv_recipes.py")
 DOCS_SET_UP = Recipe("docs/getting-started.md", "## Set up", "sh", 3, "tests/test_venv_recipes.py")
+PAY_WITH_OAUTH = Recipe(
+    "docs/selling.md",
+    "### Pay with OAuth (any MCP client)",
+    "",
+    2,
+    "tests/mcp_oauth/test_docs_oauth.py",
+)
 
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
@@ -123,4 +130,5 @@ RECIPES: dict[str, Recipe] = {
     "HOSTED_OFFLINE": HOSTED_OFFLINE,
     "README_SET_UP": README_SET_UP,
     "DOCS_SET_UP": DOCS_SET_UP,
+    "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
 }

@@ -237,6 +237,12 @@ async def test_a_code_works_once(flow: Flow) -> None:
     assert first.json()["token_type"] == "Bearer" and first.json()["expires_in"] > 0
     again = await flow.token(client_id, landed["code"])
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+    # a replayed code withdraws the approval: the token it gave no longer pays
+    add_tool(flow.market)
+    async with flow.market.session(first.json()["access_token"]) as session:
+        result = await session.call_tool("forecast", {"city": "Oslo"}, {})
+    assert result["isError"] is True and "x402Version" in result["structuredContent"]
+    assert await flow.market.burned() == 0
 
 
 async def test_a_code_is_only_for_the_client_it_was_issued_to(flow: Flow) -> None:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from .accounts import card_id
 from .db import Store
 from .delegations import create_delegation
+from .errors import ApiError
 from .permissions import TOKEN_TTL_SECS, issue_token, read_token
 from .plans import Plan
 from .topup import CENT_CURRENCIES, price_cents
@@ -300,6 +301,12 @@ def _authenticate(client: Client, form: dict[str, str], basic: tuple[str, str] |
         raise OAuthError("invalid_client", "client authentication failed", 401)
 
 
+def revoke(store: Store, delegation_id: str) -> None:
+    """Withdraw an approval: its delegation goes, so every token it backs fails verify."""
+    with store.tx():
+        store.run("DELETE FROM delegations WHERE id = ?", (delegation_id,))
+
+
 def pkce_matches(verifier: str, challenge: str) -> bool:
     digest = hashlib.sha256(verifier.encode("ascii")).digest()
     expected = base64.urlsafe_b64encode(digest).decode().rstrip("=")
@@ -330,7 +337,8 @@ def exchange(
     now = store.now()
     if code is None or code.expires_at <= now:
         raise OAuthError("invalid_grant", "the code is unknown or expired")
-    if code.used:
+    if code.used:  # replayed: the token it gave stops paying too (RFC 6749 §4.1.2)
+        revoke(store, code.delegation_id)
         raise OAuthError("invalid_grant", "the code was already used")
     if code.client_id != client.client_id:
         raise OAuthError("invalid_grant", "the code was issued to another client")
@@ -342,18 +350,21 @@ def exchange(
     if resource is not None and resource != code.resource:
         raise OAuthError("invalid_target", "resource differs from the authorization request")
     code.used = True  # spent by any well-formed attempt that reached this far
-    token = issue_token(
-        store,
-        code.payer,
-        {
-            "accepted": {
-                "scheme": code.scheme,
-                "planId": code.plan_id,
-                "extra": {"agentId": code.agent_id},
+    try:
+        token = issue_token(
+            store,
+            code.payer,
+            {
+                "accepted": {
+                    "scheme": code.scheme,
+                    "planId": code.plan_id,
+                    "extra": {"agentId": code.agent_id},
+                },
+                "delegationConfig": {"delegationId": code.delegation_id},
             },
-            "delegationConfig": {"delegationId": code.delegation_id},
-        },
-    )
+        )
+    except ApiError as error:  # the plan or agent changed since the approval
+        raise OAuthError("invalid_grant", error.message) from None
     expires_in = max(1, int(read_token(store, token).expires_at - now))
     return {
         "access_token": token,

@@ -192,8 +192,9 @@ class McpAsgiApp:
                 401,
                 {
                     "error": "invalid_token",
-                    "error_description": "Send Authorization: Bearer <access token> (get one "
-                    "for this agent's plan with svc_getAccessToken)",
+                    "error_description": "Send Authorization: Bearer <access token>: get one "
+                    "for this agent's plan with svc_getAccessToken, or through OAuth (an MCP "
+                    "client that supports it starts from resource_metadata in WWW-Authenticate)",
                 },
                 {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'},
             )
