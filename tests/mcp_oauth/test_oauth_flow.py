@@ -339,3 +339,56 @@ async def test_browser_clients_may_read_discovery_and_call_the_token_endpoint(
         assert preflight.headers["access-control-allow-origin"] == "*"
     document = await flow.http.get(base + "/.well-known/oauth-protected-resource")
     assert document.headers["access-control-allow-origin"] == "*"
+
+
+async def test_a_confidential_client_must_prove_its_secret(flow: Flow) -> None:
+    registered = await flow.http.post(
+        flow.origin + "/oauth/register",
+        json={"redirect_uris": [CALLBACK], "token_endpoint_auth_method": "client_secret_basic"},
+    )
+    assert registered.status_code == 201
+    client_id, secret = registered.json()["client_id"], registered.json()["client_secret"]
+    landed = await flow.authorize(client_id, await subscriber_key(flow))
+    form = {
+        "grant_type": "authorization_code",
+        "code": landed["code"],
+        "redirect_uri": CALLBACK,
+        "code_verifier": flow.verifier,
+    }
+    wrong = await flow.http.post(
+        flow.origin + "/oauth/token", data=form, auth=(client_id, "not-the-secret")
+    )
+    assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
+    right = await flow.http.post(flow.origin + "/oauth/token", data=form, auth=(client_id, secret))
+    assert right.status_code == 200, right.text
+    flow.market.secrets.append(right.json()["access_token"])
+
+
+async def test_malformed_requests_get_rfc_6749_errors(flow: Flow) -> None:
+    client_id = await flow.register()
+    no_resource = flow.query(client_id)
+    del no_resource["resource"]
+    answer = await flow.http.get(flow.origin + "/oauth/authorize", params=no_resource)
+    landed = parse_qs(urlsplit(answer.headers["location"]).query)
+    assert landed["error"] == ["invalid_target"] and landed["state"] == ["s-1"]
+    implicit = flow.query(client_id, response_type="token")
+    answer = await flow.http.get(flow.origin + "/oauth/authorize", params=implicit)
+    assert parse_qs(urlsplit(answer.headers["location"]).query)["error"] == [
+        "unsupported_response_type"
+    ]
+    grant = await flow.http.post(
+        flow.origin + "/oauth/token", data={"grant_type": "password", "client_id": client_id}
+    )
+    assert grant.status_code == 400 and grant.json()["error"] == "unsupported_grant_type"
+    as_json = await flow.http.post(flow.origin + "/oauth/token", json={"grant_type": "x"})
+    assert as_json.status_code == 400 and as_json.json()["error"] == "invalid_request"
+    unknown = await flow.token("svc-oauth-client-nobody", "some-code")
+    assert unknown.status_code == 401 and unknown.json()["error"] == "invalid_client"
+    bad_key = await flow.http.get(flow.origin + "/oauth/authorize", params=flow.query(client_id))
+    found = re.search(r"name='request' value='([^']+)'", bad_key.text)
+    assert found is not None
+    refused = await flow.http.post(
+        flow.origin + "/oauth/authorize",
+        data={"request": found.group(1), "api_key": "local:forged", "decision": "approve"},
+    )
+    assert refused.status_code == 401 and "not a valid sandbox API key" in refused.text
