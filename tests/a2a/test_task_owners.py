@@ -6,15 +6,19 @@ from __future__ import annotations
 import base64
 import json
 
+import aiohttp
 import pytest
-from a2a.types import TaskState
-from a2a.utils.errors import TaskNotFoundError
+from a2a.server.context import ServerCallContext
+from a2a.types import ListTasksRequest, Task, TaskState, TaskStatus
+from a2a.utils.errors import A2AError, TaskNotFoundError
 
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.interop import a2a_x402 as x402
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.selling.ways_in.a2a.store import Payer, PayerTasks, Verify
 
-from .conftest import A2AMarket, message, paid, reply_text, send
+from ..conftest import CountingTransport
+from .conftest import A2AMarket, MarketFactory, message, paid, reply_text, send
 from .test_selling import stranger_token
 
 
@@ -59,7 +63,7 @@ async def test_a_forged_token_neither_claims_nor_reads_an_anonymous_parked_task(
     # the task is still the first sender's to pay for, and answers its own prompt
     second = await send(client, message("", paid(await market.token()), task_id=first.task.id))
     assert second.task.status.state == TaskState.TASK_STATE_COMPLETED, reply_text(second)
-    assert "5 words" in reply_text(second)
+    assert "victim's" in reply_text(second)  # the longest word of the first message
     assert await market.burned() == 1
     await client.close()
 
@@ -88,8 +92,66 @@ async def test_once_a_verified_payer_claims_an_anonymous_task_no_other_payer_fin
     second = await send(client, message("", paid(await market.token()), task_id=first.task.id))
     assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
     with pytest.raises(TaskNotFoundError):
-        await send(
-            client, message("", paid(await stranger_token(market, sandbox)), first.task.id)
-        )
+        await send(client, message("", paid(await stranger_token(market, sandbox)), first.task.id))
     assert await market.burned() == 1
     await client.close()
+
+
+class VerifyOutage(CountingTransport):
+    """The service's verify is unreachable once ``down`` is set."""
+
+    down = False
+
+    async def before(self, method: str, path: str) -> None:
+        if self.down and path.endswith("/x402/verify"):
+            raise aiohttp.ClientConnectionError("verify unreachable")
+
+
+async def test_a_follow_up_whose_token_cannot_be_verified_gets_an_error_not_the_task(
+    make_market: MarketFactory,
+) -> None:
+    outage = VerifyOutage()
+    market = await make_market(transport=outage)
+    client = await market.client()
+    first = await send(client, message("wait for the service"))
+    outage.down = True
+    with pytest.raises(A2AError, match="could not be verified") as raised:
+        await send(client, message("", paid(await market.token()), task_id=first.task.id))
+    assert "wait for the service" not in str(raised.value)
+    outage.down = False
+    second = await send(client, message("", paid(await market.token()), task_id=first.task.id))
+    assert second.task.status.state == TaskState.TASK_STATE_COMPLETED, reply_text(second)
+    assert await market.burned() == 1
+    await client.close()
+
+
+def context_of(payer: Payer) -> ServerCallContext:
+    return ServerCallContext(user=payer)
+
+
+async def test_the_store_finds_a_task_for_its_starter_and_its_verified_owner_only() -> None:
+    async def verifies_as(answer: str | None) -> Verify:
+        async def verify(_token: str) -> str | None:
+            return answer
+
+        return verify
+
+    store = PayerTasks()
+    owner = "0x" + "a" * 40
+    starter = Payer(owner, token="t")
+    task = Task(id="t-1", status=TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED))
+    await store.save(task, context_of(starter))
+    assert await store.get("t-1", context_of(starter)) is not None  # the request that started it
+    forger = Payer(owner, token="forged", verify=await verifies_as(None))
+    assert await store.get("t-1", context_of(forger)) is None
+    assert not (await store.list(ListTasksRequest(), context_of(forger))).tasks
+    await store.delete("t-1", context_of(forger))
+    await store.save(Task(id="t-1"), context_of(forger))  # no overwrite either
+    again = Payer(owner, token="real", verify=await verifies_as(owner))
+    found = await store.get("t-1", context_of(again))
+    assert found is not None and found.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert [t.id for t in (await store.list(ListTasksRequest(), context_of(again))).tasks] == [
+        "t-1"
+    ]
+    other = Payer("0x" + "b" * 40, token="other", verify=await verifies_as("0x" + "b" * 40))
+    assert await store.get("t-1", context_of(other)) is None
