@@ -46,6 +46,8 @@ from .store import Payer, PayerTasks
 
 log = get_logger("svc_gateway.paid_a2a")
 
+#: the A2A agent's own port when it does not share the endpoint's (``paidA2APort`` unset)
+DEFAULT_OWN_PORT = 8404
 #: a task parked in input-required (waiting for its payment) is released after this long
 PARKED_TASK_TIMEOUT_SECS = 300.0
 STARTUP_TIMEOUT_SECS = 10.0
@@ -91,9 +93,17 @@ class PaymentScope:
     """ASGI middleware: bounds request bodies, and puts what the message offers (its token)
     into the scope, where :class:`PayerContext` reads it for the task store."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        aclose: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        #: drains the SDK's active tasks (a lifespan runs it under uvicorn; an aiohttp app that
+        #: serves this one through the bridge runs it at cleanup)
+        self.aclose = aclose
 
     async def __call__(
         self,
@@ -227,8 +237,11 @@ class PaidA2A:
         return f"PaidA2A(url={self.url!r})"
 
 
-def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> PaymentScope:
-    """The Starlette app of the SDK's routes, behind :class:`PaymentScope`."""
+def build_app(
+    flow: PaidFlow, base: Callable[[], str], store: PayerTasks, *, cards: bool = True
+) -> PaymentScope:
+    """The Starlette app of the SDK's routes, behind :class:`PaymentScope`; ``cards=False``
+    leaves the card to the caller (the paid endpoint's app serves one card for both)."""
     source = CardSource(flow, base)
     handler = PaidRequestHandler(
         PaidExecutor(flow),
@@ -236,12 +249,13 @@ def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> Pay
         skeleton("http://127.0.0.1"),  # capabilities only: the served card is built per request
         interrupted_task_timeout=PARKED_TASK_TIMEOUT_SECS,
     )
-    cards = [
-        *create_agent_card_routes(skeleton("http://127.0.0.1"), source.card, CARD_PATH),
-        *create_agent_card_routes(skeleton("http://127.0.0.1"), source.card, LEGACY_CARD_PATH),
+    card_routes = [
+        route
+        for path in (CARD_PATH, LEGACY_CARD_PATH)
+        for route in create_agent_card_routes(skeleton("http://127.0.0.1"), source.card, path)
     ]
     routes = [
-        *cards,
+        *(card_routes if cards else []),
         # payments-py's 0.3 client posts to the URL with a slash appended (and follows no
         # redirect): the same route answers there too
         *(
@@ -269,7 +283,7 @@ def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> Pay
             await handler.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    return PaymentScope(app, flow.core.config.max_body_bytes)
+    return PaymentScope(app, flow.core.config.max_body_bytes, handler.aclose)
 
 
 async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = None) -> PaidA2A:
@@ -322,8 +336,10 @@ async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = No
 async def attach_paid_a2a(
     api: GatewayAPI, core: PluginCore, *, flow: PaidFlow | None = None
 ) -> PaidA2A:
-    """``enablePaidA2A``: the gateway's agent over A2A on ``paidEndpointHost:paidA2APort``.
-    Shares the HTTP endpoint's flow when given (one book of credits in flight per payer)."""
+    """``enablePaidA2A`` on a port of its own: the gateway's agent over A2A on
+    ``paidEndpointHost:paidA2APort`` (8404 when unset). Shares the HTTP endpoint's flow when
+    given (one book of credits in flight per payer). (On the endpoint's port:
+    :class:`~.shared.OnEndpoint`.)"""
     config = core.config
     if flow is None:
         # no settle store: an A2A answer is never delivered unsettled, so nothing is queued
@@ -334,9 +350,8 @@ async def attach_paid_a2a(
         )
         core.runtime.add_closer(flow.aclose)
     public = config.paid_a2a_public_url
-    handle = await serve(
-        flow, host=config.paid_endpoint_host, port=config.paid_a2a_port, public=public
-    )
+    port = DEFAULT_OWN_PORT if config.paid_a2a_port is None else config.paid_a2a_port
+    handle = await serve(flow, host=config.paid_endpoint_host, port=port, public=public)
     core.runtime.add_closer(handle.close)
     log.info("paid A2A agent at %s (agent card: %s)", handle.url, handle.card_url)
     return handle
