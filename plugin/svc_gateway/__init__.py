@@ -255,13 +255,20 @@ def register(
 
             for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
                 log.info("%s", note)
-        if on_endpoint is not None:
-            handle.extras["paid_a2a"] = on_endpoint.started()
-        elif config.enable_paid_a2a:
-            from .selling.ways_in.a2a import attach_paid_a2a
+        if config.enable_paid_a2a:
+            if on_endpoint is not None:
+                paid_a2a = on_endpoint.started()
+            else:
+                from .selling.ways_in.a2a import attach_paid_a2a
 
-            flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-            handle.extras["paid_a2a"] = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
+                flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
+                paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
+            handle.extras["paid_a2a"] = paid_a2a
+            core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
+            from .chat.seller_notes import a2a_notes
+
+            for note in a2a_notes(core, paid_a2a.card_url):
+                log.info("%s", note)
     except BaseException:
         runtime.close()
         raise
