@@ -264,6 +264,8 @@ def register(
                 flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
                 paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
             handle.extras["paid_a2a"] = paid_a2a
+            # its own flow, or the endpoint's (then named once, beside the endpoint)
+            commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)
             core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
             from .chat.seller_notes import a2a_notes
 

@@ -48,6 +48,7 @@ class A2AMarket:
     agent_id: str
     handle: svc_gateway.PluginHandle
     agent: PaidA2A
+    gateway: ReferenceGateway
 
     @property
     def url(self) -> str:
@@ -182,6 +183,7 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
             agent_id,
             handle,
             agent,
+            gateway,
         )
         made.append(market)
         return market
