@@ -8,8 +8,17 @@ import json
 
 import aiohttp
 import pytest
+from a2a.client import ClientCallContext
 from a2a.server.context import ServerCallContext
-from a2a.types import ListTasksRequest, Task, TaskState, TaskStatus
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+)
 from a2a.utils.errors import A2AError, TaskNotFoundError
 
 from svc_gateway.encoding import decode_b64_json
@@ -155,3 +164,37 @@ async def test_the_store_finds_a_task_for_its_starter_and_its_verified_owner_onl
     ]
     other = Payer("0x" + "b" * 40, token="other", verify=await verifies_as("0x" + "b" * 40))
     assert await store.get("t-1", context_of(other)) is None
+
+
+async def test_reading_cancelling_or_subscribing_to_a_task_by_id_is_refused_whatever_the_token(
+    market: A2AMarket,
+) -> None:
+    client = await market.client(streaming=True)
+    other = await market.client()
+    first = await send(
+        other, message("parked for reading", {x402.PAYER: market.subscriber_address})
+    )
+    task_id = first.task.id
+    for token in (
+        forged(await market.token(), payer=market.subscriber_address),
+        await market.token(),
+    ):
+        headers = ClientCallContext(service_parameters={x402.PAYMENT_HEADER: token}, timeout=30)
+        with pytest.raises(A2AError) as read:
+            await client.get_task(GetTaskRequest(id=task_id), context=headers)
+        with pytest.raises(A2AError) as cancel:
+            await client.cancel_task(CancelTaskRequest(id=task_id), context=headers)
+        with pytest.raises(A2AError) as listing:
+            await client.list_tasks(ListTasksRequest(), context=headers)
+        with pytest.raises(A2AError) as subscribe:
+            async for _event in client.subscribe(
+                SubscribeToTaskRequest(id=task_id), context=headers
+            ):
+                pass
+        for refused in (read, cancel, listing, subscribe):
+            assert "parked for reading" not in str(refused.value)
+    await client.close()
+    # untouched: still parked for its payer, who pays and gets the answer
+    done = await send(other, message("", paid(await market.token()), task_id=task_id))
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED, reply_text(done)
+    await other.close()
