@@ -67,6 +67,9 @@ async def test_a_forged_token_neither_claims_nor_reads_an_anonymous_parked_task(
             message("", {x402.STATUS: x402.PAYMENT_SUBMITTED}, task_id=first.task.id),
             headers={x402.PAYMENT_HEADER: attacker},
         )
+    with pytest.raises(TaskNotFoundError):  # nor a payload that is no token at all
+        junk = {x402.STATUS: x402.PAYMENT_SUBMITTED, x402.PAYLOAD: "x" * 20_000}
+        await send(client, message("", junk, task_id=first.task.id))
     with pytest.raises(TaskNotFoundError):  # nor does an unpaid follow-up read it
         await send(client, message("", {}, task_id=first.task.id))
     # the task is still the first sender's to pay for, and answers its own prompt
