@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from a2a.client import A2ACardResolver
+from a2a.client import A2ACardResolver, ClientCallContext
 from a2a.extensions.common import find_extension_by_uri
-from a2a.types import TaskState
+from a2a.types import SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
 import svc_gateway
@@ -68,13 +68,20 @@ async def test_unset_paid_a2a_port_serves_a2a_and_one_card_on_the_endpoints_port
     done = await send(client, message("", paid(await market.token()), task_id=unpaid.task.id))
     assert done.task.status.state == TaskState.TASK_STATE_COMPLETED, reply_text(done)
     await client.close()
+    streaming = await market.client(streaming=True)  # SSE through the endpoint's server too
+    request = SendMessageRequest(message=message("streamed", paid(await market.token())))
+    events = [
+        e async for e in streaming.send_message(request, context=ClientCallContext(timeout=30))
+    ]
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    await streaming.close()
     async with httpx.AsyncClient(timeout=30) as http:  # the HTTP endpoint beside it
         token = await market.token(url=endpoint.url)
         answer = await http.post(
             endpoint.url, json={"prompt": "and over HTTP"}, headers={"payment-signature": token}
         )
     assert answer.status_code == 200, answer.text
-    assert await market.burned() == 2
+    assert await market.burned() == 3
 
 
 def free_port() -> int:
