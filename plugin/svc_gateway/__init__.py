@@ -221,11 +221,19 @@ def register(
                     pattern,
                     ", ".join(sorted(offered)) or "none",
                 )
+        on_endpoint = None  # the A2A agent on the paid endpoint's port
         if config.enable_paid_endpoint:
             from .selling import attach_paid_endpoint
 
+            extend = None
+            if config.enable_paid_a2a:
+                from .selling.ways_in.a2a.shared import OnEndpoint, shares_endpoint_port
+
+                if shares_endpoint_port(api, config):
+                    on_endpoint = OnEndpoint(config.paid_a2a_public_url)
+                    extend = on_endpoint.install
             try:
-                endpoint = runtime.run_sync(attach_paid_endpoint(api, core))
+                endpoint = runtime.run_sync(attach_paid_endpoint(api, core, extend=extend))
             except ConfigError as error:
                 raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
             handle.extras["paid_endpoint"] = endpoint
@@ -248,10 +256,21 @@ def register(
             for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
                 log.info("%s", note)
         if config.enable_paid_a2a:
-            from .selling.ways_in.a2a import attach_paid_a2a
+            if on_endpoint is not None:
+                paid_a2a = on_endpoint.started()
+            else:
+                from .selling.ways_in.a2a import attach_paid_a2a
 
-            flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-            handle.extras["paid_a2a"] = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
+                flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
+                paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
+            handle.extras["paid_a2a"] = paid_a2a
+            # its own flow, or the endpoint's (then named once, beside the endpoint)
+            commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)
+            core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
+            from .chat.seller_notes import a2a_notes
+
+            for note in a2a_notes(core, paid_a2a.card_url):
+                log.info("%s", note)
     except BaseException:
         runtime.close()
         raise

@@ -155,6 +155,11 @@ async def _chat(args: argparse.Namespace) -> int:
 
                     for note in mcp_notes(handle.core, paid_mcp.url, paid_mcp.logical_uri("ask")):
                         print(note)
+                if (paid_a2a := handle.extras.get("paid_a2a")) is not None:
+                    from .chat.seller_notes import a2a_notes
+
+                    for note in a2a_notes(handle.core, paid_a2a.card_url):
+                        print(note)
                 print(
                     f"svc-gateway {__version__} reference chat. Type /help; "
                     "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."

@@ -144,12 +144,14 @@ class PluginConfig(BaseModel):
         description="Sell the agent over A2A 1.x with the official a2a-sdk server, paid in band "
         "(the a2a extra)",
     )
-    paid_a2a_port: int = Field(
-        default=8404,
+    paid_a2a_port: int | None = Field(
+        default=None,
         alias="paidA2APort",
         ge=0,
         le=65535,
-        description="Port of the paid A2A agent (on paidEndpointHost; 0 = any free port)",
+        description="Port of the paid A2A agent, on paidEndpointHost (0 = any free port of its "
+        "own). Unset, or equal to paidEndpointPort: the paid endpoint's own port when the plugin "
+        "serves the endpoint; else 8404",
     )
     paid_a2a_public_url: str | None = Field(
         default=None,

@@ -48,6 +48,7 @@ class A2AMarket:
     agent_id: str
     handle: svc_gateway.PluginHandle
     agent: PaidA2A
+    gateway: ReferenceGateway
 
     @property
     def url(self) -> str:
@@ -124,7 +125,9 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
         transport: Any = None,
         credits: Callable[[dict[str, Any]], int] | None = None,
         dynamic: tuple[int, int] | None = None,
+        on_endpoint: bool = False,
     ) -> A2AMarket:
+        """``on_endpoint``: the paid endpoint on too, and A2A on its port (paidA2APort unset)."""
         builder = await sandbox.create_account("builder")
         subscriber = await sandbox.create_account("subscriber")
         builder_client = ServiceClient(sandbox.base_url, builder["apiKey"])
@@ -147,7 +150,11 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
                 "svcApiKey": builder["apiKey"],
                 "planId": plan_id,
                 "enablePaidA2A": True,
-                "paidA2APort": 0,
+                **(
+                    {"enablePaidEndpoint": True, "paidEndpointPort": 0}
+                    if on_endpoint
+                    else {"paidA2APort": 0}
+                ),
                 **(config or {}),
             }
         )
@@ -160,6 +167,8 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
         agent: PaidA2A = handle.extras["paid_a2a"]
         agent.flow.settle_backoff = (0.0, 0.0)
         endpoints = [{"POST": agent.url}, {"POST": agent.rest_url}]
+        if "paid_endpoint" in handle.extras:
+            endpoints.append({"POST": handle.extras["paid_endpoint"].url})
         agent_id = await builder_client.register_agent(
             AgentMetadata(name="A2A seller"), AgentApi(endpoints=endpoints), [plan_id]
         )
@@ -174,6 +183,7 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
             agent_id,
             handle,
             agent,
+            gateway,
         )
         made.append(market)
         return market

@@ -387,3 +387,40 @@ async def test_an_oversize_body_that_came_whole_with_the_headers_is_413(
     assert response.startswith(b"HTTP/1.1 413")
     assert b"The request body is larger than 4096 bytes." in response
     assert market.stub.calls["verify"] == 0 and nothing_charged(market)
+
+
+@pytest.mark.parametrize(
+    ("fault", "payer"),
+    [
+        (None, PAYER),  # verified: the token's payer
+        ((200, {"isValid": False}), None),
+        ((403, {"code": "BCK.X402.0013", "message": "delegation expired"}), None),
+        ((402, {"code": "BCK.X402.0010", "message": "pay first"}), None),
+    ],
+)
+async def test_verified_payer_names_only_a_payer_the_service_verified(
+    make_stub_market: StubMarketFactory, fault: tuple[int, dict[str, Any]] | None, payer: str | None
+) -> None:
+    """A way in that must know the payer before it shows anything (A2A's tasks) asks the flow,
+    which verifies without selling: nothing is claimed or settled."""
+    market = await make_stub_market(stub=StubService(balance=10))
+    if fault is not None:
+        market.stub.faults["verify"] = fault
+    flow = market.endpoint.flow
+    found = await market.handle.runtime.run(flow.verified_payer(make_token(PAYER), market.url))
+    assert found == payer
+    assert await market.handle.runtime.run(flow.verified_payer("not a token!", market.url)) is None
+    assert nothing_charged(market) and flow.stats.settled == 0
+
+
+async def test_verified_payer_raises_when_the_service_cannot_say(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    market.stub.faults["verify"] = (403, {"code": "BCK.AUTH.0001", "message": "not allowed"})
+    flow = market.endpoint.flow
+    with pytest.raises(Exception, match="not allowed"):
+        await market.handle.runtime.run(flow.verified_payer(make_token(PAYER), market.url))
+    flow.explicit_plan_id, flow.core.plan_id = None, None
+    flow.core.config = flow.core.config.model_copy(update={"plan_id": None, "plans": []})
+    assert await market.handle.runtime.run(flow.verified_payer(make_token(PAYER), "x")) is None

@@ -92,6 +92,9 @@ class PluginCore:
         #: (``None`` when there is no endpoint, or it is mounted on the host's app).
         self.paid_endpoint_url: str | None = None
         self.paid_endpoint_bound_url: str | None = None
+        #: The paid A2A agent's interface URLs, as its card lists them (JSON-RPC first; empty
+        #: without ``enablePaidA2A``): svc_registerAgent registers them as the agent's endpoints.
+        self.paid_a2a_urls: list[str] = []
         #: Plans this session bought or paid with (insertion order): the balance context shows
         #: them even when the config names no plan.
         self.used_plans: dict[str, None] = {}

@@ -1,11 +1,12 @@
 """``/svc_earnings``: what this gateway sold, read from each way in it sells through.
 
-A sale is a settle of something this gateway sells: an answer of its paid endpoint or paid MCP
-server (their flow's :class:`~svc_gateway.selling.flow.flow.PaidStats`: counters and the latest
-receipts), a gated route's request (a payment middleware's stats, added with :meth:`Sales.add`),
-or a metered tool call (the sold :class:`~.receipts.Receipt` s, with their tool and payer). What
-the gateway *bought* (svc_queryAgent) is never a sale: it shows in ``/svc_spend`` only. With
-``stateUrl`` a way in's counters are summed over every replica sharing that state.
+A sale is a settle of something this gateway sells: an answer of its paid endpoint, paid MCP
+server or paid A2A agent (their flow's :class:`~svc_gateway.selling.flow.flow.PaidStats`:
+counters and the latest receipts), a gated route's request (a payment middleware's stats, added
+with :meth:`Sales.add`), or a metered tool call (the sold :class:`~.receipts.Receipt` s, with
+their tool and payer). What the gateway *bought* (svc_queryAgent) is never a sale: it shows in
+``/svc_spend`` only. With ``stateUrl`` a way in's counters are summed over every replica sharing
+that state.
 """
 
 from __future__ import annotations

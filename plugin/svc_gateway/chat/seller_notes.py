@@ -59,6 +59,49 @@ def mcp_notes(core: PluginCore, url: str, uri: str) -> list[str]:
     return notes
 
 
+def a2a_notes(core: PluginCore, card_url: str) -> list[str]:
+    """Lines for the start-up banner/log of ``enablePaidA2A``: where the A2A agent and its card
+    are, and that the card's interface URLs must be the sold agent's registered endpoints (a
+    buyer pays only a URL the service lists for the agent; a v3 token is bound to it)."""
+    urls = core.paid_a2a_urls
+    if not urls:
+        return []
+    config = core.config
+    listed = " and ".join(urls)
+    notes = [f"Paid A2A:      {urls[0]} (JSON-RPC; all interfaces: {listed}); card {card_url}"]
+    if core.plan_id or config.plan_id or config.plans:
+        notes.append(
+            f"Paid A2A: the agent sold must register its card's interface URLs {listed} among "
+            "its endpoints (svc_registerAgent registers them)"
+        )
+    else:
+        notes.append(
+            "Paid A2A: not selling yet: run svc_registerAgent; it registers the card's interface "
+            f"URLs {listed} as the agent's endpoints, beside agentUrl"
+        )
+    return notes
+
+
+def registered_endpoints(core: PluginCore, agent_url: str) -> list[str]:
+    """What ``svc_registerAgent`` registers as the agent's endpoints: ``agentUrl``, and the A2A
+    card's interface URLs when this gateway sells over A2A (the same agent, another way in)."""
+    return list(dict.fromkeys([agent_url, *core.paid_a2a_urls]))
+
+
+def a2a_registered(core: PluginCore, endpoints: list[str]) -> dict[str, Any]:
+    """The result fields of ``svc_registerAgent`` that say the A2A interfaces were registered."""
+    if not core.paid_a2a_urls:
+        return {}
+    return {
+        "endpoints": endpoints,
+        "a2a": (
+            "This gateway also sells its agent over A2A: the interface URLs of its agent card "
+            f"({', '.join(core.paid_a2a_urls)}) were registered as the agent's endpoints too, "
+            "since A2A buyers pay only URLs the service lists for the agent."
+        ),
+    }
+
+
 def keep_selling(core: PluginCore, plan_id: str | None, agent_id: str | None) -> dict[str, Any]:
     """The result fields of ``svc_registerAgent``: what to put in the config, and a warning."""
     keep: dict[str, Any] = {"planId": plan_id, "agentId": agent_id}  # the service gave both

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
-from ..chat.seller_notes import keep_selling
+from ..chat.seller_notes import a2a_registered, keep_selling, registered_endpoints
 from ..safe_text import NAME_LIMIT, one_line
 from ..service.models import AgentApi, AgentMetadata, CreditsConfig, PlanMetadata, PriceConfig
 from ..service.pricing import (
@@ -158,9 +158,10 @@ async def register_agent(core: PluginCore, p: RegisterAgentParams) -> dict[str, 
             "A purchase must cover at least one request.",
         )
     price = build_price(core, p.payment_type, p.price_amounts, p.price_receivers, p.token_address)
+    endpoints = registered_endpoints(core, p.agent_url)
     ids = await core.client().register_agent_and_plan(
         AgentMetadata(name=p.name, description=p.description),
-        AgentApi(endpoints=[{"POST": p.agent_url}], agent_definition_url=p.agent_url),
+        AgentApi(endpoints=[{"POST": url} for url in endpoints], agent_definition_url=p.agent_url),
         PlanMetadata(name=p.plan_name, description=p.description),
         price,
         fixed_credits(p.credits_amount, per_request),
@@ -174,6 +175,7 @@ async def register_agent(core: PluginCore, p: RegisterAgentParams) -> dict[str, 
         "creditsAmount": p.credits_amount,
         "creditsPerRequest": per_request,
         **keep_selling(core, ids.plan_id, ids.agent_id),
+        **a2a_registered(core, endpoints),
     }
 
 

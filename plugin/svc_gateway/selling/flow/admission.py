@@ -149,6 +149,37 @@ class Admitter:
             admission = claim
         return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
 
+    async def verified_payer(
+        self,
+        plan_id: str,
+        agent_id: str | None,
+        token: str,
+        url: str,
+        *,
+        description: str | None = None,
+    ) -> str | None:
+        """The payer of ``token`` once the service verified it for this plan, agent and URL
+        (for at least the plan's smallest price); nothing claimed, nothing counted. ``None``:
+        no well-formed token, or the service refused it. Raises the service's error when it
+        cannot say (an outage, this gateway's own key): an unknown payer is no payer."""
+        if not token or len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
+            return None
+        facts = await self.facts(plan_id)
+        amount = facts.clamp(1)
+        envelope = self.envelope(facts, agent_id, url, description=description, amount=amount)
+        try:
+            verdict = await self.core.client().verify(envelope, token, amount)
+        except errors.ServiceError as exc:
+            if isinstance(exc, errors.PaymentRequired) or (
+                isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
+            ):
+                return None
+            raise
+        if not verdict.is_valid:
+            return None
+        payer = verdict.payer or token_payer(token)
+        return payer.lower() if payer else None
+
     def replay(self, paid: Paid) -> PaidOutcome:
         """A retry of the request this single-use token already paid for: the same answer,
         uncharged. (Another body under the same token takes the normal path, where the

@@ -370,6 +370,21 @@ class PaidFlow:
             request_id=call.request_id,
         )
 
+    async def verified_payer(
+        self, token: str, url: str, *, description: str | None = None
+    ) -> str | None:
+        """Who ``token`` pays as, once the service verified it (for this flow's plan and agent,
+        on ``url``), without selling anything: a way in that must know the payer before it
+        reads what the payer may see (A2A's tasks). ``None``: no plan, or the token does not
+        verify. Raises on an outage, or when the budget (``paidBudgetSecs``) runs out."""
+        plan_id = self.plan_id()
+        if plan_id is None:
+            return None
+        async with asyncio.timeout(self.core.config.paid_budget_secs):
+            return await self.admitter.verified_payer(
+                plan_id, self.agent_id(), token, url, description=description
+            )
+
     async def price_for(self, request: dict[str, Any]) -> int:
         """The credits one request costs: the host's credits function (``credits_for_request``,
         given ``{"prompt": ...}``), else config ``creditsPerRequest``."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -40,7 +41,11 @@ from .http import PaidRoutes
 if TYPE_CHECKING:
     from ..state.redis_store import RedisState
 
-__all__ = ["AgentHandler", "CreditsFn", "PaidEndpoint", "attach_paid_endpoint"]
+__all__ = ["AgentHandler", "CreditsFn", "Extension", "PaidEndpoint", "attach_paid_endpoint"]
+
+#: another way in served by the endpoint's own server: given the app before it starts, the
+#: endpoint's routes, and the endpoint's origin as clients see it (known once it listens)
+Extension = Callable[[web.Application, PaidRoutes, Callable[[], str]], None]
 
 log = get_logger("svc_gateway.paid")
 
@@ -117,6 +122,12 @@ class PaidEndpoint:
         return f"PaidEndpoint(url={self.url!r}, mounted={self.mounted})"
 
 
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def _public_endpoint_url(config: PluginConfig) -> str | None:
     """``paidEndpointPublicUrl`` is the endpoint itself, or an origin the path is appended to."""
     public = config.paid_endpoint_public_url
@@ -165,8 +176,11 @@ async def attach_paid_endpoint(
     plan_id: str | None = None,
     agent_id: str | None = None,
     require_plan: bool = False,
+    extend: Extension | None = None,
 ) -> PaidEndpoint:
-    """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call."""
+    """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call.
+    ``extend`` adds another way in to the plugin's own server before it starts (ignored when
+    the endpoint is mounted on the host's app)."""
     config = core.config
     shared = shared_state(core)
     flow = PaidFlow(
@@ -202,7 +216,7 @@ async def attach_paid_endpoint(
     if host_app is not None:
         endpoint = _mount(api, host_app, flow, path, public)
     else:
-        endpoint = await _serve(core, flow, path, public)
+        endpoint = await _serve(core, flow, path, public, extend)
     endpoint.shared = shared
     # in the background (start makes no service call): a replica at a URL the agent did not
     # register would be refused every bound token without a word
@@ -264,7 +278,13 @@ def _mount(
     return PaidEndpoint(flow, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
 
 
-async def _serve(core: PluginCore, flow: PaidFlow, path: str, public: str | None) -> PaidEndpoint:
+async def _serve(
+    core: PluginCore,
+    flow: PaidFlow,
+    path: str,
+    public: str | None,
+    extend: Extension | None = None,
+) -> PaidEndpoint:
     """Serve the endpoint from the plugin loop on ``paidEndpointHost:paidEndpointPort``."""
     config = core.config
     app = web.Application(client_max_size=config.max_body_bytes)
@@ -275,6 +295,8 @@ async def _serve(core: PluginCore, flow: PaidFlow, path: str, public: str | None
         endpoint_url=lambda _request: holder["url"],
         max_body_bytes=config.max_body_bytes,
     )
+    if extend is not None:  # first: the router freezes when the app starts
+        extend(app, routes, lambda: origin_of(holder["url"]))
     routes.install(app)
     # keepalive_timeout runs from the connection's start (and from each response): a client
     # that never finishes its headers, or trickles them, is closed when it expires

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -163,10 +164,11 @@ class PaidRoutes:
         """Add the routes (the app must not be started yet: aiohttp freezes its router)."""
         app.router.add_route("*", self.path, self.agent)
         own_card = self.path.rstrip("/") + CARD_PATH
-        app.router.add_get(own_card, self.card)
+        served = {getattr(r, "canonical", None) for r in app.router.resources()}
+        if own_card not in served:  # (the A2A way in on this app serves the one card there)
+            app.router.add_get(own_card, self.card)
         if own_card == CARD_PATH:
             return
-        served = {getattr(r, "canonical", None) for r in app.router.resources()}
         if CARD_PATH in served:  # a host that already serves a root card keeps its own
             log.info("the host already serves %s; the agent card is at %s", CARD_PATH, own_card)
             return
@@ -217,6 +219,14 @@ class PaidRoutes:
         return to_response(answer)
 
     async def _card(self, url: str) -> Answer:
+        card = await self.document(url)
+        if isinstance(card, Answer):
+            return card
+        return Answer.json(200, card, {"Cache-Control": "max-age=60"})
+
+    async def document(self, url: str) -> dict[str, Any] | Answer:
+        """The card of the endpoint at ``url`` (runs on the plugin loop), or why there is none
+        (503: no plan yet, the service unreachable)."""
         plan_id = self.flow.plan_id()
         if plan_id is None:
             return error_answer(
@@ -230,7 +240,7 @@ class PaidRoutes:
             )
         agent_id = self.flow.agent_id()
         name, description = await self._agent_name(agent_id)
-        card = build_card(
+        return build_card(
             name=name,
             description=description or facts.description,
             agent_id=agent_id,
@@ -240,7 +250,6 @@ class PaidRoutes:
             network=facts.network,
             credits_per_request=facts.clamp(self.flow.core.config.credits_per_request),
         )
-        return Answer.json(200, card, {"Cache-Control": "max-age=60"})
 
     async def _agent_name(self, agent_id: str | None) -> tuple[str, str | None]:
         """The registered agent's name (remembered; at most a few agent ids ever appear)."""

@@ -44,6 +44,8 @@ log = get_logger("svc_gateway.paid_a2a")
 A2A_ROUTE = "a2a"
 #: where the interface URL the message came in on sits in ``call_context.state``
 URL_STATE = "svc_interface_url"
+#: the resource description of an A2A sale's envelope
+RESOURCE_DESCRIPTION = "A paid answer from this agent over A2A"
 
 
 def _metadata(message: Message | None) -> dict[str, Any]:
@@ -134,7 +136,7 @@ class PaidExecutor(AgentExecutor):  # type: ignore[misc]
             credits=functools.partial(flow.price_for, {"prompt": prompt}),
             route=A2A_ROUTE,
             body_digest=digest(prompt),
-            description="A paid answer from this agent over A2A",
+            description=RESOURCE_DESCRIPTION,
             deliver_unsettled=False,  # never deliver an answer whose settle did not complete
         )
         outcome = await flow.core.runtime.run(flow.handle(request))

@@ -1,13 +1,13 @@
 """Serving the paid A2A agent: the official a2a-sdk server's routes, under uvicorn on its port.
 
 The SDK's defaults are open; each is closed here: tasks are scoped to the payer
-(:class:`~.store.PayerTasks`, the payer read from the message's token by :class:`PaymentScope`
-before the SDK looks a task up), parked tasks are released after
-:data:`PARKED_TASK_TIMEOUT_SECS` and the store is bounded, reading tasks by id (``GetTask``,
-``ListTasks``, ``CancelTask``, ``SubscribeToTask``, push configs) is refused (the answer comes in
-the send's own reply), request bodies are bounded (``maxBodyBytes``), and executor exceptions
-become our own error message. Payments-py's 0.3 client is served through the SDK's 0.3
-compatibility switch on the JSON-RPC route.
+(:class:`~.store.PayerTasks`: the message's token, read by :class:`PaymentScope`, is verified
+through the flow before the store finds the caller any task it did not start), parked tasks
+are released after :data:`PARKED_TASK_TIMEOUT_SECS` and the store is bounded, reading tasks by
+id (``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``, push configs) is refused
+(the answer comes in the send's own reply), request bodies are bounded (``maxBodyBytes``), and
+executor exceptions become our own error message. Payments-py's 0.3 client is served through
+the SDK's 0.3 compatibility switch on the JSON-RPC route.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -26,7 +27,7 @@ from a2a.server.routes import (
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.utils.errors import UnsupportedOperationError
+from a2a.utils.errors import InternalError, UnsupportedOperationError
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -40,22 +41,34 @@ from ...flow.admission import token_payer
 from ...flow.flow import PaidFlow
 from ..endpoint import resolve_credits, resolve_handler
 from .card import CARD_PATH, JSONRPC_PATH, LEGACY_CARD_PATH, REST_PATH, CardSource, skeleton
-from .executor import URL_STATE, PaidExecutor
+from .executor import RESOURCE_DESCRIPTION, URL_STATE, PaidExecutor
 from .store import Payer, PayerTasks
 
 log = get_logger("svc_gateway.paid_a2a")
 
+#: the A2A agent's own port when it does not share the endpoint's (``paidA2APort`` unset)
+DEFAULT_OWN_PORT = 8404
 #: a task parked in input-required (waiting for its payment) is released after this long
 PARKED_TASK_TIMEOUT_SECS = 300.0
 STARTUP_TIMEOUT_SECS = 10.0
-SCOPE_KEY = "svc_a2a_payer"
-DECLARED_KEY = "svc_a2a_declared_payer"
+SCOPE_KEY = "svc_a2a_offered"
+_UNVERIFIED = "The payment could not be verified now; nothing was charged. Try again later."
 _REFUSED = "This paid agent answers SendMessage only: the answer comes in the send's reply."
 
 
-def payer_from_body(body: bytes, headers: dict[str, str]) -> tuple[str, str]:
-    """The payer the message's token names (in-band payload first, then the header), and the
-    payer an unpaid message says it is offered to (``x402.payment.payer``); '' for none."""
+@dataclass(frozen=True)
+class Offered:
+    """What a message offers before anything is verified: its token (in-band payload first,
+    then the header), the payer that token names, and the payer an unpaid message says it is
+    offered to (``x402.payment.payer``); '' for none."""
+
+    token: str | None = None
+    claimed: str = ""
+    declared: str = ""
+
+
+def offered_in(body: bytes, headers: dict[str, str]) -> Offered:
+    """Read the message's payment from the request body and headers (as the executor does)."""
     token: str | None = None
     declared = ""
     try:
@@ -73,16 +86,24 @@ def payer_from_body(body: bytes, headers: dict[str, str]) -> tuple[str, str]:
     if token is None:
         token = headers.get(x402.PAYMENT_HEADER, "").strip() or None
     payer = token_payer(token) if token and token != "!" else None
-    return (payer.lower() if payer else ""), declared
+    return Offered(token, payer.lower() if payer else "", declared)
 
 
 class PaymentScope:
-    """ASGI middleware: bounds request bodies, and puts the payer its token names into the
-    scope, where :class:`PayerContext` reads it for the task store."""
+    """ASGI middleware: bounds request bodies, and puts what the message offers (its token)
+    into the scope, where :class:`PayerContext` reads it for the task store."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        aclose: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        #: drains the SDK's active tasks (a lifespan runs it under uvicorn; an aiohttp app that
+        #: serves this one through the bridge runs it at cleanup)
+        self.aclose = aclose
 
     async def __call__(
         self,
@@ -111,8 +132,7 @@ class PaymentScope:
             bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1")
             for k, v in scope.get("headers") or []
         }
-        payer, declared = payer_from_body(body, headers)
-        scope = {**scope, SCOPE_KEY: payer, DECLARED_KEY: declared}
+        scope = {**scope, SCOPE_KEY: offered_in(body, headers)}
         sent = False
 
         async def replay() -> Message:
@@ -133,9 +153,12 @@ async def _too_large(send: Send, limit: int) -> None:
 
 
 class PayerContext(DefaultServerCallContextBuilder):  # type: ignore[misc]
-    """The SDK's call context, with the payer as its user and the interface URL in its state."""
+    """The SDK's call context, with the caller as a :class:`~.store.Payer` (its token verified
+    through the flow, on this interface's URL, before the store finds it a task) and the
+    interface URL in its state."""
 
-    def __init__(self, url: Callable[[], str]) -> None:
+    def __init__(self, flow: PaidFlow, url: Callable[[], str]) -> None:
+        self.flow = flow
         self.url = url
 
     def build(self, request: Any) -> ServerCallContext:
@@ -144,8 +167,26 @@ class PayerContext(DefaultServerCallContextBuilder):  # type: ignore[misc]
         return context
 
     def build_user(self, request: Any) -> Payer:
-        scope = request.scope
-        return Payer(str(scope.get(SCOPE_KEY) or ""), str(scope.get(DECLARED_KEY) or ""))
+        offered = request.scope.get(SCOPE_KEY)
+        if not isinstance(offered, Offered):
+            return Payer()
+        url = self.url()
+        return Payer(
+            offered.claimed,
+            offered.declared,
+            token=offered.token,
+            verify=lambda token: self.verify(token, url),
+        )
+
+    async def verify(self, token: str, url: str) -> str | None:
+        flow = self.flow
+        try:
+            return await flow.core.runtime.run(
+                flow.verified_payer(token, url, description=RESOURCE_DESCRIPTION)
+            )
+        except Exception as exc:  # an outage: no payer is known, and none is guessed
+            log.warning("could not verify an A2A payment (%s)", type(exc).__name__)
+            raise InternalError(message=_UNVERIFIED) from None
 
 
 class PaidRequestHandler(DefaultRequestHandler):  # type: ignore[misc]
@@ -196,8 +237,11 @@ class PaidA2A:
         return f"PaidA2A(url={self.url!r})"
 
 
-def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> PaymentScope:
-    """The Starlette app of the SDK's routes, behind :class:`PaymentScope`."""
+def build_app(
+    flow: PaidFlow, base: Callable[[], str], store: PayerTasks, *, cards: bool = True
+) -> PaymentScope:
+    """The Starlette app of the SDK's routes, behind :class:`PaymentScope`; ``cards=False``
+    leaves the card to the caller (the paid endpoint's app serves one card for both)."""
     source = CardSource(flow, base)
     handler = PaidRequestHandler(
         PaidExecutor(flow),
@@ -205,12 +249,13 @@ def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> Pay
         skeleton("http://127.0.0.1"),  # capabilities only: the served card is built per request
         interrupted_task_timeout=PARKED_TASK_TIMEOUT_SECS,
     )
-    cards = [
-        *create_agent_card_routes(skeleton("http://127.0.0.1"), source.card, CARD_PATH),
-        *create_agent_card_routes(skeleton("http://127.0.0.1"), source.card, LEGACY_CARD_PATH),
+    card_routes = [
+        route
+        for path in (CARD_PATH, LEGACY_CARD_PATH)
+        for route in create_agent_card_routes(skeleton("http://127.0.0.1"), source.card, path)
     ]
     routes = [
-        *cards,
+        *(card_routes if cards else []),
         # payments-py's 0.3 client posts to the URL with a slash appended (and follows no
         # redirect): the same route answers there too
         *(
@@ -219,13 +264,13 @@ def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> Pay
             for route in create_jsonrpc_routes(
                 handler,
                 path,
-                context_builder=PayerContext(lambda: base().rstrip("/") + JSONRPC_PATH),
+                context_builder=PayerContext(flow, lambda: base().rstrip("/") + JSONRPC_PATH),
                 enable_v0_3_compat=True,
             )
         ),
         *create_rest_routes(
             handler,
-            context_builder=PayerContext(lambda: base().rstrip("/") + REST_PATH),
+            context_builder=PayerContext(flow, lambda: base().rstrip("/") + REST_PATH),
             path_prefix=REST_PATH,
         ),
     ]
@@ -238,7 +283,7 @@ def build_app(flow: PaidFlow, base: Callable[[], str], store: PayerTasks) -> Pay
             await handler.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    return PaymentScope(app, flow.core.config.max_body_bytes)
+    return PaymentScope(app, flow.core.config.max_body_bytes, handler.aclose)
 
 
 async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = None) -> PaidA2A:
@@ -291,8 +336,10 @@ async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = No
 async def attach_paid_a2a(
     api: GatewayAPI, core: PluginCore, *, flow: PaidFlow | None = None
 ) -> PaidA2A:
-    """``enablePaidA2A``: the gateway's agent over A2A on ``paidEndpointHost:paidA2APort``.
-    Shares the HTTP endpoint's flow when given (one book of credits in flight per payer)."""
+    """``enablePaidA2A`` on a port of its own: the gateway's agent over A2A on
+    ``paidEndpointHost:paidA2APort`` (8404 when unset). Shares the HTTP endpoint's flow when
+    given (one book of credits in flight per payer). (On the endpoint's port:
+    :class:`~.shared.OnEndpoint`.)"""
     config = core.config
     if flow is None:
         # no settle store: an A2A answer is never delivered unsettled, so nothing is queued
@@ -303,9 +350,8 @@ async def attach_paid_a2a(
         )
         core.runtime.add_closer(flow.aclose)
     public = config.paid_a2a_public_url
-    handle = await serve(
-        flow, host=config.paid_endpoint_host, port=config.paid_a2a_port, public=public
-    )
+    port = DEFAULT_OWN_PORT if config.paid_a2a_port is None else config.paid_a2a_port
+    handle = await serve(flow, host=config.paid_endpoint_host, port=port, public=public)
     core.runtime.add_closer(handle.close)
     log.info("paid A2A agent at %s (agent card: %s)", handle.url, handle.card_url)
     return handle

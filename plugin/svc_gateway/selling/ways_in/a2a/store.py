@@ -1,22 +1,24 @@
 """The A2A tasks this seller keeps: scoped to the payer, bounded in number and in time.
 
 The SDK's in-memory store never evicts and, with its default owner, lets any caller who knows a
-task id read or continue it. Here each task belongs to the payer whose token came with the
-message (:class:`Payer`, set by the way in from the token's ``from``). An unpaid first message
-that names the payer it is offered to (``x402.payment.payer``) starts a task owned by that payer:
-the owner stays the same from the unpaid message to the paid follow-up, and a follow-up paid by
-anyone else, or unpaid, is "task not found". An unpaid first message that names no payer (a
-plain a2a-x402 client) parks its task, which holds only the prompt and the payment request, in
-the anonymous scope, and the first paid follow-up claims it for its payer; from then on no one
-else finds it. At most :data:`MAX_TASKS` are kept, each for :data:`TASK_TTL_SECS` after its last
-change, the oldest evicted first.
+task id read or continue it. Here a task is found only by the request that started it, or by a
+payer the service verified: the store asks for that payer (:meth:`Payer.verified`, through the
+paid flow's verify) before it looks at a task, so a forged or spent token, or no token, never
+claims, continues or reads one. A task's owner is fixed once: the payer the first message's
+token names, else the payer an unpaid first message says it is offered to
+(``x402.payment.payer``), else (a plain a2a-x402 client's unpaid first message) the first payer
+that continues the parked task with a token the service verified; from then on no one else finds
+it. At most :data:`MAX_TASKS` are kept, each for :data:`TASK_TTL_SECS` after its last change,
+the oldest evicted first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from a2a.auth.user import User
@@ -28,17 +30,33 @@ MAX_TASKS = 10_000
 TASK_TTL_SECS = 3600.0
 ANONYMOUS = ""
 
+#: the payer a token verifies as ('' or ``None``: it does not); raises when it cannot be said
+Verify = Callable[[str], Awaitable[str | None]]
+
 
 class Payer(User):  # type: ignore[misc]
-    """The caller as the store sees it: the payer address its token names ('' without one).
-    Not authenticated: the flow verifies the token before any work, and the store only hands
-    a payer the tasks started or claimed with that payer's tokens."""
+    """The caller of one request as the store sees it: the payer its token names (unverified:
+    only the owner of a task this request starts), the payer an unpaid message names, and the
+    token, verified on demand through the paid flow before any existing task is found."""
 
-    def __init__(self, address: str, declared: str = "") -> None:
-        self._address = address.lower()
+    def __init__(
+        self,
+        claimed: str = "",
+        declared: str = "",
+        *,
+        token: str | None = None,
+        verify: Verify | None = None,
+    ) -> None:
+        self.claimed = claimed.lower()
         #: the payer an unpaid message names: the owner of the task it starts, never a key
-        #: to an existing task (only a token's payer finds one)
+        #: to an existing task (only a verified token's payer finds one)
         self.declared = declared.lower()
+        #: this request, as the starter of the tasks it creates
+        self.request = uuid.uuid4().hex
+        self._token = token
+        self._verify = verify
+        self._verified: str | None = None
+        self._lock = asyncio.Lock()
 
     @property
     def is_authenticated(self) -> bool:
@@ -46,24 +64,36 @@ class Payer(User):  # type: ignore[misc]
 
     @property
     def user_name(self) -> str:
-        return self._address
+        return self.claimed
+
+    @property
+    def owner(self) -> str:
+        """The owner of a task this request starts."""
+        return self.claimed or self.declared
+
+    async def verified(self) -> str:
+        """The payer the service verified this request's token as ('' for none), asked once."""
+        async with self._lock:
+            if self._verified is None:
+                payer = ""
+                if self._token and self._verify is not None:
+                    payer = (await self._verify(self._token) or "").lower()
+                self._verified = payer
+            return self._verified
+
+    def __repr__(self) -> str:
+        return f"Payer(claimed={self.claimed!r}, declared={self.declared!r})"
 
 
-def owner_of(context: ServerCallContext) -> str:
+def payer_of(context: ServerCallContext) -> Payer:
     user = context.user
-    name = user.user_name if user is not None else ""
-    return str(name or ANONYMOUS)
-
-
-def declared_of(context: ServerCallContext) -> str:
-    """The payer an unpaid message names as its task's owner ('' when none)."""
-    user = context.user
-    return str(getattr(user, "declared", "") or ANONYMOUS)
+    return user if isinstance(user, Payer) else Payer()
 
 
 @dataclass
 class _Kept:
     owner: str
+    starter: str
     task: Task
     at: float
 
@@ -94,41 +124,53 @@ class PayerTasks(TaskStore):  # type: ignore[misc]
         return kept
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
-        owner = owner_of(context)
+        payer = payer_of(context)
         kept = self._live(task.id)
         if kept is None:
-            owner = owner or declared_of(context)  # a new task: owned by the payer it names
-        elif kept.owner == owner_of(context) or kept.owner == declared_of(context) != ANONYMOUS:
-            owner = kept.owner  # its owner, or the same request that started it for its payer
-        elif kept.owner != ANONYMOUS:
-            return  # never reached through get(); another payer cannot overwrite a task
+            owner, starter = payer.owner, payer.request
+        elif kept.starter == payer.request or (
+            kept.owner != ANONYMOUS and kept.owner == await payer.verified()
+        ):
+            owner, starter = kept.owner, kept.starter
+        else:
+            return  # never reached through get(): no one else changes a task
         copy = Task()
         copy.CopyFrom(task)
-        self._tasks[task.id] = _Kept(owner, copy, self._clock())
+        self._tasks[task.id] = _Kept(owner, starter, copy, self._clock())
         self._tasks.move_to_end(task.id)
         while len(self._tasks) > self._max:
             self._tasks.popitem(last=False)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        owner = owner_of(context)
+        payer = payer_of(context)
         kept = self._live(task_id)
         if kept is None:
             return None
-        if kept.owner != owner:
-            parked = kept.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-            if not (kept.owner == ANONYMOUS and owner != ANONYMOUS and parked):
+        if kept.starter != payer.request:
+            verified = await payer.verified()  # before the task is looked at again
+            kept = self._live(task_id)
+            if not verified or kept is None:
                 return None
-            kept.owner = owner  # the first paid follow-up claims the unpaid task
+            if kept.owner != verified:
+                parked = kept.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+                if not (kept.owner == ANONYMOUS and parked):
+                    return None
+                kept.owner = verified  # the first verified payer claims the unpaid task
         copy = Task()
         copy.CopyFrom(kept.task)
         return copy
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        owner = owner_of(context)
-        tasks = [k.task for k in self._tasks.values() if k.owner == owner and owner != ANONYMOUS]
+        owner = await payer_of(context).verified()
+        tasks = [k.task for k in self._tasks.values() if owner and k.owner == owner]
         return ListTasksResponse(tasks=tasks[-100:])
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         kept = self._tasks.get(task_id)
-        if kept is not None and kept.owner == owner_of(context):
-            del self._tasks[task_id]
+        if kept is None:
+            return
+        payer = payer_of(context)
+        if kept.starter == payer.request or (
+            kept.owner != ANONYMOUS and kept.owner == await payer.verified()
+        ):
+            self._tasks.pop(task_id, None)
