@@ -194,7 +194,6 @@ class Settler:
             )
             return
         if outcome.kind is Settled.DEFERRED and call.request_id:
-            self.stats.settle_deferred += 1
             store = await self.store()
             dropped = await store.add(
                 PendingSettle(
@@ -214,6 +213,9 @@ class Settler:
                 if admission is not None:
                     await self.book.release(admission)
             self.stats.settle_queue = await store.count()
+            # counted once the queue holds it, so a reader never sees a deferred settle that is
+            # not yet queued (the stats move together)
+            self.stats.settle_deferred += 1
             log.error(
                 "settle failed for agentRequestId %s (payer %s, plan %s): %s; the answer was "
                 "delivered (200) and the settle is queued for retry",
