@@ -249,7 +249,11 @@ def leaked_secrets(text: str) -> list[str]:
     for match in _B64_JSON.findall(text):
         parts = match.split(".")
         decoded = decode_b64_json(parts[1] if len(parts) == 3 else match)
-        if decoded is not None and ("accepts" in decoded or "creditsRedeemed" in decoded):
+        # an envelope, or a receipt (a refused settle's has no creditsRedeemed)
+        receipt = {"success", "transaction"} <= set(decoded or {})
+        if decoded is not None and (
+            "accepts" in decoded or "creditsRedeemed" in decoded or receipt
+        ):
             continue
         leaks.append(match[:12] + "...")
     return leaks
