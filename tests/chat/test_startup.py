@@ -81,5 +81,8 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         "svc_gateway.tools.query",
         "svc_gateway.tools.subscriber",
         "svc_gateway.buying",
+        # the service client and its wire models load with the first client (first call)
+        "svc_gateway.service.client",
+        "svc_gateway.service.models",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"
