@@ -1,9 +1,10 @@
 """The nine tools as a host sees them, read from ``tools.json`` without importing the tools.
 
 ``register`` hands each host a name, a description and a JSON Schema per tool; building those
-from the pydantic parameter models costs more than the rest of start-up, so they are stored
-in ``tools.json`` (a test checks it equals what the models generate; ``python -m
-svc_gateway.tools`` rewrites it). The tool modules are imported on the first call.
+means importing the tool modules, ``buying/`` and their pydantic models (about a fifth of
+import + register before), so they are stored in ``tools.json`` (a test checks it equals what
+the models generate; ``python -m svc_gateway.tools`` rewrites it). The tool modules are imported
+on the first call.
 """
 
 from __future__ import annotations
