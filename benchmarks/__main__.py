@@ -203,14 +203,9 @@ def case_micro(report: Report, s: Settings) -> None:
         Figure("tool call / bare client call", calls["tool call svc_checkBalance"].median_us, bare),
         Target("<=", 1.15),
     )
-    inner = calls["plugin loop: its client's GET"].median_us
-    report.figure(
-        Figure(
-            "tool on the plugin loop / its client's GET there",
-            calls["plugin loop: the tool (execute)"].median_us,
-            inner,
-        )
-    )
+    inner = calls["plugin loop: the tool (execute)"].median_us
+    there = calls["plugin loop: its client's GET"].median_us
+    report.figure(Figure("tool on the plugin loop / its client's GET there", inner, there))
     hop = calls["hop: host loop to plugin loop and back"].median_us
     report.figure(
         Figure(
@@ -239,26 +234,9 @@ def case_micro(report: Report, s: Settings) -> None:
     for name, ms in top:  # type: ignore[attr-defined]
         print(f"    {ms:7.1f} ms  {name}")
     report.rows.append({"case": "import + register", **imp})
-    report.figure(
-        Figure(
-            "import + register (ms) [/ import aiohttp]",
-            cold_ms,
-            base_ms,
-            absolute=cold_ms,
-            unit="ms",
-        ),
-        Target("abs<=", 80.0),
-    )
-    report.figure(
-        Figure(
-            "import + register, pydantic preloaded (ms) [/ import aiohttp]",
-            warm_ms,
-            base_ms,
-            absolute=warm_ms,
-            unit="ms",
-        ),
-        Target("abs<=", 80.0),
-    )
+    for label, ms in (("", cold_ms), (", pydantic preloaded", warm_ms)):
+        name = f"import + register{label} (ms) [/ import aiohttp]"
+        report.figure(Figure(name, ms, base_ms, absolute=ms, unit="ms"), Target("abs<=", 80.0))
 
 
 def _together(sides: list[Side], c: int, s: Settings) -> float:
