@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import procs
 from .serve import STUB_PAYER, STUB_PLAN_ID, fake_key
@@ -94,6 +95,11 @@ async def _measure(service: str, rounds: int) -> dict[str, Timing]:
                     "context hook miss": miss,
                 },
             )
+            # where the difference goes: the hop alone, and both calls on the plugin loop
+            out["hop: host loop to plugin loop and back"] = await timed(
+                rounds, lambda: handle.runtime.run(_nothing())
+            )
+            out.update(await handle.runtime.run(_on_plugin_loop(handle, rounds)))
             await gateway.context_text()  # fill the cache
             out["context hook hit"] = await timed(rounds * 10, gateway.context_text)
             if not await gateway.context_text():
@@ -102,6 +108,32 @@ async def _measure(service: str, rounds: int) -> dict[str, Timing]:
             await direct.aclose()
             await asyncio.to_thread(handle.close)
     return out
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _on_plugin_loop(handle: Any, rounds: int) -> dict[str, Timing]:
+    """The tool's own work without the hop: ``execute`` vs the plugin's own client's GET,
+    both on the plugin loop (same client, same session, same parse)."""
+    from svc_gateway.tools import TOOLS, execute
+
+    core, spec = handle.core, TOOLS["svc_checkBalance"]
+    client = core.client()
+
+    async def tool() -> None:
+        result = await execute(core, spec, {"planId": STUB_PLAN_ID})
+        if result.isError:
+            raise RuntimeError(f"svc_checkBalance failed: {result.structuredContent}")
+
+    return await interleaved(
+        rounds,
+        {
+            "plugin loop: its client's GET": lambda: client.get_plan_balance(STUB_PLAN_ID),
+            "plugin loop: the tool (execute)": tool,
+        },
+    )
 
 
 def measure_calls(rounds: int) -> dict[str, Timing]:
@@ -116,6 +148,14 @@ from pathlib import Path
 t0 = time.perf_counter()
 import aiohttp  # the host's web stack: already loaded in a gateway, so the baseline
 t1 = time.perf_counter()
+if sys.argv[1] == "pydantic":  # a host that already uses pydantic: imported, one model built
+    from pydantic import BaseModel
+
+    class HostModel(BaseModel):
+        name: str = ""
+
+    HostModel(name="x")
+start = time.perf_counter()  # register's clock starts after the host's own imports
 import svc_gateway
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.chat.credentials import CredentialStore
@@ -124,47 +164,74 @@ with tempfile.TemporaryDirectory() as tmp:
     handle = svc_gateway.register(gateway, store=CredentialStore(Path(tmp), use_keyring=False))
     t2 = time.perf_counter()
     handle.close()
-print(json.dumps({"baseline_ms": (t1 - t0) * 1e3, "register_ms": (t2 - t1) * 1e3,
-                  "modules": sorted(m for m in ("httpx", "rich", "pydantic") if m in sys.modules)}))
+print(json.dumps({"baseline_ms": (t1 - t0) * 1e3, "register_ms": (t2 - start) * 1e3,
+                  "modules": sorted(m for m in sys.argv[2].split(",") if m in sys.modules)}))
 """
+#: Loaded by register or not (a plain chat config must load none but pydantic).
+WATCHED = (
+    "pydantic",
+    "httpx",
+    "rich",
+    "mcp",
+    "redis",
+    "opentelemetry",
+    "a2a",
+    "click",
+    "svc_gateway.selling",
+    "svc_gateway.sandbox",
+    "svc_gateway.tools.base",
+)
+#: ``cold``: pydantic is imported by register; ``pydantic``: the host had it loaded already.
+PRELOADS = ("cold", "pydantic")
+
+
+def _import_env(cache: str) -> dict[str, str]:
+    """Bytecode cached, as an installed package has it: this machine's shells set
+    PYTHONDONTWRITEBYTECODE, which made every run compile the plugin's sources (aiohttp's and
+    pydantic's come precompiled from the venv), so the earlier figures counted our compile."""
+    env = procs.child_env({"PYTHONPYCACHEPREFIX": cache})
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _run_import(env: dict[str, str], preload: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *flags, "-c", IMPORT_CODE, preload, ",".join(WATCHED)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def measure_import(runs: int) -> dict[str, object]:
-    """import + register in fresh interpreters (median of ``runs``), after ``import aiohttp``."""
-    base, reg = [], []
-    modules: list[str] = []
-    for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-c", IMPORT_CODE],
-            capture_output=True,
-            text=True,
-            env=procs.child_env(),
-            timeout=60,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"import + register failed: {done.stderr.strip()[-500:]}")
-        data = json.loads(done.stdout.strip().splitlines()[-1])
-        base.append(data["baseline_ms"])
-        reg.append(data["register_ms"])
-        modules = data["modules"]
-    return {
-        "baseline_ms": statistics.median(base),
-        "register_ms": statistics.median(reg),
-        "modules": modules,
-        "top_imports": import_costs(),
-    }
+    """import + register in fresh interpreters (median of ``runs``), after ``import aiohttp``:
+    ``cold`` (register imports pydantic) and ``pydantic`` (the host had loaded it)."""
+    out: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="svc-bench-pyc-") as cache:
+        env = _import_env(cache)
+        _run_import(env, "cold")  # writes the bytecode cache; not timed
+        samples: dict[str, tuple[list[float], list[float]]] = {p: ([], []) for p in PRELOADS}
+        for _ in range(runs):
+            for preload in PRELOADS:
+                done = _run_import(env, preload)
+                if done.returncode != 0:
+                    raise RuntimeError(f"import + register failed: {done.stderr.strip()[-500:]}")
+                data = json.loads(done.stdout.strip().splitlines()[-1])
+                samples[preload][0].append(data["baseline_ms"])
+                samples[preload][1].append(data["register_ms"])
+                out[f"modules_{preload}"] = data["modules"]
+        out["baseline_ms"] = statistics.median(samples["cold"][0])
+        for preload in PRELOADS:
+            out[f"register_ms_{preload}"] = statistics.median(samples[preload][1])
+        out["top_imports"] = import_costs(env)
+    return out
 
 
-def import_costs(top: int = 8) -> list[tuple[str, float]]:
+def import_costs(env: dict[str, str], top: int = 8) -> list[tuple[str, float]]:
     """The modules whose own import time (``-X importtime``, self) is largest among those
     imported after ``import aiohttp``, by import + register: ``(module, ms)``."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", IMPORT_CODE],
-        capture_output=True,
-        text=True,
-        env=procs.child_env(),
-        timeout=60,
-    )
+    done = _run_import(env, "cold", "-X", "importtime")
     return top_imports(done.stderr, top)
 
 

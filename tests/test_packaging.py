@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -53,5 +54,8 @@ def test_the_package_builds_and_passes_twine_check(tmp_path: Path) -> None:
     subprocess.run(run, cwd=ROOT, check=True, capture_output=True, timeout=110)
     dists = sorted(str(path) for path in tmp_path.iterdir())
     assert len(dists) == 2, dists
+    wheel = next(path for path in dists if path.endswith(".whl"))
+    with zipfile.ZipFile(wheel) as archive:  # register reads the stored tool catalogue
+        assert "svc_gateway/tools/tools.json" in archive.namelist()
     check = [sys.executable, "-m", "twine", "check", "--strict", *dists]
     subprocess.run(check, cwd=ROOT, check=True, capture_output=True, timeout=60)

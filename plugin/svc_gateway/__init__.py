@@ -160,7 +160,7 @@ def register(
     from .host import BEFORE_PROMPT_BUILD
     from .redact import get_logger, install
     from .runtime import PluginRuntime
-    from .tools import TOOL_NAMES, TOOLS, to_spec
+    from .tools.catalogue import TOOL_NAMES, lazy_spec
 
     install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
     log = get_logger("svc_gateway")
@@ -194,7 +194,7 @@ def register(
         runtime.add_closer(core.aclose)
 
         for name in TOOL_NAMES:
-            api.register_tool(to_spec(core, TOOLS[name], accounts))
+            api.register_tool(lazy_spec(core, name, accounts))
         for spec in commands.specs():
             api.register_command(spec)
 
@@ -296,7 +296,7 @@ def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
     """Tools and commands that answer with the configuration error and how to fix it."""
     from .host import Caller, CommandSpec, ToolResult, ToolSpec
     from .redact import get_logger
-    from .tools import TOOL_NAMES, TOOLS
+    from .tools.catalogue import TOOL_NAMES, entry
 
     where = getattr(api, "config_location", None) or DEFAULT_CONFIG_LOCATION
     message = f"The svc plugin is not configured correctly: {error}"
@@ -311,8 +311,8 @@ def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
         return f"{message}. {hint}"
 
     for name in TOOL_NAMES:
-        spec = TOOLS[name]
-        api.register_tool(ToolSpec(name, spec.description, spec.schema(), tool_handler))
+        stored = entry(name)
+        api.register_tool(ToolSpec(name, stored.description, stored.parameters, tool_handler))
     api.register_command(
         CommandSpec(
             "svc_login",

@@ -70,5 +70,19 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         "a2a",  # the a2a-sdk: only enablePaidA2A and paying an A2A agent import it
         "click",  # the svc command line's library: svc_gateway.svc_cli, never the plugin
         "svc_gateway.svc_cli",
+        "mcp",  # the MCP SDK: paid MCP and paying an MCP agent only
+        "redis",  # stateUrl and a shared approvals ledger only
+        "svc_gateway.approvals.redis_ledger",
+        "opentelemetry",  # tracing of the paid path only
+        # the tools' modules and their pydantic models load on the first tool call: register
+        # hands the host the stored catalogue (tools.json)
+        "svc_gateway.tools.base",
+        "svc_gateway.tools.builder",
+        "svc_gateway.tools.query",
+        "svc_gateway.tools.subscriber",
+        "svc_gateway.buying",
+        # the service client and its wire models load with the first client (first call)
+        "svc_gateway.service.client",
+        "svc_gateway.service.models",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"

@@ -22,8 +22,6 @@ from ..config import PluginConfig
 from ..redact import get_logger
 from ..safe_text import NAME_LIMIT, one_line
 from ..service.errors import ServiceError
-from ..service.models import Plan
-from ..service.pricing import format_price
 from .ledger import CAP_ID, MandateLedger, MandateState, Slot, states
 from .mandates import window
 from .money import (
@@ -39,6 +37,7 @@ from .pending import Pending, PendingBook, Who
 
 if TYPE_CHECKING:
     from ..service.client import ServiceClient
+    from ..service.models import Plan
 
 
 class Account(Protocol):
@@ -321,6 +320,8 @@ def running_approved(pending: Pending) -> Iterator[None]:
 def quote_of(plan: Plan) -> dict[str, Any]:
     """The plan as the plugin renders it from the service's data: name, price, what it grants,
     who is paid."""
+    from ..service.pricing import format_price  # pricing loads the wire models
+
     price = plan.registry.price
     credits = plan.registry.credits
     return {

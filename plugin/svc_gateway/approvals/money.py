@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import TYPE_CHECKING
 
-from ..service.models import Plan
-from ..service.pricing import FIAT_DECIMALS, token_unit
+if TYPE_CHECKING:
+    from ..service.models import Plan
 
 #: every amount the approvals keep is an integer of millionths of its currency
 MICRO = 1_000_000
@@ -38,6 +39,8 @@ class PlanValue:
 
 def plan_value(plan: Plan) -> PlanValue:
     """The plan's currency and price, from the service's own data."""
+    from ..service.pricing import FIAT_DECIMALS, token_unit  # pricing loads the wire models
+
     price = plan.registry.price
     total = sum(price.amounts)
     if plan.is_crypto:

@@ -19,14 +19,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..config import PlanRef
 from ..redact import get_logger
 from ..safe_text import NAME_LIMIT, one_line, plural, quoted
 from ..service.errors import ServiceError
-from ..service.models import PlanBalance
 from .core import PluginCore
+
+if TYPE_CHECKING:
+    from ..service.models import PlanBalance
 
 log = get_logger("svc_gateway.context")
 

@@ -18,13 +18,13 @@ from ..api_keys import ApiKey, parse_api_key
 from ..config import ENVIRONMENTS, ConfigError, PluginConfig, resolve_base_url
 from ..redact import get_logger
 from ..runtime import PluginRuntime
-from ..service.client import ServiceClient
 from ..service.errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
-from ..service.models import PlanBalance
 from .credentials import CredentialStore
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the client and its pydantic models load with the first client
     from ..approvals.gate import Approvals
+    from ..service.client import ServiceClient
+    from ..service.models import PlanBalance
     from ..service.transport import SessionFactory
 
 log = get_logger("svc_gateway.core")
@@ -249,6 +249,8 @@ class PluginCore:
     # -- clients -----------------------------------------------------------------------------
 
     def _new_client(self, key: ApiKey | None, environment: str | None = None) -> ServiceClient:
+        from ..service.client import ServiceClient
+
         env = environment or self.environment
         return ServiceClient(
             resolve_base_url(self.config, env),

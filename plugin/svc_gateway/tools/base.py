@@ -19,7 +19,7 @@ from ..approvals.gate import CALLER, ApprovalNeeded
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..config import ConfigError
-from ..host import Caller, ToolResult, ToolSpec
+from ..host import Caller, ToolHandler, ToolResult, ToolSpec
 from ..redact import get_logger
 from ..runtime import RuntimeClosed
 from ..service.errors import NotFound, ServiceError
@@ -197,8 +197,10 @@ async def _execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None
         )
 
 
-def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = None) -> ToolSpec:
-    """A host-facing ToolSpec whose handler can be awaited from any loop or thread.
+def tool_handler(
+    core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = None
+) -> ToolHandler:
+    """A handler that can be awaited from any loop or thread.
 
     With ``accounts`` (a hosted gateway), the call runs as the ``caller`` the host names."""
 
@@ -213,4 +215,10 @@ def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = N
                 "Restart the gateway to use the payments tools again.",
             )
 
-    return ToolSpec(spec.name, spec.description, spec.schema(), handler)
+    return handler
+
+
+def to_spec(core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = None) -> ToolSpec:
+    """A host-facing ToolSpec (its schema built from the params model); see
+    :func:`tool_handler`. ``register`` uses the stored catalogue instead."""
+    return ToolSpec(spec.name, spec.description, spec.schema(), tool_handler(core, spec, accounts))
