@@ -249,7 +249,8 @@ def leaked_secrets(text: str) -> list[str]:
     for match in _B64_JSON.findall(text):
         parts = match.split(".")
         decoded = decode_b64_json(parts[1] if len(parts) == 3 else match)
-        if decoded is not None and ("accepts" in decoded or "creditsRedeemed" in decoded):
+        public = ("accepts", "creditsRedeemed", "errorReason")  # envelope, receipt, failed one
+        if decoded is not None and any(key in decoded for key in public):
             continue
         leaks.append(match[:12] + "...")
     return leaks
