@@ -7,6 +7,7 @@ against in :mod:`.delegations`; this module is the service's operations (WIRE.md
 from __future__ import annotations
 
 import functools
+import json
 import secrets
 from typing import Any, Literal
 
@@ -406,16 +407,19 @@ class ServiceClient(ApiTransport):
     # -- facilitator -------------------------------------------------------------------------
 
     async def verify(
-        self, payment_required: PaymentRequirement, token: str, max_amount: int | None = None
+        self,
+        payment_required: PaymentRequirement,
+        token: str,
+        max_amount: int | None = None,
+        *,
+        envelope_json: bytes | None = None,
     ) -> VerifyResult:
-        """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's."""
-        body: dict[str, Any] = {
-            "paymentRequired": payment_required.wire(),
-            "x402AccessToken": token,
-        }
-        if max_amount is not None:
-            body["maxAmount"] = str(max_amount)
-        data = await self._request("POST", "x402/verify", body=body, retry=True)
+        """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's.
+        ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
+        wire = envelope_json or payment_required.wire_json()
+        data = await self._request(
+            "POST", "x402/verify", data=facilitator_body(wire, token, max_amount), retry=True
+        )
         return parse_model(VerifyResult, data)
 
     async def settle(
@@ -424,22 +428,42 @@ class ServiceClient(ApiTransport):
         token: str,
         max_amount: int | None,
         agent_request_id: str | None,
+        *,
+        envelope_json: bytes | None = None,
     ) -> SettleResult:
-        """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it)."""
-        body: dict[str, Any] = {
-            "paymentRequired": payment_required.wire(),
-            "x402AccessToken": token,
-        }
-        if max_amount is not None:
-            body["maxAmount"] = str(max_amount)
-        if agent_request_id:
-            body["agentRequestId"] = agent_request_id
-        data = await self._request("POST", "x402/settle", body=body, retry=bool(agent_request_id))
+        """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it).
+        ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
+        wire = envelope_json or payment_required.wire_json()
+        body = facilitator_body(wire, token, max_amount, agent_request_id)
+        data = await self._request("POST", "x402/settle", data=body, retry=bool(agent_request_id))
         return parse_model(SettleResult, data)
 
     async def get_versions(self) -> VersionInfo:
         data = await self._request("GET", "meta/versions", retry=True)
         return parse_model(VersionInfo, data)
+
+
+def facilitator_body(
+    envelope_json: bytes,
+    token: str,
+    max_amount: int | None = None,
+    agent_request_id: str | None = None,
+) -> bytes:
+    """The JSON body of ``x402/verify`` and ``x402/settle``, byte for byte what
+    ``json.dumps({"paymentRequired": ..., "x402AccessToken": ..., "maxAmount": ...,
+    "agentRequestId": ...}, separators=(",", ":"))`` gives, around an envelope serialised once
+    (the paid path sends the same envelope twice per request, and many requests share it)."""
+    parts = [b'{"paymentRequired":', envelope_json, b',"x402AccessToken":', _json_str(token)]
+    if max_amount is not None:
+        parts += (b',"maxAmount":', _json_str(str(max_amount)))
+    if agent_request_id:
+        parts += (b',"agentRequestId":', _json_str(agent_request_id))
+    parts.append(b"}")
+    return b"".join(parts)
+
+
+def _json_str(text: str) -> bytes:
+    return json.dumps(text).encode()
 
 
 JS_MAX_SAFE_INTEGER = 2**53 - 1

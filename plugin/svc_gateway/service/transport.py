@@ -164,10 +164,14 @@ class ApiTransport:
         params: dict[str, Any] | None = None,
         retry: bool = False,
         headers: dict[str, str] | None = None,
+        data: bytes | None = None,
     ) -> Any:
-        headers = {**self._request_headers(auth), **(headers or {})}
+        """``body`` is sent as compact JSON; ``data``, a body already encoded, as is."""
+        own = self._request_headers(auth)
+        headers = {**own, **headers} if headers else own
         url = self._url(path, params)
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
         attempts = self.max_retries + 1 if retry else 1
         end = self._clock() + self.timeout
         outer = _DEADLINE.get()

@@ -80,6 +80,8 @@ class Admitter:
         self.stats = stats
         self.refusals = refusals
         self.envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
+        #: each prebuilt envelope's wire JSON, by the envelope's identity
+        self._wires: dict[int, tuple[PaymentRequirement, bytes]] = {}
 
     async def admit(
         self, plan_id: str, agent_id: str | None, request: PaidRequest, trace: NullTrace
@@ -119,9 +121,10 @@ class Admitter:
                 return self.replay(paid)
         with trace.verify():
             trace.set(credits_requested=amount)
+            wire = self.wire_json(envelope)
             try:
                 client = self.core.client()
-                verdict = await client.verify(envelope, token, amount)
+                verdict = await client.verify(envelope, token, amount, envelope_json=wire)
             except errors.ServiceError as exc:
                 trace.fail(exc.code)
                 return refusals.verify_failed(exc, envelope)
@@ -147,7 +150,7 @@ class Admitter:
             if isinstance(claim, Refusal):
                 return refusals.refuse(envelope, claim.reason)
             admission = claim
-        return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
+        return PaidCall(envelope, token, amount, verdict.request_id, payer, admission, wire)
 
     def replay(self, paid: Paid) -> PaidOutcome:
         """A retry of the request this single-use token already paid for: the same answer,
@@ -203,6 +206,7 @@ class Admitter:
         if envelope is None:
             if len(self.envelopes) >= ENVELOPES_KEPT:
                 self.envelopes.clear()
+                self._wires.clear()
             envelope = self.envelopes[key] = build_envelope(
                 facts,
                 agent_id,
@@ -214,3 +218,15 @@ class Admitter:
                 max_timeout_secs=payment_deadline_secs(self.core.config),
             )
         return envelope
+
+    def wire_json(self, envelope: PaymentRequirement) -> bytes:
+        """The envelope's wire JSON (verify's and settle's ``paymentRequired``), serialised
+        once per prebuilt envelope (envelopes are never mutated: a refusal copies one)."""
+        kept = self._wires.get(id(envelope))
+        if kept is not None and kept[0] is envelope:
+            return kept[1]
+        wire = envelope.wire_json()
+        if len(self._wires) >= ENVELOPES_KEPT:
+            self._wires.clear()
+        self._wires[id(envelope)] = (envelope, wire)
+        return wire

@@ -129,10 +129,18 @@ class Settler:
         for attempt in range(1, attempts + 1):
             try:
                 client = self.core.client()
-                async with asyncio.timeout(cap):
-                    result = await client.settle(
-                        call.envelope, call.token, call.amount, call.request_id
-                    )
+                sent = client.settle(
+                    call.envelope,
+                    call.token,
+                    call.amount,
+                    call.request_id,
+                    envelope_json=call.envelope_json,
+                )
+                if cap is None:
+                    result = await sent
+                else:
+                    async with asyncio.timeout(cap):
+                        result = await sent
             except errors.ServiceError as exc:
                 reason = f"{exc.code}: {exc.message}"
                 kind = classify_settle_error(exc)
