@@ -65,6 +65,10 @@ class ReplayCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._paid: TTLCache[str, Paid] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        #: whether the token behind a key is single-use (decoded once per token and route:
+        #: a reusable token pays for many requests)
+        self._single: dict[str, bool] = {}
+        self._maxsize = maxsize
         self.replayed = 0
 
     @staticmethod
@@ -77,8 +81,14 @@ class ReplayCache:
         return self._paid.get(self.key(token, route))
 
     def remember(self, token: str, route: str, body: str, answer: Answer) -> None:
-        if is_single_use(token):
-            self._paid[self.key(token, route)] = Paid(body, answer)
+        key = self.key(token, route)
+        single = self._single.get(key)
+        if single is None:
+            if len(self._single) >= self._maxsize:
+                self._single.clear()
+            single = self._single[key] = is_single_use(token)
+        if single:
+            self._paid[key] = Paid(body, answer)
 
     def __len__(self) -> int:
         return len(self._paid)
