@@ -164,7 +164,7 @@ class Settler:
         payer = call.payer or "unknown"
         if outcome.kind is Settled.PAID:
             assert outcome.receipt is not None and outcome.result is not None
-            redeemed = to_int(outcome.receipt["creditsRedeemed"])
+            redeemed = outcome.result.credits_redeemed or 0  # the receipt's creditsRedeemed
             self.stats.settled += 1
             self.stats.credits_settled += redeemed
             self.stats.receipts.append(outcome.receipt)
