@@ -92,9 +92,15 @@ class Admitter:
             facts = self.override(await self.facts(plan_id), request)
         except OUTAGE_ERRORS as exc:
             return refusals.unavailable(exc, "read the plan")
-        trace.set(scheme=facts.scheme, network=facts.network)
+        if trace.enabled:
+            trace.set(scheme=facts.scheme, network=facts.network)
         try:  # priced first: every 402 states the price (x402 ``amount``)
-            amount = facts.clamp(await self.request_price(request))
+            credits = request.credits
+            if credits is None:  # the config's price: no coroutine to await
+                price = self.core.config.credits_per_request
+            else:
+                price = await self.request_price(request)
+            amount = facts.clamp(price)
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
             answer = error_answer(
@@ -120,7 +126,8 @@ class Admitter:
             if paid is not None and paid.body == request.body_digest:
                 return self.replay(paid)
         with trace.verify():
-            trace.set(credits_requested=amount)
+            if trace.enabled:
+                trace.set(credits_requested=amount)
             wire = self.wire_json(envelope)
             try:
                 client = self.core.client()
@@ -134,7 +141,8 @@ class Admitter:
                 log.info("payment refused on plan %s: %s", plan_id, reason)
                 return refusals.refuse(envelope, reason)
             payer = verdict.payer or token_payer(token)
-            trace.set(payer=payer)
+            if trace.enabled:
+                trace.set(payer=payer)
         admission: Admission | None = None
         if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
