@@ -7,8 +7,8 @@ against in :mod:`.delegations`; this module is the service's operations (WIRE.md
 from __future__ import annotations
 
 import functools
-import json
 import secrets
+from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 from pydantic import SecretStr
@@ -430,12 +430,15 @@ class ServiceClient(ApiTransport):
         agent_request_id: str | None,
         *,
         envelope_json: bytes | None = None,
+        within: float | None = None,
     ) -> SettleResult:
         """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it).
-        ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
+        ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it;
+        ``within``: the call (retries included) ends within that many seconds."""
         wire = envelope_json or payment_required.wire_json()
         body = facilitator_body(wire, token, max_amount, agent_request_id)
-        data = await self._request("POST", "x402/settle", data=body, retry=bool(agent_request_id))
+        retry = bool(agent_request_id)
+        data = await self._request("POST", "x402/settle", data=body, retry=retry, within=within)
         return parse_model(SettleResult, data)
 
     async def get_versions(self) -> VersionInfo:
@@ -455,7 +458,7 @@ def facilitator_body(
     (the paid path sends the same envelope twice per request, and many requests share it)."""
     parts = [b'{"paymentRequired":', envelope_json, b',"x402AccessToken":', _json_str(token)]
     if max_amount is not None:
-        parts += (b',"maxAmount":', _json_str(str(max_amount)))
+        parts.append(b',"maxAmount":"%d"' % max_amount)
     if agent_request_id:
         parts += (b',"agentRequestId":', _json_str(agent_request_id))
     parts.append(b"}")
@@ -463,7 +466,8 @@ def facilitator_body(
 
 
 def _json_str(text: str) -> bytes:
-    return json.dumps(text).encode()
+    """``json.dumps(text).encode()`` without ``json.dumps``'s Python layers (its own encoder)."""
+    return encode_basestring_ascii(text).encode()
 
 
 JS_MAX_SAFE_INTEGER = 2**53 - 1
