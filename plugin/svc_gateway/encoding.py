@@ -112,6 +112,8 @@ def abbreviate_secret(secret: str | None) -> str:
 
 def big_int(value: Any) -> int:
     """A big integer from a number or a decimal string (WIRE.md §1.4); a bool is refused."""
+    if type(value) is str and value.isdecimal() and value.isascii():  # the service's usual form
+        return int(value)
     if isinstance(value, bool):
         raise ValueError("expected an integer, got a boolean")
     if isinstance(value, int):

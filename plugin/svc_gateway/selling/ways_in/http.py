@@ -197,10 +197,12 @@ class PaidRoutes:
             return bad.answer
         token = request.headers.get("payment-signature", "").strip() or None
         url = self.endpoint_url(request)
+        sold = self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
+        runtime = self.flow.core.runtime
+        if runtime.loop is asyncio.get_running_loop():  # the plugin's own server: no hop
+            return await sold
         try:
-            return await self.flow.core.runtime.run(
-                self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
-            )
+            return await runtime.run(sold)
         except RuntimeClosed:
             return error_answer(503, "Service Unavailable", "The agent is shutting down.")
 
