@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cachetools import TTLCache
+from cachetools import Cache, TTLCache
 
 from ...encoding import decode_access_token, token_authorization
 from ..handlers import Answer
@@ -76,7 +76,7 @@ class ReplayCache:
         return digest(token, route)
 
     def lookup(self, token: str, route: str) -> Paid | None:
-        if not self._paid:
+        if not Cache.__len__(self._paid):  # the count as kept (TTLCache's len expires first)
             return None
         return self._paid.get(self.key(token, route))
 
