@@ -10,6 +10,7 @@ import base64
 import binascii
 import json
 import re
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 ADDRESS_RE = re.compile(r"^0x[a-fA-F0-9]{40}$")
@@ -123,3 +124,27 @@ def big_int(value: Any) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value.strip())
     raise ValueError("expected an integer or a decimal string")
+
+
+def facilitator_body(
+    envelope_json: bytes,
+    token: str,
+    max_amount: int | None = None,
+    agent_request_id: str | None = None,
+) -> bytes:
+    """The JSON body of ``x402/verify`` and ``x402/settle``, byte for byte what
+    ``json.dumps({"paymentRequired": ..., "x402AccessToken": ..., "maxAmount": ...,
+    "agentRequestId": ...}, separators=(",", ":"))`` gives, around an envelope serialised once
+    (the paid path sends the same envelope twice per request, and many requests share it)."""
+    parts = [b'{"paymentRequired":', envelope_json, b',"x402AccessToken":', _json_str(token)]
+    if max_amount is not None:
+        parts.append(b',"maxAmount":"%d"' % max_amount)
+    if agent_request_id:
+        parts += (b',"agentRequestId":', _json_str(agent_request_id))
+    parts.append(b"}")
+    return b"".join(parts)
+
+
+def _json_str(text: str) -> bytes:
+    """``json.dumps(text).encode()`` without ``json.dumps``'s Python layers (its own encoder)."""
+    return encode_basestring_ascii(text).encode()

@@ -145,7 +145,7 @@ def test_a_facilitator_body_is_byte_for_byte_the_json_of_its_fields(
 ) -> None:
     import json
 
-    from svc_gateway.service.client import facilitator_body
+    from svc_gateway.encoding import facilitator_body
 
     envelope = PaymentRequirement(
         resource=Resource(url="https://a.example/agent", description="ünïcode"),

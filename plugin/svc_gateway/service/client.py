@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import functools
 import secrets
-from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 from pydantic import SecretStr
 
 from ..config import DEFAULT_NETWORK
-from ..encoding import decode_access_token, is_address
+from ..encoding import decode_access_token, facilitator_body, is_address
 from . import errors
 from .delegations import CARD_PROVIDERS, DelegationPool, delegation_from_answer, pick_card
 from .models import (
@@ -416,10 +415,8 @@ class ServiceClient(ApiTransport):
     ) -> VerifyResult:
         """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's.
         ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
-        wire = envelope_json or payment_required.wire_json()
-        data = await self._request(
-            "POST", "x402/verify", data=facilitator_body(wire, token, max_amount), retry=True
-        )
+        body = facilitator_body(envelope_json or payment_required.wire_json(), token, max_amount)
+        data = await self._request("POST", "x402/verify", data=body, retry=True)
         return parse_model(VerifyResult, data)
 
     async def settle(
@@ -433,8 +430,7 @@ class ServiceClient(ApiTransport):
         within: float | None = None,
     ) -> SettleResult:
         """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it).
-        ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it;
-        ``within``: the call (retries included) ends within that many seconds."""
+        ``envelope_json`` as for :meth:`verify`; ``within``: the call ends within that long."""
         wire = envelope_json or payment_required.wire_json()
         body = facilitator_body(wire, token, max_amount, agent_request_id)
         retry = bool(agent_request_id)
@@ -444,30 +440,6 @@ class ServiceClient(ApiTransport):
     async def get_versions(self) -> VersionInfo:
         data = await self._request("GET", "meta/versions", retry=True)
         return parse_model(VersionInfo, data)
-
-
-def facilitator_body(
-    envelope_json: bytes,
-    token: str,
-    max_amount: int | None = None,
-    agent_request_id: str | None = None,
-) -> bytes:
-    """The JSON body of ``x402/verify`` and ``x402/settle``, byte for byte what
-    ``json.dumps({"paymentRequired": ..., "x402AccessToken": ..., "maxAmount": ...,
-    "agentRequestId": ...}, separators=(",", ":"))`` gives, around an envelope serialised once
-    (the paid path sends the same envelope twice per request, and many requests share it)."""
-    parts = [b'{"paymentRequired":', envelope_json, b',"x402AccessToken":', _json_str(token)]
-    if max_amount is not None:
-        parts.append(b',"maxAmount":"%d"' % max_amount)
-    if agent_request_id:
-        parts += (b',"agentRequestId":', _json_str(agent_request_id))
-    parts.append(b"}")
-    return b"".join(parts)
-
-
-def _json_str(text: str) -> bytes:
-    """``json.dumps(text).encode()`` without ``json.dumps``'s Python layers (its own encoder)."""
-    return encode_basestring_ascii(text).encode()
 
 
 JS_MAX_SAFE_INTEGER = 2**53 - 1
