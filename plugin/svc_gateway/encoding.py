@@ -10,6 +10,7 @@ import base64
 import binascii
 import json
 import re
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 ADDRESS_RE = re.compile(r"^0x[a-fA-F0-9]{40}$")
@@ -112,6 +113,8 @@ def abbreviate_secret(secret: str | None) -> str:
 
 def big_int(value: Any) -> int:
     """A big integer from a number or a decimal string (WIRE.md §1.4); a bool is refused."""
+    if type(value) is str and value.isdecimal() and value.isascii():  # the service's usual form
+        return int(value)
     if isinstance(value, bool):
         raise ValueError("expected an integer, got a boolean")
     if isinstance(value, int):
@@ -121,3 +124,27 @@ def big_int(value: Any) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value.strip())
     raise ValueError("expected an integer or a decimal string")
+
+
+def facilitator_body(
+    envelope_json: bytes,
+    token: str,
+    max_amount: int | None = None,
+    agent_request_id: str | None = None,
+) -> bytes:
+    """The JSON body of ``x402/verify`` and ``x402/settle``, byte for byte what
+    ``json.dumps({"paymentRequired": ..., "x402AccessToken": ..., "maxAmount": ...,
+    "agentRequestId": ...}, separators=(",", ":"))`` gives, around an envelope serialised once
+    (the paid path sends the same envelope twice per request, and many requests share it)."""
+    parts = [b'{"paymentRequired":', envelope_json, b',"x402AccessToken":', _json_str(token)]
+    if max_amount is not None:
+        parts.append(b',"maxAmount":"%d"' % max_amount)
+    if agent_request_id:
+        parts += (b',"agentRequestId":', _json_str(agent_request_id))
+    parts.append(b"}")
+    return b"".join(parts)
+
+
+def _json_str(text: str) -> bytes:
+    """``json.dumps(text).encode()`` without ``json.dumps``'s Python layers (its own encoder)."""
+    return encode_basestring_ascii(text).encode()

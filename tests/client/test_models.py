@@ -130,3 +130,32 @@ def test_key_prefixes_the_sdk_knows(
     key = parse_api_key(fake_key(env=prefix, address=ADDRESS))
     assert (key.environment, key.deployment, key.address) == (environment, deployment, ADDRESS)
     assert key.secret.get_secret_value().startswith(prefix + ":")
+
+
+@pytest.mark.parametrize(
+    ("token", "max_amount", "request_id"),
+    [
+        ("eyJhbGciOi.x.y", 3, None),
+        ("tok+/=", None, "req-1"),
+        ("t", 2**70, 'ré"q\\'),  # escapes, non-ASCII, a big amount
+    ],
+)
+def test_a_facilitator_body_is_byte_for_byte_the_json_of_its_fields(
+    token: str, max_amount: int | None, request_id: str | None
+) -> None:
+    import json
+
+    from svc_gateway.encoding import facilitator_body
+
+    envelope = PaymentRequirement(
+        resource=Resource(url="https://a.example/agent", description="ünïcode"),
+        accepts=[Accept(scheme="svc:erc4337", network="eip155:84532", plan_id="7")],
+    )
+    body: dict[str, object] = {"paymentRequired": envelope.wire(), "x402AccessToken": token}
+    if max_amount is not None:
+        body["maxAmount"] = str(max_amount)
+    if request_id:
+        body["agentRequestId"] = request_id
+    expected = json.dumps(body, separators=(",", ":")).encode()
+    got = facilitator_body(envelope.wire_json(), token, max_amount, request_id)
+    assert got == expected

@@ -294,7 +294,7 @@ async def test_an_unexpected_client_failure_at_settle_is_retried_then_queued(
         def __getattr__(self, name: str) -> object:
             return getattr(real, name)
 
-        async def settle(self, *args: object) -> object:
+        async def settle(self, *args: object, **kwargs: object) -> object:
             nonlocal attempts
             attempts += 1
             raise RuntimeError("Session is closed")

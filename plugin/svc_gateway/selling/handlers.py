@@ -105,10 +105,26 @@ def load_handler(spec: str) -> AgentHandler:
     return handler
 
 
+#: :func:`_is_async` of the handlers seen (a few per process; a handler is asked per request)
+_ASYNC: dict[Any, bool] = {}
+_ASYNC_KEPT = 64
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+    try:
+        return _ASYNC[fn]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
+    found = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
     )
+    try:
+        if len(_ASYNC) >= _ASYNC_KEPT:
+            _ASYNC.clear()
+        _ASYNC[fn] = found
+    except TypeError:  # unhashable: asked again next time
+        pass
+    return found
 
 
 #: threads a sync handler may occupy at once (more requests wait for one within their timeout)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import SecretStr
 
 from ..config import DEFAULT_NETWORK
-from ..encoding import decode_access_token, is_address
+from ..encoding import decode_access_token, facilitator_body, is_address
 from . import errors
 from .delegations import CARD_PROVIDERS, DelegationPool, delegation_from_answer, pick_card
 from .models import (
@@ -406,16 +406,17 @@ class ServiceClient(ApiTransport):
     # -- facilitator -------------------------------------------------------------------------
 
     async def verify(
-        self, payment_required: PaymentRequirement, token: str, max_amount: int | None = None
+        self,
+        payment_required: PaymentRequirement,
+        token: str,
+        max_amount: int | None = None,
+        *,
+        envelope_json: bytes | None = None,
     ) -> VerifyResult:
-        """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's."""
-        body: dict[str, Any] = {
-            "paymentRequired": payment_required.wire(),
-            "x402AccessToken": token,
-        }
-        if max_amount is not None:
-            body["maxAmount"] = str(max_amount)
-        data = await self._request("POST", "x402/verify", body=body, retry=True)
+        """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's.
+        ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
+        body = facilitator_body(envelope_json or payment_required.wire_json(), token, max_amount)
+        data = await self._request("POST", "x402/verify", data=body, retry=True)
         return parse_model(VerifyResult, data)
 
     async def settle(
@@ -424,17 +425,16 @@ class ServiceClient(ApiTransport):
         token: str,
         max_amount: int | None,
         agent_request_id: str | None,
+        *,
+        envelope_json: bytes | None = None,
+        within: float | None = None,
     ) -> SettleResult:
-        """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it)."""
-        body: dict[str, Any] = {
-            "paymentRequired": payment_required.wire(),
-            "x402AccessToken": token,
-        }
-        if max_amount is not None:
-            body["maxAmount"] = str(max_amount)
-        if agent_request_id:
-            body["agentRequestId"] = agent_request_id
-        data = await self._request("POST", "x402/settle", body=body, retry=bool(agent_request_id))
+        """Burn credits. Retried only with an ``agentRequestId`` (idempotent on it).
+        ``envelope_json`` as for :meth:`verify`; ``within``: the call ends within that long."""
+        wire = envelope_json or payment_required.wire_json()
+        body = facilitator_body(wire, token, max_amount, agent_request_id)
+        retry = bool(agent_request_id)
+        data = await self._request("POST", "x402/settle", data=body, retry=retry, within=within)
         return parse_model(SettleResult, data)
 
     async def get_versions(self) -> VersionInfo:

@@ -6,6 +6,7 @@ from a decimal string or a number and written as decimal strings (WIRE.md §1.4)
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -347,6 +348,10 @@ class PaymentRequirement(WireModel):
             "accepts": accepts,
             "extensions": dict(self.extensions),
         }
+
+    def wire_json(self) -> bytes:
+        """:meth:`wire` as compact JSON (the ``paymentRequired`` of a verify or settle body)."""
+        return json.dumps(self.wire(), separators=(",", ":")).encode()
 
     def x402(self) -> dict[str, Any]:
         """As buyers read it: x402 v2's PaymentRequired, each entry with its price terms and

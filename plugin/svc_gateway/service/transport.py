@@ -164,12 +164,20 @@ class ApiTransport:
         params: dict[str, Any] | None = None,
         retry: bool = False,
         headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+        within: float | None = None,
     ) -> Any:
-        headers = {**self._request_headers(auth), **(headers or {})}
+        """``body`` is sent as compact JSON; ``data``, a body already encoded, as is.
+        ``within``: this call (retries included) ends within that many seconds from now, like
+        :meth:`deadline` for one call."""
+        own = self._request_headers(auth)
+        headers = {**own, **headers} if headers else own
         url = self._url(path, params)
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
         attempts = self.max_retries + 1 if retry else 1
-        end = self._clock() + self.timeout
+        now = self._clock()
+        end = now + self.timeout if within is None else now + min(self.timeout, within)
         outer = _DEADLINE.get()
         if outer is not None:
             end = min(end, outer)

@@ -80,6 +80,8 @@ class Admitter:
         self.stats = stats
         self.refusals = refusals
         self.envelopes: dict[tuple[Any, ...], PaymentRequirement] = {}
+        #: each prebuilt envelope's wire JSON, by the envelope's identity
+        self._wires: dict[int, tuple[PaymentRequirement, bytes]] = {}
 
     async def admit(
         self, plan_id: str, agent_id: str | None, request: PaidRequest, trace: NullTrace
@@ -90,9 +92,15 @@ class Admitter:
             facts = self.override(await self.facts(plan_id), request)
         except OUTAGE_ERRORS as exc:
             return refusals.unavailable(exc, "read the plan")
-        trace.set(scheme=facts.scheme, network=facts.network)
+        if trace.enabled:
+            trace.set(scheme=facts.scheme, network=facts.network)
         try:  # priced first: every 402 states the price (x402 ``amount``)
-            amount = facts.clamp(await self.request_price(request))
+            credits = request.credits
+            if credits is None:  # the config's price: no coroutine to await
+                price = self.core.config.credits_per_request
+            else:
+                price = await self.request_price(request)
+            amount = facts.clamp(price)
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
             answer = error_answer(
@@ -118,10 +126,12 @@ class Admitter:
             if paid is not None and paid.body == request.body_digest:
                 return self.replay(paid)
         with trace.verify():
-            trace.set(credits_requested=amount)
+            if trace.enabled:
+                trace.set(credits_requested=amount)
+            wire = self.wire_json(envelope)
             try:
                 client = self.core.client()
-                verdict = await client.verify(envelope, token, amount)
+                verdict = await client.verify(envelope, token, amount, envelope_json=wire)
             except errors.ServiceError as exc:
                 trace.fail(exc.code)
                 return refusals.verify_failed(exc, envelope)
@@ -131,7 +141,8 @@ class Admitter:
                 log.info("payment refused on plan %s: %s", plan_id, reason)
                 return refusals.refuse(envelope, reason)
             payer = verdict.payer or token_payer(token)
-            trace.set(payer=payer)
+            if trace.enabled:
+                trace.set(payer=payer)
         admission: Admission | None = None
         if payer and not facts.is_time:  # access to a time plan is not metered per request
             try:
@@ -147,7 +158,7 @@ class Admitter:
             if isinstance(claim, Refusal):
                 return refusals.refuse(envelope, claim.reason)
             admission = claim
-        return PaidCall(envelope, token, amount, verdict.request_id, payer, admission)
+        return PaidCall(envelope, token, amount, verdict.request_id, payer, admission, wire)
 
     async def verified_payer(
         self,
@@ -234,6 +245,7 @@ class Admitter:
         if envelope is None:
             if len(self.envelopes) >= ENVELOPES_KEPT:
                 self.envelopes.clear()
+                self._wires.clear()
             envelope = self.envelopes[key] = build_envelope(
                 facts,
                 agent_id,
@@ -245,3 +257,15 @@ class Admitter:
                 max_timeout_secs=payment_deadline_secs(self.core.config),
             )
         return envelope
+
+    def wire_json(self, envelope: PaymentRequirement) -> bytes:
+        """The envelope's wire JSON (verify's and settle's ``paymentRequired``), serialised
+        once per prebuilt envelope (envelopes are never mutated: a refusal copies one)."""
+        kept = self._wires.get(id(envelope))
+        if kept is not None and kept[0] is envelope:
+            return kept[1]
+        wire = envelope.wire_json()
+        if len(self._wires) >= ENVELOPES_KEPT:
+            self._wires.clear()
+        self._wires[id(envelope)] = (envelope, wire)
+        return wire

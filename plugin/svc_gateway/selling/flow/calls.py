@@ -36,3 +36,5 @@ class PaidCall:
     request_id: str | None
     payer: str | None
     admission: Admission | None
+    #: ``envelope.wire_json()``, serialised once for every request that shares the envelope
+    envelope_json: bytes | None = None

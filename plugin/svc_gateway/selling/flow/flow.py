@@ -238,6 +238,9 @@ class PaidFlow:
 
     async def facts(self, plan_id: str) -> PlanFacts:
         """The plan's scheme/network/bounds (cached 5 min); raises on a service outage."""
+        cached = self.facts_cache.peek(plan_id)
+        if cached is not None:
+            return cached
         fetch = self.core.public_client().get_plan
         return await self.facts_cache.get(plan_id, fetch, self.core.environment)
 
@@ -262,7 +265,10 @@ class PaidFlow:
             token=token,
             url=url,
             work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
-            credits=functools.partial(self.price_for, {"prompt": prompt}),
+            # without a credits function the admission reads the config's price itself
+            credits=None
+            if self.credits is None
+            else functools.partial(self.price_for, {"prompt": prompt}),
             route=ENDPOINT_ROUTE,
             body_digest=digest(prompt),
             connected=connected,
@@ -331,7 +337,9 @@ class PaidFlow:
             settling = True
             with trace.settlement():
                 outcome = await self.settler.settle(call, queue=request.deliver_unsettled)
-                if outcome.kind is Settled.PAID:
+                if not trace.enabled:
+                    pass
+                elif outcome.kind is Settled.PAID:
                     assert outcome.receipt is not None
                     trace.set(
                         credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
@@ -346,7 +354,8 @@ class PaidFlow:
         if outcome.kind is Settled.PAID:
             assert outcome.receipt is not None
             receipt_header = ("payment-response", b64_json(outcome.receipt))
-            paid = replace(answer, headers=(*answer.headers, receipt_header))
+            headers = (*answer.headers, receipt_header)
+            paid = Answer(answer.status, answer.body, answer.content_type, headers)
             if request.body_digest is not None:
                 self.replays.remember(call.token, request.route, request.body_digest, paid)
             return PaidOutcome(

@@ -15,8 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from cachetools import TTLCache
-
 from ...config import PluginConfig
 from ...encoding import ZERO_ADDRESS
 from ...redact import get_logger
@@ -119,13 +117,22 @@ class PlanFactsCache:
         maxsize: int = PLAN_CACHE_SIZE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._cache: TTLCache[str, PlanFacts] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        #: plan id → (facts, read until): a plain dict, read on every paid request
+        self._cache: dict[str, tuple[PlanFacts, float]] = {}
         self._inflight: dict[str, asyncio.Future[PlanFacts]] = {}
         self._maxsize = maxsize
+        self._ttl = ttl
+        self._clock = clock
         self.fetches = 0
 
     def peek(self, plan_id: str) -> PlanFacts | None:
-        return self._cache.get(plan_id)
+        entry = self._cache.get(plan_id)
+        if entry is None:
+            return None
+        if self._clock() > entry[1]:  # expired
+            self._cache.pop(plan_id, None)
+            return None
+        return entry[0]
 
     def invalidate(self, plan_id: str | None = None) -> None:
         if plan_id is None:
@@ -133,8 +140,19 @@ class PlanFactsCache:
         else:
             self._cache.pop(plan_id, None)
 
+    def _keep(self, plan_id: str, facts: PlanFacts) -> None:
+        """Cache ``facts`` for the TTL; when full, the expired entries go, then the oldest."""
+        now = self._clock()
+        if plan_id not in self._cache and len(self._cache) >= self._maxsize:
+            for key in [key for key, (_, until) in self._cache.items() if now > until]:
+                del self._cache[key]
+            while len(self._cache) >= self._maxsize:
+                del self._cache[next(iter(self._cache))]
+        self._cache.pop(plan_id, None)  # re-inserted last: the newest
+        self._cache[plan_id] = (facts, now + self._ttl)
+
     async def get(self, plan_id: str, fetch: PlanFetch, environment: str) -> PlanFacts:
-        cached = self._cache.get(plan_id)
+        cached = self.peek(plan_id)
         if cached is not None:
             return cached
         pending = self._inflight.get(plan_id)
@@ -173,7 +191,7 @@ class PlanFactsCache:
             )
             return PlanFacts.fallback(plan_id, environment)
         facts = PlanFacts.from_plan(plan, environment)
-        self._cache[plan_id] = facts
+        self._keep(plan_id, facts)
         return facts
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cachetools import TTLCache
+from cachetools import Cache, TTLCache
 
 from ...encoding import decode_access_token, token_authorization
 from ..handlers import Answer
@@ -65,6 +65,10 @@ class ReplayCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._paid: TTLCache[str, Paid] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        #: whether the token behind a key is single-use (decoded once per token and route:
+        #: a reusable token pays for many requests)
+        self._single: dict[str, bool] = {}
+        self._maxsize = maxsize
         self.replayed = 0
 
     @staticmethod
@@ -72,13 +76,19 @@ class ReplayCache:
         return digest(token, route)
 
     def lookup(self, token: str, route: str) -> Paid | None:
-        if not self._paid:
+        if not Cache.__len__(self._paid):  # the count as kept (TTLCache's len expires first)
             return None
         return self._paid.get(self.key(token, route))
 
     def remember(self, token: str, route: str, body: str, answer: Answer) -> None:
-        if is_single_use(token):
-            self._paid[self.key(token, route)] = Paid(body, answer)
+        key = self.key(token, route)
+        single = self._single.get(key)
+        if single is None:
+            if len(self._single) >= self._maxsize:
+                self._single.clear()
+            single = self._single[key] = is_single_use(token)
+        if single:
+            self._paid[key] = Paid(body, answer)
 
     def __len__(self) -> int:
         return len(self._paid)

@@ -31,6 +31,8 @@ log = get_logger("svc_gateway.paid")
 #: queued settles claimed from the store at a time while draining
 DRAIN_BATCH = 100
 REPLAYED_TOKEN = "BCK.X402.0059"
+#: why a settle that used up the paid budget is deferred (queued)
+OVER_BUDGET = "no answer within the paid budget"
 
 
 def classify_settle_error(exc: BaseException) -> Settled | None:
@@ -102,14 +104,8 @@ class Settler:
         ``agentRequestId``, which answers an already-burned settle with its receipt."""
         budget_secs = self.core.config.paid_budget_secs
         cap = budget_secs / 2 if not queue and call.request_id else None
-        budget = asyncio.timeout(budget_secs)
         try:
-            async with budget:
-                outcome = await self._settle_attempts(call, cap)
-        except TimeoutError:
-            if not budget.expired():  # pragma: no branch - _settle_attempts catches every Exception
-                raise
-            outcome = SettleOutcome(Settled.DEFERRED, "no answer within the paid budget")
+            outcome = await self._settle_attempts(call, cap, budget_secs)
         except asyncio.CancelledError:
             # the request was cancelled with the settle sent: it may have burned, so it is
             # owed like an outage's (queued, retried on its agentRequestId), unless the answer
@@ -120,19 +116,35 @@ class Settler:
         await self._record(call, outcome, queue=queue)
         return outcome
 
-    async def _settle_attempts(self, call: PaidCall, cap: float | None = None) -> SettleOutcome:
+    async def _settle_attempts(
+        self, call: PaidCall, cap: float | None = None, budget: float | None = None
+    ) -> SettleOutcome:
         """Retries (same ``agentRequestId``) only transient failures, and only with an id:
         without one a replay could burn twice, so then there is exactly one attempt. ``cap``
-        bounds each attempt (one over it counts as transient: asked again)."""
+        bounds each attempt (one over it counts as transient: asked again); ``budget`` all of
+        them, pauses included (past it: deferred). Both are the service call's own deadline
+        (the ``total`` timeout of its exchange), so no extra timer runs per request."""
+        loop = asyncio.get_running_loop()
+        end = None if budget is None else loop.time() + budget
         attempts = len(self.backoff) + 1 if call.request_id else 1
         reason = "not attempted"
         for attempt in range(1, attempts + 1):
+            within = cap
+            if end is not None:
+                left = end - loop.time()
+                if left <= 0:
+                    return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
+                within = left if cap is None else min(cap, left)
             try:
                 client = self.core.client()
-                async with asyncio.timeout(cap):
-                    result = await client.settle(
-                        call.envelope, call.token, call.amount, call.request_id
-                    )
+                result = await client.settle(
+                    call.envelope,
+                    call.token,
+                    call.amount,
+                    call.request_id,
+                    envelope_json=call.envelope_json,
+                    within=within,
+                )
             except errors.ServiceError as exc:
                 reason = f"{exc.code}: {exc.message}"
                 kind = classify_settle_error(exc)
@@ -148,7 +160,12 @@ class Settler:
                     Settled.REFUSED, result.error_reason or "the service answered success: false"
                 )
             if attempt < attempts:
-                await asyncio.sleep(self.backoff[attempt - 1])
+                pause = self.backoff[attempt - 1]
+                if end is not None and loop.time() + pause >= end:
+                    return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
+                await asyncio.sleep(pause)
+        if end is not None and loop.time() >= end:
+            return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
         return SettleOutcome(Settled.DEFERRED, reason)
 
     async def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
@@ -156,7 +173,7 @@ class Settler:
         payer = call.payer or "unknown"
         if outcome.kind is Settled.PAID:
             assert outcome.receipt is not None and outcome.result is not None
-            redeemed = to_int(outcome.receipt["creditsRedeemed"])
+            redeemed = outcome.result.credits_redeemed or 0  # the receipt's creditsRedeemed
             self.stats.settled += 1
             self.stats.credits_settled += redeemed
             self.stats.receipts.append(outcome.receipt)

@@ -89,7 +89,7 @@ class RequestTrace(NullTrace):
 
     def __init__(self, trace: Any, provider: Any) -> None:
         self._trace = trace
-        self._tracer = provider.get_tracer(TRACER_NAME)
+        self._tracer = _tracer(provider)
         self._parent: Any = None
         self._child: Any = None
 
@@ -135,6 +135,22 @@ class RequestTrace(NullTrace):
             self._child.set_status(status)
         if parent and self._parent is not None:
             self._parent.set_status(status)
+
+
+_tracers: dict[int, tuple[Any, Any]] = {}  # id(provider) → (provider, its tracer)
+
+
+def _tracer(provider: Any) -> Any:
+    """The paid path's tracer of ``provider``, made once (the SDK builds a new tracer, with its
+    instrumentation scope, on every ``get_tracer``)."""
+    kept = _tracers.get(id(provider))
+    if kept is not None and kept[0] is provider:
+        return kept[1]
+    tracer = provider.get_tracer(TRACER_NAME)
+    if len(_tracers) >= 8:  # a provider is set once or twice per process: a small bound
+        _tracers.clear()
+    _tracers[id(provider)] = (provider, tracer)
+    return tracer
 
 
 def _global_provider(trace: Any) -> Any:

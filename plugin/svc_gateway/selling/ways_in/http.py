@@ -13,7 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
 
 from ...interop.agent_card import CARD_PATH, build_card
 from ...redact import get_logger
@@ -50,6 +51,13 @@ def paid_response(answer: Answer) -> web.Response:
     """A paid route's answer, cached as x402's reference servers say: a 402 ``no-store``, any
     other answer ``private`` (a shared cache or CDN never serves one payer's answer to another;
     the handler's own directives are kept, but ``public`` gives way)."""
+    if answer.status != 402 and not any(n.lower() == "cache-control" for n, _ in answer.headers):
+        # to_response's headers, built once rather than set one by one on a response
+        headers: CIMultiDict[str] = CIMultiDict({hdrs.CONTENT_TYPE: answer.content_type})
+        for name, value in answer.headers:
+            headers[name] = value
+        headers[hdrs.CACHE_CONTROL] = "private"
+        return web.Response(status=answer.status, body=answer.body, headers=headers)
     response = to_response(answer)
     if answer.status == 402:
         response.headers["Cache-Control"] = "no-store"
@@ -199,10 +207,12 @@ class PaidRoutes:
             return bad.answer
         token = request.headers.get("payment-signature", "").strip() or None
         url = self.endpoint_url(request)
+        sold = self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
+        runtime = self.flow.core.runtime
+        if runtime.loop is asyncio.get_running_loop():  # the plugin's own server: no hop
+            return await sold
         try:
-            return await self.flow.core.runtime.run(
-                self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
-            )
+            return await runtime.run(sold)
         except RuntimeClosed:
             return error_answer(503, "Service Unavailable", "The agent is shutting down.")
 

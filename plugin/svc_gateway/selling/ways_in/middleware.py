@@ -49,6 +49,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Routes = Mapping[str, RouteConfig | Mapping[str, Any]]
 #: where ``build_payment_app`` keeps its middleware (``app[PAYMENTS]``: stats, close)
 PAYMENTS: web.AppKey[PaymentMiddleware] = web.AppKey("svc_payments")
+#: resource URLs kept built (one per scheme, Host header and path seen)
+URLS_KEPT = 64
 
 
 class StreamingRefused(HandlerError):
@@ -92,6 +94,7 @@ class PaymentMiddleware:
         public = config.paid_endpoint_public_url
         parts = urlsplit(public) if public else None
         self._origin = f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
+        self._urls: dict[tuple[str, str, str], str] = {}
         self._started = False
         self._closed = False
         #: routes whose price was compared with their plan's range (each warned once at most)
@@ -239,7 +242,16 @@ class PaymentMiddleware:
         public origin when ``paidEndpointPublicUrl`` names one."""
         if self._origin is not None:
             return self._origin + request.rel_url.raw_path
-        return str(request.url.with_query(None).with_fragment(None))
+        # request.url builds a URL from the Host header on every call: kept per (scheme, host,
+        # path), which is all it depends on once the query and fragment are dropped
+        key = (request.scheme, request.host, request.rel_url.raw_path)
+        url = self._urls.get(key)
+        if url is None:
+            url = str(request.url.with_query(None).with_fragment(None))
+            if len(self._urls) >= URLS_KEPT:
+                self._urls.clear()
+            self._urls[key] = url
+        return url
 
 
 def _with_queue_path(settings: Mapping[str, Any], routes: RouteMap) -> Mapping[str, Any]:
