@@ -21,8 +21,12 @@ def is_address(value: object) -> bool:
     return isinstance(value, str) and ADDRESS_RE.fullmatch(value) is not None
 
 
+#: ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, its encoder made once
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def compact_json(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT(data)
 
 
 def b64_json(data: Any) -> str:

@@ -63,9 +63,13 @@ class Answer:
         return cls(status, encode_json(data), JSON_TYPE, tuple((headers or {}).items()))
 
 
+#: ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``, its encoder made once
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def encode_json(data: Any) -> bytes:
     try:
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        return _ENCODE(data).encode()
     except (TypeError, ValueError) as exc:
         raise HandlerError(f"the answer is not JSON-serialisable ({type(exc).__name__})") from None
 
@@ -260,10 +264,19 @@ async def run_handler(
 ) -> Answer:
     """Call the handler and normalise its answer; its exceptions propagate to the caller
     (:class:`OverShare` too: the paid flow's worker answers it 503 with ``Retry-After``)."""
-    return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
+    arg = {"prompt": prompt}
+    if _is_async(handler):  # call_maybe_async's first case, without its coroutine layer
+        result = await handler(arg)
+        if type(result) is not dict and inspect.isawaitable(result):
+            result = await result
+    else:
+        result = await call_maybe_async(handler, arg, pool)
+    return to_answer(result)
 
 
 def to_answer(result: Any) -> Answer:
+    if type(result) is dict:  # the usual answer: a JSON object
+        return Answer(200, encode_json(result))
     if isinstance(result, web.Response):
         return _from_response(result)
     if isinstance(result, web.StreamResponse):

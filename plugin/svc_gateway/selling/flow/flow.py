@@ -250,18 +250,16 @@ class PaidFlow:
 
     # -- the state machine ---------------------------------------------------------------------
 
-    async def serve(
+    def endpoint_request(
         self,
         prompt: str,
         token: str | None,
         url: str,
         connected: Callable[[], bool] | None = None,
-    ) -> Answer:
-        """The paid endpoint's entry: one well-formed ``{"prompt"}`` request (the HTTP layer
-        has checked method, size, JSON), sold through :meth:`handle`. ``connected`` says whether
-        the client is still there to receive the answer; asked just before settling (a client
-        gone is never charged for an answer it cannot receive)."""
-        request = PaidRequest(
+    ) -> PaidRequest:
+        """The paid endpoint's request to sell for one well-formed ``{"prompt"}`` body (the
+        HTTP layer has checked method, size, JSON)."""
+        return PaidRequest(
             token=token,
             url=url,
             work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
@@ -273,49 +271,75 @@ class PaidFlow:
             body_digest=digest(prompt),
             connected=connected,
         )
-        return (await self.handle(request)).answer
 
-    async def handle(self, request: PaidRequest) -> PaidOutcome:
-        """Sell one request: admit → verify → work → settle → receipt or withhold."""
-        if self._in_flight >= self.max_in_flight:
-            return self.refusals.busy()
-        self._in_flight += 1
-        self.stats.requests += 1
-        trace = start_trace()
+    async def serve(
+        self,
+        prompt: str,
+        token: str | None,
+        url: str,
+        connected: Callable[[], bool] | None = None,
+    ) -> Answer:
+        """The paid endpoint's entry: one well-formed ``{"prompt"}`` request, sold through
+        :meth:`handle`. ``connected`` says whether the client is still there to receive the
+        answer; asked just before settling (a client gone is never charged for an answer it
+        cannot receive)."""
+        return (await self.handle(self.endpoint_request(prompt, token, url, connected))).answer
+
+    async def handle(self, request: PaidRequest, *, _span: NullTrace | None = None) -> PaidOutcome:
+        """Sell one request: admit → verify → work → settle → receipt or withhold. (With
+        tracing on, :meth:`_traced` opens the request's span and sells it through here again,
+        as ``_span``: the untraced path has no extra coroutine layer.)"""
+        if _span is None:
+            if self._in_flight >= self.max_in_flight:
+                return self.refusals.busy()
+            trace = start_trace()
+            if trace.enabled:
+                return await self._traced(request, trace)
+            self._in_flight += 1
+            self._stats.requests += 1
+        else:
+            trace = _span
         try:
-            if not trace.enabled:  # tracing off: no span hooks on the hot path
-                return await self._handle(request, trace)
+            plan_id = request.plan_id or self.plan_id()
+            if plan_id is None:
+                return self.refusals.no_plan()
+            if self.handler_pool.stuck:
+                stuck = self.refusals.stuck()
+                return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
+            trace.set(plan_id=plan_id)
+            budget = asyncio.timeout(self.core.config.paid_budget_secs)
+            try:
+                async with budget:
+                    agent_id = (
+                        self.agent_id() if request.agent_id is None else request.agent_id or None
+                    )
+                    admitted = await self.admitter.admit(plan_id, agent_id, request, trace)
+            except TimeoutError:
+                if not budget.expired():
+                    raise
+                return self.refusals.unavailable(None, "verify a payment in time")
+            if isinstance(admitted, PaidOutcome):
+                return admitted
+            return await self._work(admitted, request, trace)
+        finally:
+            if _span is None:
+                self._in_flight -= 1
+
+    async def _traced(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+        """:meth:`handle` inside the request's span (tracing on)."""
+        self._in_flight += 1
+        self._stats.requests += 1
+        try:
             with trace.request():
                 trace.set(route=request.route, http_verb=request.verb)
                 trace.set(token=abbreviate(request.token))
-                outcome = await self._handle(request, trace)
+                outcome = await self.handle(request, _span=trace)
                 trace.set(outcome=outcome.kind.value)
                 if outcome.kind in _FAILED:
                     trace.fail(outcome.reason or outcome.kind.value)
                 return outcome
         finally:
             self._in_flight -= 1
-
-    async def _handle(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
-        plan_id = request.plan_id or self.plan_id()
-        if plan_id is None:
-            return self.refusals.no_plan()
-        if self.handler_pool.stuck:
-            stuck = self.refusals.stuck()
-            return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
-        trace.set(plan_id=plan_id)
-        budget = asyncio.timeout(self.core.config.paid_budget_secs)
-        try:
-            async with budget:
-                agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
-                admitted = await self.admitter.admit(plan_id, agent_id, request, trace)
-        except TimeoutError:
-            if not budget.expired():
-                raise
-            return self.refusals.unavailable(None, "verify a payment in time")
-        if isinstance(admitted, PaidOutcome):
-            return admitted
-        return await self._work(admitted, request, trace)
 
     async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
         """verified → work done / work failed → settled / unsettled. The admission is closed on

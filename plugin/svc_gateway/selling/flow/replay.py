@@ -38,6 +38,9 @@ def is_single_use(token: str) -> bool:
 
 
 def digest(*parts: str | bytes) -> str:
+    """SHA-256 (hex) of the parts, each followed by a NUL byte (strings as UTF-8)."""
+    if len(parts) == 1 and type(parts[0]) is str:  # a body or a name: one update, not two
+        return hashlib.sha256(parts[0].encode() + b"\x00").hexdigest()
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode() if isinstance(part, str) else part)
@@ -73,7 +76,8 @@ class ReplayCache:
 
     @staticmethod
     def key(token: str, route: str) -> str:
-        return digest(token, route)
+        """``digest(token, route)``, in one update."""
+        return hashlib.sha256(b"%s\x00%s\x00" % (token.encode(), route.encode())).hexdigest()
 
     def lookup(self, token: str, route: str) -> Paid | None:
         if not Cache.__len__(self._paid):  # the count as kept (TTLCache's len expires first)

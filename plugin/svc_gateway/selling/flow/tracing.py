@@ -58,19 +58,23 @@ def abbreviate(token: str | None) -> str | None:
     return f"{token[:4]}…{token[-4:]}"
 
 
+#: the null hooks' one context manager (a ``nullcontext`` holds no state: it is reusable)
+_NOTHING = nullcontext()
+
+
 class NullTrace:
     """Tracing off: every hook does nothing."""
 
     enabled = False
 
     def request(self) -> AbstractContextManager[Any]:
-        return nullcontext()
+        return _NOTHING
 
     def verify(self) -> AbstractContextManager[Any]:
-        return nullcontext()
+        return _NOTHING
 
     def settlement(self) -> AbstractContextManager[Any]:
-        return nullcontext()
+        return _NOTHING
 
     def set(self, **attrs: str | int | float | bool | None) -> None:
         return None
@@ -174,6 +178,8 @@ def start_trace() -> NullTrace:
     """A trace for one request: a real one when OpenTelemetry is installed and a tracer
     provider is set (the tracing switch: :func:`use_tracer_provider` at once, OpenTelemetry's
     global one within :data:`GLOBAL_RECHECK_SECS`), else the shared null object."""
+    if _otel and _provider is None and _global is None and time.monotonic() < _unset_until:
+        return NULL_TRACE  # none set, and looked up less than a second ago
     trace = _trace_module()
     if not trace:
         return NULL_TRACE

@@ -159,13 +159,14 @@ class CreditBook:
             and (account.read_at is None or self._clock() - account.read_at >= BALANCE_TTL_SECS)
         ):
             await self._load(key, account)
-        if account.available < amount and account.in_flight == 0:
+        # (account.available, read as its two fields: a property call costs on every request)
+        if account.balance - account.in_flight < amount and account.in_flight == 0:
             if verified_balance is None or verified_balance < amount:
                 account.in_flight += amount  # top-up: verify is authoritative for this one
                 return Admission(key[0], key[1], amount)
             if self.reads == reads:
                 await self._load(key, account)
-        if account.available < amount:
+        if account.balance - account.in_flight < amount:
             return Refusal(account.available, amount)
         account.in_flight += amount
         return Admission(key[0], key[1], amount)

@@ -9,6 +9,7 @@ routes are mounted on a host's app served by the host's own loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from ..flow.flow import PaidFlow
 from ..flow.plans import OUTAGE_ERRORS
 from ..flow.refusals import error_answer
 from ..handlers import Answer
+from ..types import PaidRequest
 
 log = get_logger("svc_gateway.paid")
 
@@ -183,38 +185,46 @@ class PaidRoutes:
         app.router.add_get(CARD_PATH, self.card)
 
     async def agent(self, request: web.Request) -> web.Response:
-        """``POST <agentEndpointPath>``: never a traceback, whatever happens."""
+        """``POST <agentEndpointPath>``: never a traceback, whatever happens. (One coroutine:
+        each layer is resumed at every suspension of the two service calls.)"""
         try:
-            return paid_response(await self._agent(request))
+            if request.method != "POST":
+                return paid_response(
+                    error_answer(
+                        405,
+                        "Method Not Allowed",
+                        f'POST a JSON body {{"prompt": ...}} here; the agent card is at '
+                        f"{self.path}{CARD_PATH}.",
+                        Allow="POST",
+                    )
+                )
+            try:
+                prompt = await read_prompt(request, self.max_body_bytes, self.body_timeout)
+            except BadRequest as bad:
+                return paid_response(bad.answer)
+            token = request.headers.get("payment-signature", "").strip() or None
+            url = self.endpoint_url(request)
+            flow = self.flow
+            connected = functools.partial(client_connected, request)
+            paid = flow.endpoint_request(prompt, token, url, connected=connected)
+            runtime = flow.core.runtime
+            if runtime.loop is asyncio.get_running_loop():  # the plugin's own server: no hop
+                return paid_response((await flow.handle(paid)).answer)
+            try:
+                return paid_response(await runtime.run(self._sell(paid)))
+            except RuntimeClosed:
+                return paid_response(
+                    error_answer(503, "Service Unavailable", "The agent is shutting down.")
+                )
         except Exception as exc:  # pragma: no cover - the last line of defence
             log.error("paid endpoint failed unexpectedly (%s)", type(exc).__name__)
             return paid_response(
                 error_answer(500, "Internal Server Error", "The agent failed; nothing was charged.")
             )
 
-    async def _agent(self, request: web.Request) -> Answer:
-        if request.method != "POST":
-            return error_answer(
-                405,
-                "Method Not Allowed",
-                f'POST a JSON body {{"prompt": ...}} here; the agent card is at '
-                f"{self.path}{CARD_PATH}.",
-                Allow="POST",
-            )
-        try:
-            prompt = await read_prompt(request, self.max_body_bytes, self.body_timeout)
-        except BadRequest as bad:
-            return bad.answer
-        token = request.headers.get("payment-signature", "").strip() or None
-        url = self.endpoint_url(request)
-        sold = self.flow.serve(prompt, token, url, connected=lambda: client_connected(request))
-        runtime = self.flow.core.runtime
-        if runtime.loop is asyncio.get_running_loop():  # the plugin's own server: no hop
-            return await sold
-        try:
-            return await runtime.run(sold)
-        except RuntimeClosed:
-            return error_answer(503, "Service Unavailable", "The agent is shutting down.")
+    async def _sell(self, paid: PaidRequest) -> Answer:
+        """The request sold on the plugin loop (a host's app served by the host's loop)."""
+        return (await self.flow.handle(paid)).answer
 
     async def card(self, request: web.Request) -> web.Response:
         """``GET .../.well-known/agent.json``: who this agent is and how it is paid."""
