@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import contextvars
 import email.utils
-import itertools
 import json
 import logging
 import math
@@ -98,6 +97,8 @@ class ApiTransport:
             "Service-Version": api_version,
         }
         self._authed_headers: dict[str, str] | None = None
+        #: a key that expires is checked on every call; one that does not, once
+        self._key_expires = self._key is not None and self._key.expires_at is not None
 
     def __repr__(self) -> str:
         who = self._key.address if self._key else "anonymous"
@@ -170,19 +171,23 @@ class ApiTransport:
         """``body`` is sent as compact JSON; ``data``, a body already encoded, as is.
         ``within``: this call (retries included) ends within that many seconds from now, like
         :meth:`deadline` for one call."""
-        own = self._request_headers(auth)
+        own = self._authed_headers
+        if own is None or not auth or self._key_expires:
+            own = self._request_headers(auth)
         headers = {**own, **headers} if headers else own
-        url = self._url(path, params)
+        url = f"{self.base_url}/{path}" if not params else self._url(path, params)
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
         attempts = self.max_retries + 1 if retry else 1
         now = self._clock()
         end = now + self.timeout if within is None else now + min(self.timeout, within)
         outer = _DEADLINE.get()
-        if outer is not None:
-            end = min(end, outer)
-        for attempt in itertools.count(1):
-            left = end - self._clock()
+        if outer is not None and outer < end:
+            end = outer
+        attempt = 0
+        while True:
+            attempt += 1
+            left = end - (now if attempt == 1 else self._clock())
             if left <= 0:
                 raise errors.RequestTimeout(
                     f"{method} {path} ran out of time before it could be sent", code="timeout"
@@ -219,7 +224,6 @@ class ApiTransport:
                 raise failure  # the service's wait, or ours, would overrun this call's deadline
             log.info("retrying %s %s in %.2fs (%s)", method, path, delay, failure.code)
             await self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover  # pragma: no mutate
 
     async def _send(
         self,
@@ -231,7 +235,10 @@ class ApiTransport:
     ) -> tuple[int, str, CIMultiDictProxy[str], bytes]:
         """One attempt; ``total`` bounds the whole exchange, reading a slow-drip body too."""
         timeout = aiohttp.ClientTimeout(total=left)
-        async with self.session.request(
+        session = self._session
+        if session is None or session.closed:
+            session = self.session
+        async with session.request(
             method, url, headers=headers, data=data, timeout=timeout, allow_redirects=False
         ) as response:
             raw = await response.read()
@@ -336,6 +343,8 @@ def _json_or_raise(status: int, raw: bytes, method: str, path: str) -> Any:
     if not raw:
         return {}
     try:
+        if raw[:1] == b"{" and raw[1:2] != b"\x00":  # UTF-8 (json.loads's detect_encoding)
+            return _DECODE(raw.decode("utf-8", "surrogatepass"))
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise errors.ProtocolError(
@@ -345,9 +354,15 @@ def _json_or_raise(status: int, raw: bytes, method: str, path: str) -> Any:
         ) from None
 
 
+#: ``json.loads`` of a ``str`` (its default decoder)
+_DECODE = json.JSONDecoder().decode
+
+
 def parse_model(model: type[M], data: Any) -> M:
+    """``model.model_validate(data)`` (its validator called directly), or the
+    :class:`~.errors.ProtocolError` of a malformed answer."""
     try:
-        return model.model_validate(data)
+        return model.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
     except ValidationError as exc:
         fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:3])
         raise errors.ProtocolError(

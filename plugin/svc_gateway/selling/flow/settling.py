@@ -18,7 +18,7 @@ from ...chat.core import PluginCore
 from ...encoding import to_int
 from ...redact import get_logger
 from ...service import errors
-from ...service.models import PaymentRequirement
+from ...service.models import PaymentRequirement, SettleResult
 from ..state.book import Admission
 from ..state.protocols import AdmissionBook, SettleStore
 from ..state.settle_journal import SettleJournal, default_queue_path
@@ -52,6 +52,16 @@ def not_mine(exc: BaseException) -> bool:
     """A 403 that is not the payer's refusal (``BCK.X402.*``): this key may not settle that
     plan's requests ("only the owner"). A queued one stays for its owner: it is not lost."""
     return isinstance(exc, errors.PermissionDenied) and not exc.code.startswith("BCK.X402.")
+
+
+def _answered(result: SettleResult) -> SettleOutcome:
+    """What a settle the service answered came to."""
+    if result.success:
+        return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
+    # the service answered and burned nothing: the payer did not pay
+    return SettleOutcome(
+        Settled.REFUSED, result.error_reason or "the service answered success: false"
+    )
 
 
 #: told how a queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
@@ -102,10 +112,25 @@ class Settler:
         withheld answer, so then no attempt may use more than half the budget: one that hangs
         (the service may have burned and its reply be late) is asked again on the same
         ``agentRequestId``, which answers an already-burned settle with its receipt."""
-        budget_secs = self.core.config.paid_budget_secs
-        cap = budget_secs / 2 if not queue and call.request_id else None
+        budget = self.core.config.paid_budget_secs
+        cap = budget / 2 if not queue and call.request_id else None
+        start = time.monotonic()
         try:
-            outcome = await self._settle_attempts(call, cap, budget_secs)
+            # the first attempt here (a coroutine layer less), its time left the whole budget
+            try:
+                client = self.core.client()
+                result = await client.settle(
+                    call.envelope,
+                    call.token,
+                    call.amount,
+                    call.request_id,
+                    envelope_json=call.envelope_json,
+                    within=budget if cap is None else min(cap, budget),
+                )
+            except Exception as exc:
+                outcome = await self._settle_attempts(call, cap, budget, first=exc, start=start)
+            else:
+                outcome = _answered(result)
         except asyncio.CancelledError:
             # the request was cancelled with the settle sent: it may have burned, so it is
             # owed like an outage's (queued, retried on its agentRequestId), unless the answer
@@ -117,54 +142,62 @@ class Settler:
         return outcome
 
     async def _settle_attempts(
-        self, call: PaidCall, cap: float | None = None, budget: float | None = None
+        self,
+        call: PaidCall,
+        cap: float | None = None,
+        budget: float | None = None,
+        *,
+        first: Exception | None = None,
+        start: float | None = None,
     ) -> SettleOutcome:
         """Retries (same ``agentRequestId``) only transient failures, and only with an id:
         without one a replay could burn twice, so then there is exactly one attempt. ``cap``
         bounds each attempt (one over it counts as transient: asked again); ``budget`` all of
-        them, pauses included (past it: deferred). Both are the service call's own deadline
-        (the ``total`` timeout of its exchange), so no extra timer runs per request."""
-        loop = asyncio.get_running_loop()
-        end = None if budget is None else loop.time() + budget
+        them, pauses included (past it: deferred), from ``start`` (``time.monotonic``; now by
+        default). Both are the service call's own deadline (the ``total`` timeout of its
+        exchange), so no extra timer runs per request. ``first``: the first attempt was made
+        (by :meth:`settle`) and failed with it."""
+        clock = time.monotonic
+        end = None if budget is None else (clock() if start is None else start) + budget
         attempts = len(self.backoff) + 1 if call.request_id else 1
         reason = "not attempted"
         for attempt in range(1, attempts + 1):
-            within = cap
-            if end is not None:
-                left = end - loop.time()
-                if left <= 0:
-                    return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
-                within = left if cap is None else min(cap, left)
-            try:
-                client = self.core.client()
-                result = await client.settle(
-                    call.envelope,
-                    call.token,
-                    call.amount,
-                    call.request_id,
-                    envelope_json=call.envelope_json,
-                    within=within,
-                )
-            except errors.ServiceError as exc:
+            if attempt == 1 and first is not None:
+                exc: Exception | None = first
+            else:
+                within = cap
+                if end is not None:
+                    left = end - clock()
+                    if left <= 0:
+                        return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
+                    within = left if cap is None else min(cap, left)
+                try:
+                    client = self.core.client()
+                    result = await client.settle(
+                        call.envelope,
+                        call.token,
+                        call.amount,
+                        call.request_id,
+                        envelope_json=call.envelope_json,
+                        within=within,
+                    )
+                except Exception as failed:  # a closed client, a bug: never the client's problem
+                    exc = failed
+                else:
+                    return _answered(result)
+            if isinstance(exc, errors.ServiceError):
                 reason = f"{exc.code}: {exc.message}"
                 kind = classify_settle_error(exc)
                 if kind is not None:
                     return SettleOutcome(kind, reason)
-            except Exception as exc:  # a closed client, a bug: still never the client's problem
-                reason = type(exc).__name__
             else:
-                if result.success:
-                    return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
-                # the service answered and burned nothing: the payer did not pay
-                return SettleOutcome(
-                    Settled.REFUSED, result.error_reason or "the service answered success: false"
-                )
+                reason = type(exc).__name__
             if attempt < attempts:
                 pause = self.backoff[attempt - 1]
-                if end is not None and loop.time() + pause >= end:
+                if end is not None and clock() + pause >= end:
                     return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
                 await asyncio.sleep(pause)
-        if end is not None and loop.time() >= end:
+        if end is not None and clock() >= end:
             return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
         return SettleOutcome(Settled.DEFERRED, reason)
 
