@@ -41,11 +41,8 @@ def digest(*parts: str | bytes) -> str:
     """SHA-256 (hex) of the parts, each followed by a NUL byte (strings as UTF-8)."""
     if len(parts) == 1 and type(parts[0]) is str:  # a body or a name: one update, not two
         return hashlib.sha256(parts[0].encode() + b"\x00").hexdigest()
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\x00")
-    return h.hexdigest()
+    encoded = [part.encode() if isinstance(part, str) else part for part in parts]
+    return hashlib.sha256(b"\x00".join(encoded) + b"\x00").hexdigest()
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ request fails (500, nothing charged) with an error saying so.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -34,7 +35,7 @@ from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
 from ..state.open import shared_state
 from ..state.stats import PaidStats
-from ..types import PaidOutcome, PaidRequest
+from ..types import PaidRequest
 from .http import client_connected, paid_response
 from .routes import Route, RouteConfig, RouteMap, out_of_range
 
@@ -180,14 +181,9 @@ class PaymentMiddleware:
             return await handler(request)
         if not self._started:
             await self.start()
-        outcome = await self.sell(request, handler, route, verb=verb)
-        return paid_response(outcome.answer)
-
-    async def sell(
-        self, request: web.Request, handler: Handler, route: Route, *, verb: str | None = None
-    ) -> PaidOutcome:
-        """One gated request through the paid flow (``verb``: what it is sold as, when not
-        its own method: a HEAD is sold as the GET it mirrors)."""
+        # the gated request through the paid flow, here rather than in a coroutine of its own
+        # (each layer is resumed at every suspension); ``verb`` is what it is sold as (a HEAD
+        # as the GET it mirrors)
         token = request.headers.get("payment-signature", "").strip() or None
         body_digest = None
         if token:
@@ -208,7 +204,7 @@ class PaymentMiddleware:
             token=token,
             url=self._url(request),
             work=work,
-            verb=verb or request.method,
+            verb=verb,
             plan_id=config.plan_id,
             agent_id=config.agent_id,
             credits=config.credits
@@ -220,12 +216,12 @@ class PaymentMiddleware:
             mime_type=config.mime_type,
             route=route.key,
             body_digest=body_digest,
-            connected=lambda: client_connected(request),
+            connected=functools.partial(client_connected, request),
         )
         outcome = await self.flow.handle(paid)
         if isinstance(config.credits, int):
             self._note_price(route, config.credits)
-        return outcome
+        return paid_response(outcome.answer)
 
     def _price(self, route: Route, request: web.Request) -> Callable[[], Awaitable[int]]:
         """The route's price function for this request (its result checked against the plan)."""

@@ -126,20 +126,31 @@ def _split(path: str) -> tuple[str, ...]:
     return tuple(part for part in path.split("/") if part)
 
 
-def dispatched(request: web.Request) -> Dispatched | None:
+#: resources with a plain path (no variable, not static) whose :func:`dispatched` is kept
+PLAIN_KEPT = 256
+
+
+def dispatched(
+    request: web.Request, plain: dict[object, Dispatched] | None = None
+) -> Dispatched | None:
     """The path aiohttp's router resolved this request to, as path segments: the matched
     resource's canonical path with each ``{name}`` replaced by the value its handler gets in
     ``match_info``. ``None`` when the router matched nothing (its 404/405 runs, no handler).
 
     Two views: a variable's value as one segment, as the router matched it (an encoded
     ``%2F`` does not split it), and the same with values split at ``/`` (a variable with a
-    regex such as ``{tail:.*}`` spans segments)."""
+    regex such as ``{tail:.*}`` spans segments). ``plain``: a cache of the resources whose
+    path has no variable (their answer is the same on every request)."""
     info = request.match_info
     if getattr(info, "http_exception", None) is not None:
         return None
     resource = info.route.resource
     if resource is None:
         return None
+    if plain is not None:
+        kept = plain.get(resource)
+        if kept is not None:
+            return kept
     values: Mapping[str, str] = info
     slots: list[str] = []
     spread: list[str] = []
@@ -160,6 +171,11 @@ def dispatched(request: web.Request) -> Dispatched | None:
         tail = _split(values.get("filename", ""))
         slots.extend(tail)
         spread.extend(tail)
+    elif plain is not None and "{" not in resource.canonical:
+        if len(plain) >= PLAIN_KEPT:
+            plain.clear()
+        plain[resource] = (tuple(slots), tuple(spread))
+        return plain[resource]
     return tuple(slots), tuple(spread)
 
 
@@ -204,6 +220,7 @@ class RouteMap:
         # more literal segments first: "/runs/wait" wins over "/runs/{id}"
         self.routes = sorted(parsed, key=lambda r: -sum(s is not None for s in r.segments))
         self._hits: dict[tuple[str, tuple[str, ...]], Route | None] = {}
+        self._plain: dict[object, Dispatched] = {}
 
     def match(self, method: str, path: str | tuple[str, ...]) -> Route | None:
         """The entry for ``method`` on ``path`` (a path, or its segments as :func:`dispatched`
@@ -221,7 +238,7 @@ class RouteMap:
     def dispatched(self, method: str, request: web.Request) -> Route | None:
         """The entry for ``method`` on the route aiohttp's router dispatched ``request`` to
         (:func:`dispatched`): its one-slot view first, then its values split at ``/``."""
-        resolved = dispatched(request)
+        resolved = dispatched(request, self._plain)
         if resolved is None:
             return None
         slots, spread = resolved
