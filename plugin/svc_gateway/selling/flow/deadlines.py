@@ -19,6 +19,7 @@ from types import TracebackType
 
 #: how often the deadlines registered on a loop are checked (the most one can fire late)
 SWEEP_SECS = 0.01
+_NEVER = float("inf")
 
 
 class Deadline:
@@ -27,9 +28,10 @@ class Deadline:
 
     __slots__ = ("_cancelling", "_expired", "_owner", "_task", "_when")
 
-    def __init__(self, owner: Deadlines, when: float) -> None:
+    def __init__(self, owner: Deadlines, seconds: float | None) -> None:
+        """``seconds`` from now (``None``: never), kept by ``owner`` once entered."""
         self._owner = owner
-        self._when = when
+        self._when = time.monotonic() + seconds if seconds is not None else _NEVER
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
         self._expired = False
@@ -90,10 +92,10 @@ class Deadlines:
 
     def within(self, seconds: float | None) -> Deadline:
         """A deadline ``seconds`` from now (``None``: never) for the task that enters it."""
-        return Deadline(self, time.monotonic() + seconds if seconds is not None else float("inf"))
+        return Deadline(self, seconds)
 
     def add(self, deadline: Deadline, task: asyncio.Task[object]) -> None:
-        if deadline._when == float("inf"):
+        if deadline._when == _NEVER:
             return
         """Register ``deadline`` of ``task`` (arming the sweep of its loop when none runs)."""
         loop = task.get_loop()

@@ -63,8 +63,8 @@ from ..state.protocols import AdmissionBook, SettleStore
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
-from .calls import PaidCall, Settled
-from .deadlines import Deadlines
+from .calls import PaidCall, Settled, SettleOutcome
+from .deadlines import Deadline, Deadlines
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache, digest
@@ -309,8 +309,9 @@ class PaidFlow:
             if self.handler_pool.stuck:
                 stuck = self.refusals.stuck()
                 return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
-            trace.set(plan_id=plan_id)
-            budget = self.deadlines.within(self.core.config.paid_budget_secs)
+            if trace.enabled:
+                trace.set(plan_id=plan_id)
+            budget = Deadline(self.deadlines, self.core.config.paid_budget_secs)
             try:
                 with budget:
                     agent_id = (
@@ -362,19 +363,10 @@ class PaidFlow:
                     return priced
                 call = priced
             settling = True
-            with trace.settlement():
+            if trace.enabled:
+                outcome = await self._settle_traced(call, request, trace)
+            else:  # no span to open: no context manager entered
                 outcome = await self.settler.settle(call, queue=request.deliver_unsettled)
-                if not trace.enabled:
-                    pass
-                elif outcome.kind is Settled.PAID:
-                    assert outcome.receipt is not None
-                    trace.set(
-                        credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
-                        balance_after=to_int(outcome.receipt["remainingBalance"]),
-                        transaction=str(outcome.receipt["transaction"]),
-                    )
-                else:
-                    trace.fail(outcome.reason or outcome.kind.value, parent=False)
         finally:
             if not settling:
                 await asyncio.shield(self.settler.release(call))
@@ -405,6 +397,23 @@ class PaidFlow:
             settle=outcome.kind.value,
             request_id=call.request_id,
         )
+
+    async def _settle_traced(
+        self, call: PaidCall, request: PaidRequest, trace: NullTrace
+    ) -> SettleOutcome:
+        """The settle inside its span, with the receipt's figures or the failure on it."""
+        with trace.settlement():
+            outcome = await self.settler.settle(call, queue=request.deliver_unsettled)
+            if outcome.kind is Settled.PAID:
+                assert outcome.receipt is not None
+                trace.set(
+                    credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
+                    balance_after=to_int(outcome.receipt["remainingBalance"]),
+                    transaction=str(outcome.receipt["transaction"]),
+                )
+            else:
+                trace.fail(outcome.reason or outcome.kind.value, parent=False)
+        return outcome
 
     async def verified_payer(
         self, token: str, url: str, *, description: str | None = None

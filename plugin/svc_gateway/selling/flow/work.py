@@ -18,7 +18,7 @@ from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .deadlines import Deadlines
+from .deadlines import Deadline, Deadlines
 from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
@@ -73,7 +73,7 @@ class Worker:
         its failure gets. ``payer`` (verify's) counts against their fair share of a sync
         handler's threads; over it, 503. A cancellation from outside (the request is gone)
         propagates."""
-        deadline = self.deadlines.within(self.core.config.handler_timeout_secs)
+        deadline = Deadline(self.deadlines, self.core.config.handler_timeout_secs)
         named = HANDLER_PAYER.set(payer)
         try:
             with deadline:

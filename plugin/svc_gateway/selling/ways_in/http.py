@@ -53,13 +53,16 @@ def paid_response(answer: Answer) -> web.Response:
     """A paid route's answer, cached as x402's reference servers say: a 402 ``no-store``, any
     other answer ``private`` (a shared cache or CDN never serves one payer's answer to another;
     the handler's own directives are kept, but ``public`` gives way)."""
-    if answer.status != 402 and not any(n.lower() == "cache-control" for n, _ in answer.headers):
+    if answer.status != 402:
         # to_response's headers, built once rather than set one by one on a response
         headers: CIMultiDict[str] = CIMultiDict({hdrs.CONTENT_TYPE: answer.content_type})
         for name, value in answer.headers:
+            if name.lower() == "cache-control":
+                break  # the handler's own directives: kept below
             headers[name] = value
-        headers[hdrs.CACHE_CONTROL] = "private"
-        return web.Response(status=answer.status, body=answer.body, headers=headers)
+        else:
+            headers[hdrs.CACHE_CONTROL] = "private"
+            return web.Response(status=answer.status, body=answer.body, headers=headers)
     response = to_response(answer)
     if answer.status == 402:
         response.headers["Cache-Control"] = "no-store"
