@@ -64,7 +64,6 @@ from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
-from .deadlines import Deadline, Deadlines
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache, digest
@@ -125,9 +124,7 @@ class PaidFlow:
             backoff=settle_backoff,
             queue_retry_secs=queue_retry_secs,
         )
-        #: the paid budget's and the handler's deadlines (one sweep, not a timer per request)
-        self.deadlines = Deadlines()
-        self.worker = Worker(core, self._stats, self.refusals, self.deadlines)
+        self.worker = Worker(core, self._stats, self.refusals)
         self.admitter = Admitter(
             core,
             facts=lambda plan_id: self.facts(plan_id),  # late-bound: a test may swap flow.facts
@@ -311,9 +308,9 @@ class PaidFlow:
                 return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
             if trace.enabled:
                 trace.set(plan_id=plan_id)
-            budget = Deadline(self.deadlines, self.core.config.paid_budget_secs)
+            budget = asyncio.timeout(self.core.config.paid_budget_secs)
             try:
-                with budget:
+                async with budget:
                     agent_id = (
                         self.agent_id() if request.agent_id is None else request.agent_id or None
                     )

@@ -18,7 +18,6 @@ from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .deadlines import Deadline, Deadlines
 from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
@@ -27,17 +26,10 @@ log = get_logger("svc_gateway.paid")
 class Worker:
     """Runs a verified request's work; counts handler failures, timeouts and abandons."""
 
-    def __init__(
-        self,
-        core: PluginCore,
-        stats: PaidStats,
-        refusals: Refusals,
-        deadlines: Deadlines | None = None,
-    ) -> None:
+    def __init__(self, core: PluginCore, stats: PaidStats, refusals: Refusals) -> None:
         self.core = core
         self.stats = stats
         self.refusals = refusals
-        self.deadlines = deadlines if deadlines is not None else Deadlines()
 
     async def price_answer(
         self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
@@ -73,10 +65,10 @@ class Worker:
         its failure gets. ``payer`` (verify's) counts against their fair share of a sync
         handler's threads; over it, 503. A cancellation from outside (the request is gone)
         propagates."""
-        deadline = Deadline(self.deadlines, self.core.config.handler_timeout_secs)
+        deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
         named = HANDLER_PAYER.set(payer)
         try:
-            with deadline:
+            async with deadline:
                 answer = await request.work()
         except OverShare:
             return self.refusals.over_share(payer)
