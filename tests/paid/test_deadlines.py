@@ -146,3 +146,46 @@ async def test_connections_that_never_finish_their_headers_are_closed(
     async with httpx.AsyncClient(timeout=20) as http:
         response = await http.post(market.url, json={"prompt": "hi"})
     assert response.status_code == 402
+
+
+class BrokenThenHung(StubService):
+    """Settle answers 500 ``failures`` times (an error the client does not retry itself, the flow
+    does), then hangs until released."""
+
+    def __init__(self, failures: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.failures = failures
+
+    async def _gate(self, name: str) -> Any:
+        if name == "settle":
+            self.calls[name] += 1
+            if self.calls[name] <= self.failures:
+                return await self.broken()
+            await self.release.wait()
+            return None
+        return await super()._gate(name)
+
+    async def broken(self) -> Any:
+        from aiohttp import web
+
+        return web.json_response({"code": "TEST.BROKEN", "message": "broken"}, status=500)
+
+
+async def test_settle_retries_that_end_hung_stop_at_the_budget_and_queue_the_settle(
+    make_stub_market: StubMarketFactory, all_logs: LogCollector
+) -> None:
+    # the flow's first two attempts fail at once (500), its last attempt hangs: the budget ends
+    # it (not the client's timeout) and the delivered answer's settle is owed, queued
+    market = await make_stub_market(
+        stub=BrokenThenHung(2, balance=10),
+        config={"paidBudgetSecs": 0.5, "requestTimeoutSecs": 60},
+    )
+    market.endpoint.flow.settle_backoff = (0.0, 0.0)
+    async with httpx.AsyncClient(timeout=20) as http:
+        response = await post(http, market.url, make_token(PAYER), "the answer")
+    assert response.status_code == 200 and "the answer" in response.text
+    assert "payment-response" not in response.headers
+    assert market.stub.calls["settle"] == 3 and market.stub.burned == 0
+    assert market.endpoint.stats.settle_deferred == 1
+    assert market.endpoint.stats.settle_queue == 1
+    assert "no answer within the paid budget" in all_logs.text

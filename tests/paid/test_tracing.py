@@ -218,3 +218,42 @@ def test_the_global_provider_is_looked_up_once_a_second_then_kept(
     assert tracing._global_provider(trace) is real  # a real one is kept: never asked again
     assert len(asked) == 2
     real.shutdown()
+
+
+class CountingProvider(TracerProvider):
+    """A tracer provider that counts the tracers asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = 0
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        self.made += 1
+        return super().get_tracer(*args, **kwargs)
+
+
+def test_a_provider_gives_the_paid_path_one_tracer_for_many_requests() -> None:
+    provider = CountingProvider()
+    use_tracer_provider(provider)
+    try:
+        traces = [start_trace() for _ in range(5)]
+    finally:
+        use_tracer_provider(None)
+    assert all(trace.enabled for trace in traces)
+    assert provider.made == 1  # not one per request
+
+
+def test_many_providers_in_turn_each_get_their_own_spans() -> None:
+    exporters = []
+    for _ in range(10):  # more providers than the tracers kept: each still records its own
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        use_tracer_provider(provider)
+        try:
+            with start_trace().request():
+                pass
+        finally:
+            use_tracer_provider(None)
+        exporters.append(exporter)
+    assert [len(exporter.get_finished_spans()) for exporter in exporters] == [1] * 10
