@@ -91,38 +91,16 @@ def _serve(kind: str, service: str, out: Path) -> None:
         sys.stdout.flush()
 
     if kind == "paid":
-        import svc_gateway
-        from svc_gateway.chat.credentials import CredentialStore
-        from svc_gateway.hosts.reference import ReferenceGateway
+        from .serve import STUB_PLAN_ID, announce, paid_gateway
 
-        from .serve import AGENT_PATH, HOST, STUB_PLAN_ID, _announce
-
-        gateway = ReferenceGateway(
-            {
-                "environment": "local",
-                "baseUrl": service,
-                "svcApiKey": fake_key(),
-                "planId": STUB_PLAN_ID,
-                "enablePaidEndpoint": True,
-                "paidEndpointHost": HOST,
-                "paidEndpointPort": 0,
-                "agentEndpointPath": AGENT_PATH,
-                "creditsPerRequest": 1,
-            }
-        )
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="svc-bench-") as tmp:
-            store = CredentialStore(Path(tmp), use_keyring=False)
-            handle = svc_gateway.register(gateway, store=store)
+        with paid_gateway(service, fake_key(), STUB_PLAN_ID) as handle:
             loop_holder.append(handle.extras["paid_endpoint"].flow.core.runtime.loop)
             stopped = threading.Event()
             signal.signal(signal.SIGUSR1, lambda *_: on_loop(profiler.enable))
             signal.signal(signal.SIGUSR2, lambda *_: on_loop(dump))
             signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-            _announce(handle.extras["paid_endpoint"].url)
+            announce(handle.extras["paid_endpoint"].url)
             stopped.wait()
-            handle.close()
         return
 
     import asyncio

@@ -32,6 +32,8 @@ import socket
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,8 @@ def fake_key(address: str = STUB_OWNER) -> str:
     return f"local:{header}.{claims}.c2lnbmF0dXJl"
 
 
-def _announce(url: str) -> None:
+def announce(url: str) -> None:
+    """The ready line a benchmark server prints: its URL and pid (``procs.spawn`` reads it)."""
     sys.stdout.write(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
 
@@ -207,7 +210,7 @@ async def serve_app(app: web.Application, path: str = "") -> None:
     site = web.TCPSite(runner, HOST, 0)
     await site.start()
     port = runner.addresses[0][1]
-    _announce(f"http://{HOST}:{port}{path}")
+    announce(f"http://{HOST}:{port}{path}")
     await _wait_for_signal()
     await runner.cleanup()
 
@@ -240,9 +243,14 @@ def enable_tracing() -> None:
 # -- our paid endpoint ----------------------------------------------------------------------
 
 
-def serve_paid(service: str, key: str, plan_id: str, state_url: str | None = None) -> None:
-    """The plugin's own server (paidEndpointPort 0) on the plugin loop; we only wait. With
-    ``state_url`` its admission book, settle queue and stats live in that Redis."""
+@contextmanager
+def paid_gateway(
+    service: str, key: str, plan_id: str, state_url: str | None = None
+) -> Iterator[Any]:
+    """The plugin registered on a reference gateway serving its own paid endpoint
+    (paidEndpointPort 0) on the plugin loop, credentials in a throwaway folder; yields the
+    registration's handle and closes it afterwards. With ``state_url`` its admission book,
+    settle queue and stats live in that Redis."""
     import svc_gateway
     from svc_gateway.chat.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
@@ -265,13 +273,19 @@ def serve_paid(service: str, key: str, plan_id: str, state_url: str | None = Non
         store = CredentialStore(Path(tmp), use_keyring=False)
         handle = svc_gateway.register(gateway, store=store)
         try:
-            _announce(handle.extras["paid_endpoint"].url)
-            stopped = threading.Event()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(signum, lambda *_: stopped.set())
-            stopped.wait()
+            yield handle
         finally:
             handle.close()
+
+
+def serve_paid(service: str, key: str, plan_id: str, state_url: str | None = None) -> None:
+    """The plugin's own paid endpoint (:func:`paid_gateway`); we only wait."""
+    with paid_gateway(service, key, plan_id, state_url) as handle:
+        announce(handle.extras["paid_endpoint"].url)
+        stopped = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stopped.set())
+        stopped.wait()
 
 
 # -- payments-py FastAPI middleware ---------------------------------------------------------
@@ -319,7 +333,7 @@ def serve_sdk(key: str, plan_id: str) -> None:
                 await task
                 return
             await asyncio.sleep(0.05)
-        _announce(f"http://{HOST}:{port}{AGENT_PATH}")
+        announce(f"http://{HOST}:{port}{AGENT_PATH}")
         await task
 
     asyncio.run(run())
