@@ -32,6 +32,7 @@ from .accounts import authenticate
 from .agents import get_agent, is_associated, plan_ids_of
 from .context import origin_of, store_of
 from .errors import ApiError
+from .frontend import link_page
 from .oauth import OAuthError, OAuthState, Pending
 from .plans import Plan, get_plan
 
@@ -127,18 +128,11 @@ async def register(request: web.Request) -> web.Response:
 
 
 def _page(title: str, paragraphs: list[str], status: int = 200) -> web.Response:
-    """Paragraphs are trusted HTML built here; callers escape data."""
-    body = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title></head><body>"
-        f"<h1>{html.escape(title)}</h1>" + "".join(f"<p>{p}</p>" for p in paragraphs)
-    )
-    return web.Response(
-        text=body + "</body></html>",
-        status=status,
-        content_type="text/html",
-        headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"},
-    )
+    """The sandbox's page (paragraphs are trusted HTML built here; callers escape data), never
+    framed: a consent page inside another site's frame could be clicked through."""
+    page = link_page(title, paragraphs, status)
+    page.headers["X-Frame-Options"] = "DENY"
+    return page
 
 
 def _redirect(target: str, params: dict[str, str | None], issuer: str) -> web.Response:
