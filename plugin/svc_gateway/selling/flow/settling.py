@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...chat.core import PluginCore
@@ -118,15 +118,7 @@ class Settler:
         try:
             # the first attempt here (a coroutine layer less), its time left the whole budget
             try:
-                client = self.core.client()
-                result = await client.settle(
-                    call.envelope,
-                    call.token,
-                    call.amount,
-                    call.request_id,
-                    envelope_json=call.envelope_json,
-                    within=budget if cap is None else min(cap, budget),
-                )
+                result = await self._send(call, budget if cap is None else min(cap, budget))
             except Exception as exc:
                 outcome = await self._settle_attempts(call, cap, budget, first=exc, start=start)
             else:
@@ -140,6 +132,18 @@ class Settler:
             raise
         await self._record(call, outcome, queue=queue)
         return outcome
+
+    def _send(self, call: PaidCall, within: float | None) -> Awaitable[SettleResult]:
+        """One settle request for ``call``, bounded by ``within`` seconds: the client's
+        coroutine itself (a plain method, so no coroutine layer of its own on the hot path)."""
+        return self.core.client().settle(
+            call.envelope,
+            call.token,
+            call.amount,
+            call.request_id,
+            envelope_json=call.envelope_json,
+            within=within,
+        )
 
     async def _settle_attempts(
         self,
@@ -172,15 +176,7 @@ class Settler:
                         return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
                     within = left if cap is None else min(cap, left)
                 try:
-                    client = self.core.client()
-                    result = await client.settle(
-                        call.envelope,
-                        call.token,
-                        call.amount,
-                        call.request_id,
-                        envelope_json=call.envelope_json,
-                        within=within,
-                    )
+                    result = await self._send(call, within)
                 except Exception as failed:  # a closed client, a bug: never the client's problem
                     exc = failed
                 else:
