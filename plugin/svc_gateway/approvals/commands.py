@@ -15,7 +15,7 @@ from .gate import Approvals, running_approved
 from .ledger import MandateState
 from .mandates import MandateSyntax, parse_allow, window_word
 from .money import format_money
-from .pending import Who
+from .pending import Pending, Who
 
 if TYPE_CHECKING:
     from ..runtime import PluginRuntime
@@ -44,13 +44,20 @@ def who_typed(users: CommandUsers, ctx: CommandContext) -> Who:
     return Who(user.identity if user is not None else "", caller)
 
 
-async def approve(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
+def _take(
+    approvals: Approvals, users: CommandUsers, ctx: CommandContext, usage: str
+) -> Pending | str:
+    """The pending approval whose code the person typed, taken (once); else what to answer."""
     if not approvals.human:
         return MODEL_MODE
     code = ctx.args.strip()
     if not code or " " in code:
-        return APPROVE_USAGE
-    item = approvals.pending.take(code, who_typed(users, ctx), authorized=ctx.is_authorized_sender)
+        return usage
+    return approvals.pending.take(code, who_typed(users, ctx), authorized=ctx.is_authorized_sender)
+
+
+async def approve(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
+    item = _take(approvals, users, ctx, APPROVE_USAGE)
     if isinstance(item, str):
         return item
     if item.kind == "tool":
@@ -71,12 +78,7 @@ async def approve(approvals: Approvals, users: CommandUsers, ctx: CommandContext
 
 
 async def deny(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
-    if not approvals.human:
-        return MODEL_MODE
-    code = ctx.args.strip()
-    if not code or " " in code:
-        return DENY_USAGE
-    item = approvals.pending.take(code, who_typed(users, ctx), authorized=ctx.is_authorized_sender)
+    item = _take(approvals, users, ctx, DENY_USAGE)
     if isinstance(item, str):
         return item
     return f"Dropped {item.code}: {item.summary}. Nothing was bought."
