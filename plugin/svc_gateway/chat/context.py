@@ -127,10 +127,17 @@ class BalanceCache:
         with self._lock:
             return self._stale.get(plan_id)
 
-    def seen(self, plan_id: str, balance: PlanBalance) -> None:
-        """Store a balance somebody else just read (a ``svc_checkBalance`` call)."""
+    def seen(self, plan_id: str, balance: PlanBalance, session: object) -> None:
+        """Store a balance somebody else just read under ``session`` (a ``svc_checkBalance``
+        call, perhaps on a host's thread). A balance read under a session that is no longer
+        the core's is dropped: the generation is read before the session is compared, so a
+        login or logout either shows here or discards the store (its invalidation follows the
+        new session)."""
         with self._lock:
             old = self._stale.get(plan_id)
+            generation = self._generation
+        if self._core.session is not session:
+            return
         duration = self._durations.get(plan_id)
         entry = BalanceEntry(
             plan_id=plan_id,
@@ -140,7 +147,7 @@ class BalanceCache:
             is_time=bool(duration) or _is_time_type(balance.plan_type),
             duration_secs=duration or None,
         )
-        self._store(entry, self._generation)
+        self._store(entry, generation)
 
     def _store(self, entry: BalanceEntry, generation: int) -> None:
         with self._lock:
