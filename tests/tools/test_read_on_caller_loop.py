@@ -17,11 +17,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from svc_gateway.chat.loop_clients import MAX_LOOPS, LoopClients
 from svc_gateway.host import ToolResult
 from svc_gateway.sandbox import SandboxServer
+from svc_gateway.service.client import ServiceClient
 from tests.conftest import CountingTransport, HostFactory
-
-pytestmark = pytest.mark.asyncio
 
 PLUGIN_THREAD = "svc-plugin-loop"
 #: What closing a client on a dead loop must not say.
@@ -223,3 +223,30 @@ async def test_loops_that_call_once_each_keep_using_the_plugins_client(
         await asyncio.to_thread(in_own_loop, lambda: gateway.call_tool("svc_checkBalance", {}))
     assert {t for m, path, t in recorder.sent_from if "/balance/" in path} == {PLUGIN_THREAD}
     assert {t for _, t in recorder.sessions} == {PLUGIN_THREAD}
+
+
+def test_the_loops_remembered_are_bounded_and_the_oldest_is_forgotten_first() -> None:
+    made: list[ServiceClient] = []
+
+    def make(session: object) -> ServiceClient:
+        made.append(ServiceClient("http://127.0.0.1:9/api/v1", None))
+        return made[-1]
+
+    clients = LoopClients[object](make, lambda: None)
+    loops = [asyncio.new_event_loop() for _ in range(MAX_LOOPS + 1)]
+
+    async def use(loop: asyncio.AbstractEventLoop) -> bool:
+        known = clients.admit(loop)
+        clients.get(loop)
+        return known
+
+    try:
+        assert [loop.run_until_complete(use(loop)) for loop in loops] == [False] * len(loops)
+        assert all(loop.run_until_complete(use(loop)) for loop in loops[2:])  # still known
+        assert not loops[0].run_until_complete(use(loops[0]))  # forgotten: it hops again
+        assert len(made) == MAX_LOOPS + 2  # the first loop's client was made again
+    finally:
+        for loop in loops:
+            loop.run_until_complete(clients.aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
