@@ -310,6 +310,41 @@ async def test_a_fresh_balance_read_refreshes_the_context(
     assert "100 credits, subscribed" in await gateway.context_text()  # no TTL wait
 
 
+async def test_an_unchanged_balance_read_keeps_the_ready_context(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str
+) -> None:
+    transport = CountingTransport()
+    gateway, handle = await make_host(subscriber["apiKey"], planId=plan_id, transport=transport)
+    text = await gateway.context_text()
+    assert "0 credits, not subscribed" in text
+    version = handle.context.cache.version
+    for _ in range(2):  # on the plugin loop, then on this one
+        assert not (await gateway.call_tool("svc_checkBalance", {})).isError
+    assert handle.context.cache.version == version
+    reads = transport.count("GET", "/balance/")
+    assert await gateway.context_text() == text
+    assert transport.count("GET", "/balance/") == reads  # still a hit: nothing fetched
+
+
+async def test_a_balance_read_under_a_previous_session_is_not_shown(
+    make_host: HostFactory, subscriber: dict[str, str], plan_id: str, sandbox: SandboxServer
+) -> None:
+    gateway, handle = await make_host(subscriber["apiKey"], planId=plan_id)
+    before = handle.core.session
+    reader = ServiceClient(sandbox.base_url, subscriber["apiKey"])
+    try:
+        balance = await reader.get_plan_balance(plan_id)
+    finally:
+        await reader.aclose()
+    other = await sandbox.create_account("other")
+    await gateway.run_command("svc_login", other["apiKey"])
+    cache = handle.context.cache
+    cache.seen(plan_id, balance, before)  # read by a call that started before the login
+    assert cache.peek(plan_id) is None and cache.stale(plan_id) is None
+    cache.seen(plan_id, balance, handle.core.session)
+    assert cache.peek(plan_id) is not None
+
+
 async def test_a_time_plan_shows_its_access_window_not_credits(
     make_host: HostFactory,
     subscriber: dict[str, str],

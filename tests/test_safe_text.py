@@ -45,6 +45,16 @@ def test_limit_counts_the_cleaned_text_not_the_raw_text() -> None:
     assert one_line("a\u200b" * 10, limit=10) == "a" * 10
 
 
+@given(
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+    st.integers(min_value=1, max_value=45),
+)
+def test_plain_ascii_is_collapsed_stripped_and_cut_like_any_text(text: str, limit: int) -> None:
+    cleaned = " ".join(part for part in text.split(" ") if part)
+    expected = cleaned if len(cleaned) <= limit else cleaned[: limit - 1].rstrip() + ELLIPSIS
+    assert one_line(text, limit) == expected
+
+
 def test_non_strings_never_raise() -> None:
     class Hostile:
         def __str__(self) -> str:

@@ -48,6 +48,15 @@ def one_line(text: object, limit: int = DEFAULT_LIMIT) -> str:
     """
     try:
         raw = _as_text(text)
+        if (  # already one clean line (most names): nothing to remove, collapse or cut
+            raw.isascii()
+            and raw.isprintable()
+            and len(raw) <= max(int(limit), 1)
+            and "  " not in raw
+            and not raw.startswith(" ")
+            and not raw.endswith(" ")
+        ):
+            return raw
         out: list[str] = []
         pending_space = False
         for ch in raw:

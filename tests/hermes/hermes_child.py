@@ -189,6 +189,38 @@ def dispatch_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"plain": plain, "in_loop": looped}
 
 
+def dispatch_from_one_worker(name: str, args: dict[str, Any], calls: int = 3) -> dict[str, Any]:
+    """``registry.dispatch`` ``calls`` times from one worker thread (Hermes runs the async
+    handler on that thread's persistent loop), counting the calls that crossed to the plugin
+    loop (``PluginRuntime.run``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tools.registry import registry
+
+    from svc_gateway.hosts.hermes import current_handle
+
+    runtime: Any = current_handle().runtime  # type: ignore[union-attr]
+    crossings: list[str] = []
+    original = runtime.run
+
+    def counting_run(coro: Any) -> Any:
+        crossings.append(threading.current_thread().name)
+        return original(coro)
+
+    runtime.run = counting_run
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="hermes-worker") as pool:
+            results = [
+                pool.submit(
+                    registry.dispatch, name, args, task_id=f"t-w{i}", session_id="s-w"
+                ).result()
+                for i in range(calls)
+            ]
+    finally:
+        del runtime.run
+    return {"results": results, "crossings": len(crossings)}
+
+
 def invoke_pre_llm_call(message: str = "What is my balance?") -> list[Any]:
     from hermes_cli.plugins import invoke_hook
 
@@ -276,6 +308,11 @@ def scenario_host(params: dict[str, Any], report: dict[str, Any]) -> None:
     plan_id = params["planId"]
     run_section(report, "discovery", discovery)
     run_section(report, "tools", lambda: dispatch_tool("svc_checkBalance", {"planId": plan_id}))
+    run_section(
+        report,
+        "worker_tools",
+        lambda: dispatch_from_one_worker("svc_checkBalance", {"planId": plan_id}),
+    )
 
     def full_path() -> dict[str, Any]:
         from model_tools import handle_function_call

@@ -103,6 +103,19 @@ def test_tool_dispatch_returns_the_plugin_json(
         assert hermes_plan_id in raw
 
 
+def test_a_read_tool_from_a_worker_thread_runs_on_its_loop_after_the_first_call(
+    host: ChildRun, hermes_plan_id: str, expected_balance: int
+) -> None:
+    worker = section(host, "worker_tools")
+    for raw in worker["results"]:
+        data = json.loads(raw)
+        assert "error" not in data, data
+        assert int(find_key(data, "balance")) == expected_balance
+        assert hermes_plan_id in raw
+    # the first call hops to the plugin loop; the worker's loop then has its own client
+    assert worker["crossings"] == 1
+
+
 def test_pre_llm_call_returns_the_balance_context(host: ChildRun, expected_balance: int) -> None:
     hook = section(host, "hook")
     assert len(hook["results"]) == 1

@@ -127,26 +127,44 @@ class BalanceCache:
         with self._lock:
             return self._stale.get(plan_id)
 
-    def seen(self, plan_id: str, balance: PlanBalance) -> None:
-        """Store a balance somebody else just read (a ``svc_checkBalance`` call)."""
+    def seen(self, plan_id: str, balance: PlanBalance, session: object) -> None:
+        """Store a balance somebody else just read under ``session`` (a ``svc_checkBalance``
+        call, perhaps on a host's thread). A balance read under a session that is no longer
+        the core's is dropped: the generation is read before the session is compared, so a
+        login or logout either shows here or discards the store (its invalidation follows the
+        new session)."""
         with self._lock:
             old = self._stale.get(plan_id)
+            generation = self._generation
+        if self._core.session is not session:
+            return
         duration = self._durations.get(plan_id)
+        is_time = bool(duration) or _is_time_type(balance.plan_type)
+        if (
+            old is not None
+            and old.balance == balance.balance
+            and old.is_subscriber == balance.is_subscriber
+            and old.is_time == is_time
+            and old.duration_secs == (duration or None)
+        ):  # unchanged: only its expiry moves, and a ready-made text stays valid
+            self._store(old, generation, changed=False)
+            return
         entry = BalanceEntry(
             plan_id=plan_id,
             name=old.name if old else balance.plan_name or plan_id,
             balance=balance.balance,
             is_subscriber=balance.is_subscriber,
-            is_time=bool(duration) or _is_time_type(balance.plan_type),
+            is_time=is_time,
             duration_secs=duration or None,
         )
-        self._store(entry, self._generation)
+        self._store(entry, generation)
 
-    def _store(self, entry: BalanceEntry, generation: int) -> None:
+    def _store(self, entry: BalanceEntry, generation: int, *, changed: bool = True) -> None:
         with self._lock:
             if generation != self._generation:  # a logout during the fetch discards it
                 return
-            self.version += 1
+            if changed:
+                self.version += 1
             self._fresh[entry.plan_id] = (self.clock() + self.ttl, entry)
             self._stale[entry.plan_id] = entry
 

@@ -20,6 +20,7 @@ from ..redact import get_logger
 from ..runtime import PluginRuntime
 from ..service.errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
 from .credentials import CredentialStore
+from .loop_clients import LoopClients, caller_loop
 
 if TYPE_CHECKING:  # the client and its pydantic models load with the first client
     from ..approvals.gate import Approvals
@@ -100,9 +101,11 @@ class PluginCore:
         self.used_plans: dict[str, None] = {}
         self._client: ServiceClient | None = None
         self._public: ServiceClient | None = None
+        #: clients on callers' own loops, for the read-only tools (:mod:`.loop_clients`)
+        self._loop_clients = LoopClients[Session](self._client_for, lambda: self.session)
         self._listeners: list[Callable[[], None]] = []
         self._spend_listeners: list[Callable[[str], None]] = []
-        self._balance_listeners: list[Callable[[str, PlanBalance], None]] = []
+        self._balance_listeners: list[Callable[[str, PlanBalance, Session | None], None]] = []
         #: where a receipt of something this account paid for goes (``/svc_spend``)
         self.receipt_sink: Callable[..., None] | None = None
         #: who approves purchases, and the mandates (shared by every chat user's core)
@@ -185,13 +188,14 @@ class PluginCore:
             at=time.time(),
         )
 
-    def on_balance(self, listener: Callable[[str, PlanBalance], None]) -> None:
-        """Called with a plan id and the balance whenever a tool read the account's balance."""
+    def on_balance(self, listener: Callable[[str, PlanBalance, Session | None], None]) -> None:
+        """Called with a plan id, the balance and the session it was read under whenever a tool
+        read the account's balance (perhaps from a caller's thread: see ``Tool.reads_only``)."""
         self._balance_listeners.append(listener)
 
-    def balance_read(self, plan_id: str, balance: PlanBalance) -> None:
+    def balance_read(self, plan_id: str, balance: PlanBalance, session: Session | None) -> None:
         for listener in self._balance_listeners:
-            listener(plan_id, balance)
+            listener(plan_id, balance, session)
 
     async def set_session(self, session: Session | None) -> None:
         if session is not None:
@@ -203,6 +207,7 @@ class PluginCore:
             self.session = session
             for client in old:
                 await client.aclose()
+            await self._loop_clients.reset()  # after the new session is in place
         for listener in self._listeners:
             listener()
 
@@ -261,8 +266,21 @@ class PluginCore:
             session_factory=self.session_factory,
         )
 
+    def _client_for(self, session: Session | None) -> ServiceClient:
+        """A new client for ``session`` (a public one for ``None``), like :meth:`client`'s."""
+        if session is None:
+            return self._new_client(None, self.config.environment)
+        return self._new_client(session.key, session.environment)
+
+    def reads_here(self) -> bool:
+        """Whether a read-only tool runs on the running loop, a caller's own, without a hop
+        (from that loop's second call; see :mod:`.loop_clients`)."""
+        loop = caller_loop(self.runtime.loop)
+        return loop is not None and self._loop_clients.admit(loop)
+
     def client(self) -> ServiceClient:
-        """The authenticated client; raises :class:`NotLoggedIn` when nobody is."""
+        """The authenticated client for the running loop (the plugin's own, or a caller loop's
+        where a read-only tool runs); raises :class:`NotLoggedIn` when nobody is logged in."""
         if self.session is None:
             if self.identity is not None:
                 raise NotLoggedIn(
@@ -270,6 +288,8 @@ class PluginCore:
                     hint=USER_LOGIN_HINT,
                 )
             raise NotLoggedIn()
+        if (loop := caller_loop(self.runtime.loop)) is not None:
+            return self._loop_clients.get(loop)
         if self._client is None:
             self._client = self._new_client(self.session.key)
         return self._client
@@ -306,11 +326,14 @@ class PluginCore:
         """A client for public reads (plans, balances of an address) that needs no key."""
         if self.session is not None:
             return self.client()
+        if (loop := caller_loop(self.runtime.loop)) is not None:
+            return self._loop_clients.get(loop)
         if self._public is None:
             self._public = self._new_client(None)
         return self._public
 
     async def aclose(self) -> None:
+        await self._loop_clients.aclose()
         for client in (self._client, self._public):
             if client is not None:
                 await client.aclose()

@@ -51,6 +51,10 @@ class Tool(Generic[P]):
     description: str
     params: type[P]
     run: Callable[[PluginCore, P], Awaitable[dict[str, Any]]]
+    #: Only reads from the service: no purchase, no token, no approval, no plugin state changed
+    #: beyond caches. Called from a host's own loop (single-operator gateway), it runs there
+    #: with that loop's client instead of hopping to the plugin loop (:func:`tool_handler`).
+    reads_only: bool = False
 
     def schema(self) -> dict[str, Any]:
         schema = self.params.model_json_schema(by_alias=True)
@@ -63,17 +67,18 @@ TOOLS: dict[str, Tool[Any]] = {}
 
 
 def tool(
-    name: str, description: str, params: type[P]
+    name: str, description: str, params: type[P], *, reads_only: bool = False
 ) -> Callable[
     [Callable[[PluginCore, P], Awaitable[dict[str, Any]]]],
     Callable[[PluginCore, P], Awaitable[dict[str, Any]]],
 ]:
-    """Declare a tool once: name, description, params model, function."""
+    """Declare a tool once: name, description, params model, function (and whether it only
+    reads: see :attr:`Tool.reads_only`)."""
 
     def decorate(
         fn: Callable[[PluginCore, P], Awaitable[dict[str, Any]]],
     ) -> Callable[[PluginCore, P], Awaitable[dict[str, Any]]]:
-        TOOLS[name] = Tool(name, description, params, fn)
+        TOOLS[name] = Tool(name, description, params, fn, reads_only)
         return fn
 
     return decorate
@@ -188,6 +193,8 @@ async def _execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None
         return ToolResult.error(exc.code, *for_chat(exc))
     except (PriceError, ConfigError) as exc:
         return ToolResult.error("invalid_params", str(exc), "Fix the value and call again.")
+    except RuntimeClosed:  # a read-only tool on the host's loop, as the plugin closed
+        return plugin_closed()
     except Exception:
         log.exception("tool %s failed", spec.name)
         return ToolResult.error(
@@ -197,23 +204,33 @@ async def _execute(core: PluginCore, spec: Tool[Any], raw: dict[str, Any] | None
         )
 
 
+def plugin_closed() -> ToolResult:
+    return ToolResult.error(
+        "plugin_closed",
+        "The svc plugin has been shut down",
+        "Restart the gateway to use the payments tools again.",
+    )
+
+
 def tool_handler(
     core: PluginCore, spec: Tool[Any], accounts: UserAccounts | None = None
 ) -> ToolHandler:
     """A handler that can be awaited from any loop or thread.
 
+    It runs the tool on the plugin loop, which owns the plugin's state; a read-only tool
+    (:attr:`Tool.reads_only`) of a single-operator gateway runs on the caller's own loop
+    instead, with that loop's client (:meth:`PluginCore.reads_here`), and no thread hop.
     With ``accounts`` (a hosted gateway), the call runs as the ``caller`` the host names."""
+    here = spec.reads_only and accounts is None
 
     async def handler(raw: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
+        if here and core.reads_here():
+            return await execute(core, spec, raw, caller)
         target = core if accounts is None else accounts.core_for(caller)
         try:
             return await core.runtime.run(execute(target, spec, raw, caller))
         except RuntimeClosed:
-            return ToolResult.error(
-                "plugin_closed",
-                "The svc plugin has been shut down",
-                "Restart the gateway to use the payments tools again.",
-            )
+            return plugin_closed()
 
     return handler
 

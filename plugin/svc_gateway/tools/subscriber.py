@@ -36,6 +36,7 @@ class CheckBalanceParams(Params):
     "svc_checkBalance",
     "Remaining credits on a payment plan, and whether the account is subscribed to it.",
     CheckBalanceParams,
+    reads_only=True,
 )
 async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, Any]:
     plan_id = require_plan(core, p.plan_id)
@@ -47,10 +48,11 @@ async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, An
                 "On this gateway each user sees only their own balance",
                 "Leave address out to check your own balance.",
             )
+    session = core.session
     client = core.client() if p.address is None else core.public_client()
     balance = await client.get_plan_balance(plan_id, p.address)
     if p.address is None:
-        core.balance_read(plan_id, balance)  # the balance context shows this fresh value
+        core.balance_read(plan_id, balance, session)  # the balance context shows it
     return {
         "planId": plan_id,
         "planName": one_line(balance.plan_name, NAME_LIMIT) if balance.plan_name else None,
@@ -171,12 +173,13 @@ async def quote(core: PluginCore, plan: Plan, tool_name: str, p: OrderParams) ->
     message = f"Nothing was bought{why}. To buy, call {tool_name} again with confirm: true."
     if person_approves(core):
         message += " The user then approves the purchase themselves with a code."
+    session = core.session
     try:
         held = await core.client().get_plan_balance(plan.id)
     except ServiceError:
         held = None
     if held is not None:
-        core.balance_read(plan.id, held)
+        core.balance_read(plan.id, held, session)
         result["quote"]["balanceHeld"] = str(held.balance)
         result["quote"]["subscribed"] = held.is_subscriber
         if held.balance > 0:
@@ -306,6 +309,7 @@ class NoParams(Params):
     "svc_listPaymentMethods",
     "List the cards enrolled on the account (brand, last four digits, expiry).",
     NoParams,
+    reads_only=True,
 )
 async def list_payment_methods(core: PluginCore, p: NoParams) -> dict[str, Any]:
     methods = await core.client().list_payment_methods()
