@@ -22,7 +22,7 @@ TOKEN = "bench-token"
 
 def compare(before: Path, rounds: int, duration: float) -> None:
     with ExitStack() as stack:
-        stub = stack.enter_context(procs.server("stub"))
+        stub = str(stack.enter_context(procs.spawn(["-m", "benchmarks.chain", "--stub"]))["url"])
         service = ["--service", stub + "/api/v1"]
         # the before tree gets its own config directory: each route server locks its queue file
         home = stack.enter_context(tempfile.TemporaryDirectory(prefix="svc-bench-before-"))
@@ -46,7 +46,7 @@ def compare(before: Path, rounds: int, duration: float) -> None:
         ]
         for side in sides:  # warm every pool and cache
             load.load(side.url, side.token, 4, 1)
-        got = medians(sides, HEADLINE_C, rounds, duration)
+        got = medians(sides, HEADLINE_C, rounds, duration, stub=stub)
     chain = got["the chain"]
     for label, measured in got.items():
         rate = measured.result.rps / chain.result.rps

@@ -8,14 +8,18 @@ with a no-op exporter) is its own side, reported as its cost against tracing off
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
+import time
+import urllib.request
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import load, procs
+from .chain import COUNTS_PATH
 from .report import Figure, Report, Target
 
 HEADLINE_C = 32
@@ -46,6 +50,66 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def stub_counts(stub: str) -> dict[str, list[int]]:
+    """The counting stub's tally per path: requests, their line+header bytes, their body
+    bytes, its answers' body bytes (:func:`benchmarks.chain.counted_stub_app`)."""
+    with urllib.request.urlopen(stub + COUNTS_PATH, timeout=10) as answer:
+        counts: dict[str, list[int]] = json.loads(answer.read())
+        return counts
+
+
+def settled_counts(stub: str, quiet: float = 0.1, longest: float = 3.0) -> dict[str, list[int]]:
+    """The stub's tally once it has stopped moving for ``quiet`` seconds: the requests the
+    load generator left in flight at its end finish first, so each side's calls are its own."""
+    counts = stub_counts(stub)
+    deadline = time.monotonic() + longest
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = stub_counts(stub)
+        if now == counts:
+            break
+        counts = now
+    return counts
+
+
+@dataclass
+class Calls:
+    """A side's facilitator traffic over all its rounds, per answered request."""
+
+    answered: int = 0
+    rounds: int = 0
+    read_bytes: int = 0
+    paths: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, before: dict[str, list[int]], after: dict[str, list[int]]) -> None:
+        for path, totals in after.items():
+            was = before.get(path, [0] * len(totals))
+            mine = self.paths.setdefault(path, [0] * len(totals))
+            for i, (new, old) in enumerate(zip(totals, was, strict=True)):
+                mine[i] += new - old
+
+    def summary(self) -> str:
+        """``verify 1.000 (head 250 B, body 1,200 B, answer 120 B), ...`` per request."""
+        n = max(self.answered, 1)
+        parts = []
+        for path, (count, head, body, answer) in sorted(self.paths.items()):
+            name = path.rsplit("/", 1)[-1] if "/x402/" in path else path
+            per = max(count, 1)
+            parts.append(
+                f"{name} {count / n:.3f} (head {head / per:,.0f} B, body {body / per:,.0f} B, "
+                f"answer {answer / per:,.0f} B)"
+            )
+        total = sum(v[0] for v in self.paths.values())
+        # wrk stops counting at its deadline with c requests in flight: their calls are made
+        # but they are not answered requests, so up to 2 × c calls a round are over 2 × answered
+        tail = (total - 2 * self.answered) / max(self.rounds, 1)
+        read = f"; answers read {self.read_bytes / n:,.0f} B" if self.read_bytes else ""
+        return (
+            f"{total / n:.3f} facilitator calls per answered request ({tail:+.0f} a round over "
+            f"2 per answer: requests in flight at the load's end): {', '.join(parts)}{read}"
+        )
+
+
 def rotate(sides: list[Side], round_: int) -> list[Side]:
     """The order of one round: the sides shifted by the round number."""
     shift = round_ % len(sides)
@@ -53,20 +117,36 @@ def rotate(sides: list[Side], round_: int) -> list[Side]:
 
 
 def medians(
-    sides: list[Side], c: int, rounds: int, duration: float, *, force_aiohttp: bool = False
+    sides: list[Side],
+    c: int,
+    rounds: int,
+    duration: float,
+    *,
+    force_aiohttp: bool = False,
+    stub: str | None = None,
 ) -> dict[str, Measured]:
     """Each side's median round over ``rounds`` rotating, interleaved rounds: the median rate,
     and the median of the server's CPU time per answered request (less sensitive to the other
-    tenants of the machine than the rate, which waits on the shared cores)."""
+    tenants of the machine than the rate, which waits on the shared cores). With ``stub`` (the
+    counting stub's URL) each side's facilitator calls and bytes per answered request are
+    printed too."""
     runs: dict[str, list[load.LoadResult]] = {side.label: [] for side in sides}
     cpus: dict[str, list[float]] = {side.label: [] for side in sides}
+    calls = {side.label: Calls() for side in sides}
     for round_ in range(rounds):
         for side in rotate(sides, round_):
             before = cpu_seconds(side.pid) if side.pid else 0.0
+            counted = settled_counts(stub) if stub else {}
             result = load.load(side.url, side.token, c, duration, force_aiohttp=force_aiohttp)
             if side.pid and result.requests:
                 spent = cpu_seconds(side.pid) - before
                 cpus[side.label].append(spent / result.requests * 1e6)
+            if stub:
+                tally = calls[side.label]
+                tally.add(counted, settled_counts(stub))
+                tally.answered += result.requests - result.errors
+                tally.rounds += 1
+                tally.read_bytes += result.read_bytes
             runs[side.label].append(result)
     out = {}
     for label, results in runs.items():
@@ -78,6 +158,8 @@ def medians(
             f"  {label:<42} median {out[label].result.rps:>8.1f} req/s, CPU {cpu:7.1f} µs/req"
             f"  (rounds: {spread})"
         )
+        if stub and calls[label].answered:
+            print(f"    {calls[label].summary()}")
     return out
 
 
@@ -88,7 +170,7 @@ def case_chain(
     token = "bench-token"
     rounds = CHAIN_ROUNDS if load_rounds > 1 else 1
     with ExitStack() as stack:
-        stub = stack.enter_context(procs.server("stub"))
+        stub = str(stack.enter_context(procs.spawn(["-m", "benchmarks.chain", "--stub"]))["url"])
         service = ("--service", stub + "/api/v1")
 
         def up(label: str, args: list[str], tok: str | None = token) -> Side:
@@ -105,7 +187,7 @@ def case_chain(
         ]
         for side in sides:  # warm every pool and cache
             load.load(side.url, side.token, 4, 1, force_aiohttp=force_aiohttp)
-        got = medians(sides, HEADLINE_C, rounds, duration, force_aiohttp=force_aiohttp)
+        got = medians(sides, HEADLINE_C, rounds, duration, force_aiohttp=force_aiohttp, stub=stub)
     for side in sides:
         report.load_row(side.label, HEADLINE_C, got[side.label].result)
         report.rows.append({"case": side.label, "cpu_us_per_request": got[side.label].cpu_us})

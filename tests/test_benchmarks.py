@@ -12,7 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
-from benchmarks.chain import chain_app
+from benchmarks.chain import COUNTS_PATH, chain_app, counted_stub_app
+from benchmarks.floor import Calls
 from benchmarks.load import parse_wrk
 from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
 from benchmarks.micro import top_imports
@@ -45,6 +46,7 @@ def test_wrk_rate_counts_only_successful_answers() -> None:
     assert result.rps == 450.0  # (1000 - 100) / 2 s, not wrk's own 500
     assert result.p50_ms == 79.32
     assert result.p99_ms == 1200.0
+    assert result.read_bytes == round(218.56 * 1024)  # the answers' bytes wrk read
 
 
 def test_wrk_with_no_answer_reports_zero_not_a_crash() -> None:
@@ -118,6 +120,28 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -
                 )
                 assert answer.status == 200
     assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 3
+
+
+async def test_counting_stub_tallies_each_sides_facilitator_calls_and_bytes() -> None:
+    async with TestServer(counted_stub_app(), host="127.0.0.1") as facilitator:
+        async with TestClient(facilitator) as stub:
+            before = await (await stub.get(COUNTS_PATH)).json()
+            chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
+            async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
+                for _ in range(4):
+                    answer = await client.post(
+                        "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
+                    )
+                    assert answer.status == 200
+            after = await (await stub.get(COUNTS_PATH)).json()
+    assert before == {}
+    verify, settle = after["/api/v1/x402/verify"], after["/api/v1/x402/settle"]
+    assert verify[0] == settle[0] == 4
+    assert verify[1] > 4 * 200 and verify[2] > 4 * 300 and verify[3] > 4 * 100
+    assert settle[2] > verify[2]  # the settle body adds the agentRequestId
+    tally = Calls(answered=4, rounds=1)
+    tally.add(before, after)
+    assert tally.summary().startswith("2.000 facilitator calls per answered request (+0 a round")
 
 
 async def test_stub_burns_a_credit_per_settle_like_the_service() -> None:
