@@ -23,8 +23,10 @@ from .chain import COUNTS_PATH
 from .report import Figure, Report, Target
 
 HEADLINE_C = 32
-#: rounds of the chain case (medians need an odd count; each round loads every side once)
-CHAIN_ROUNDS = 5
+#: rounds of the chain case and their length (medians need an odd count; each round loads
+#: every side once): many short rounds, so a neighbour's burst spoils few of them
+CHAIN_ROUNDS = 11
+CHAIN_SECS = 1.0
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,29 @@ class Side:
 
 @dataclass(frozen=True)
 class Measured:
-    """A side's median round: its load result and the server's CPU per request (µs)."""
+    """A side's median round: its load result and the server's CPU per request (µs); and
+    every round's rate and CPU per request, in round order."""
 
     result: load.LoadResult
     cpu_us: float
+    rates: tuple[float, ...] = ()
+    cpus: tuple[float, ...] = ()
+
+
+def per_round(value: Measured, baseline: Measured, *, cpu: bool = False) -> list[float]:
+    """``value / baseline`` in each round (the two sides ran within seconds of each other,
+    so a round's ratio sees one moment's neighbours), rounds where either side has none
+    left out."""
+    tops, bottoms = (value.cpus, baseline.cpus) if cpu else (value.rates, baseline.rates)
+    return [a / b for a, b in zip(tops, bottoms, strict=False) if a and b]
+
+
+def spread(values: list[float], unit: str = "×") -> str:
+    """``median 0.880× (0.800–0.950×)``: the median and the range."""
+    if not values:
+        return "no rounds"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"median {mid:.3f}{unit} ({low:.3f}–{high:.3f}{unit})"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -152,11 +173,11 @@ def medians(
     for label, results in runs.items():
         ordered = sorted(results, key=lambda r: r.rps)
         cpu = statistics.median(cpus[label]) if cpus[label] else math.nan
-        out[label] = Measured(ordered[len(ordered) // 2], cpu)
-        spread = ", ".join(f"{r.rps:,.0f}" for r in results)
+        rates = tuple(r.rps for r in results)
+        out[label] = Measured(ordered[len(ordered) // 2], cpu, rates, tuple(cpus[label]))
         print(
-            f"  {label:<42} median {out[label].result.rps:>8.1f} req/s, CPU {cpu:7.1f} µs/req"
-            f"  (rounds: {spread})"
+            f"  {label:<42} median {out[label].result.rps:>8.1f} req/s "
+            f"({min(rates):,.0f}–{max(rates):,.0f}), CPU {cpu:7.1f} µs/req"
         )
         if stub and calls[label].answered:
             print(f"    {calls[label].summary()}")
@@ -164,17 +185,28 @@ def medians(
 
 
 def case_chain(
-    report: Report, duration: float, load_rounds: int, *, force_aiohttp: bool = False
+    report: Report,
+    duration: float,
+    rounds: int,
+    *,
+    force_aiohttp: bool = False,
+    pin: bool = True,
 ) -> None:
-    """The chain (two facilitator calls, nothing else) vs our paid endpoint and middleware."""
+    """The chain (two facilitator calls, nothing else) vs our paid endpoint and middleware.
+
+    With ``pin`` (and 2+ CPUs) every server under test runs on one CPU and the load generator,
+    the stub and this process on the others (:func:`benchmarks.procs.cpu_split`), the same for
+    every side; each headline ratio is also given round by round (median and range)."""
     token = "bench-token"
-    rounds = CHAIN_ROUNDS if load_rounds > 1 else 1
+    split = procs.cpu_split(pin)
+    server_cpus, load_cpus = split if split else (None, None)
     with ExitStack() as stack:
+        stack.enter_context(procs.pinned(load_cpus))
         stub = str(stack.enter_context(procs.spawn(["-m", "benchmarks.chain", "--stub"]))["url"])
         service = ("--service", stub + "/api/v1")
 
         def up(label: str, args: list[str], tok: str | None = token) -> Side:
-            line = stack.enter_context(procs.spawn(args))
+            line = stack.enter_context(procs.spawn(args, cpus=server_cpus))
             return Side(label, str(line["url"]), tok, int(line["pid"]))
 
         serve = ["-m", "benchmarks.serve"]
@@ -188,12 +220,25 @@ def case_chain(
         for side in sides:  # warm every pool and cache
             load.load(side.url, side.token, 4, 1, force_aiohttp=force_aiohttp)
         got = medians(sides, HEADLINE_C, rounds, duration, force_aiohttp=force_aiohttp, stub=stub)
+    where = f"server on CPU {sorted(split[0])}, load on {sorted(split[1])}" if split else "no"
+    print(f"  pinned: {where}; {rounds} rounds of {duration:g} s")
     for side in sides:
         report.load_row(side.label, HEADLINE_C, got[side.label].result)
         report.rows.append({"case": side.label, "cpu_us_per_request": got[side.label].cpu_us})
-    bare, chain, paid, route, traced = (got[side.label].result.rps for side in sides)
-    cpu = [got[side.label].cpu_us for side in sides]
-    note = f"c={HEADLINE_C}, median of {rounds}"
+    measured = [got[side.label] for side in sides]
+    bare, chain, paid, route, traced = (m.result.rps for m in measured)
+    cpu = [m.cpu_us for m in measured]
+    for label, m in (("paid endpoint", measured[2]), ("middleware route", measured[3])):
+        rate, spent = per_round(m, measured[1]), per_round(m, measured[1], cpu=True)
+        print(f"  {label} / the chain, round by round: rate {spread(rate)}, CPU {spread(spent)}")
+        report.rows.append(
+            {
+                "case": f"{label} / the chain, per round",
+                "rate_ratios": [round(r, 4) for r in rate],
+                "cpu_ratios": [round(r, 4) for r in spent],
+            }
+        )
+    note = f"c={HEADLINE_C}, median of {rounds}" + (", pinned" if split else "")
     report.figure(Figure("paid endpoint / the chain", paid, chain, note), Target(">=", 0.85))
     report.figure(Figure("middleware route / the chain", route, chain, note), Target(">=", 0.85))
     report.figure(Figure("the chain / bare handler", chain, bare, note))

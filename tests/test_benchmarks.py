@@ -13,10 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
 from benchmarks.chain import COUNTS_PATH, chain_app, counted_stub_app
-from benchmarks.floor import Calls
+from benchmarks.floor import Calls, Measured, per_round, spread
 from benchmarks.load import parse_wrk
 from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
 from benchmarks.micro import top_imports
+from benchmarks.procs import cpu_split
 from benchmarks.profile import read_collapsed
 from benchmarks.report import Figure, Report, Target
 from benchmarks.serve import fake_key, stub_app
@@ -123,17 +124,17 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -
 
 
 async def test_counting_stub_tallies_each_sides_facilitator_calls_and_bytes() -> None:
-    async with TestServer(counted_stub_app(), host="127.0.0.1") as facilitator:
-        async with TestClient(facilitator) as stub:
-            before = await (await stub.get(COUNTS_PATH)).json()
-            chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
-            async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
-                for _ in range(4):
-                    answer = await client.post(
-                        "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
-                    )
-                    assert answer.status == 200
-            after = await (await stub.get(COUNTS_PATH)).json()
+    facilitator = TestServer(counted_stub_app(), host="127.0.0.1")
+    async with TestClient(facilitator) as stub:
+        before = await (await stub.get(COUNTS_PATH)).json()
+        chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
+        async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
+            for _ in range(4):
+                answer = await client.post(
+                    "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
+                )
+                assert answer.status == 200
+        after = await (await stub.get(COUNTS_PATH)).json()
     assert before == {}
     verify, settle = after["/api/v1/x402/verify"], after["/api/v1/x402/settle"]
     assert verify[0] == settle[0] == 4
@@ -193,3 +194,21 @@ def test_import_costs_are_read_after_aiohttp_largest_first() -> None:
         ]
     )
     assert top_imports(importtime, 5) == [("svc_gateway.config", 2.5), ("svc_gateway.redact", 0.3)]
+
+
+def test_chain_ratios_are_taken_round_by_round_with_their_range() -> None:
+    def side(*rates: float) -> Measured:
+        return Measured(parse_wrk(WRK_OUTPUT), 0.0, rates, tuple(r * 2 for r in rates))
+
+    chain, paid = side(100, 200, 0, 400), side(90, 100, 50, 400)
+    assert per_round(paid, chain) == [0.9, 0.5, 1.0]  # a round with no answers is left out
+    assert per_round(paid, chain, cpu=True) == [0.9, 0.5, 1.0]
+    assert spread([0.9, 0.5, 1.0]) == "median 0.900× (0.500–1.000×)"
+
+
+def test_pinning_splits_the_allowed_cpus_or_is_off() -> None:
+    assert cpu_split(False) is None
+    split = cpu_split(True)
+    if split is not None:  # 2+ CPUs: the server alone on one, the rest for the load
+        server, rest = split
+        assert len(server) == 1 and rest and not server & rest
