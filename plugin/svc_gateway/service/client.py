@@ -416,8 +416,10 @@ class ServiceClient(ApiTransport):
         """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's.
         ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
         body = facilitator_body(envelope_json or payment_required.wire_json(), token, max_amount)
-        data = await self._request("POST", "x402/verify", data=body, retry=True)
-        return parse_model(VerifyResult, data)
+        verdict: VerifyResult = await self._request(
+            "POST", "x402/verify", data=body, retry=True, model=VerifyResult
+        )
+        return verdict
 
     async def settle(
         self,
@@ -434,8 +436,10 @@ class ServiceClient(ApiTransport):
         wire = envelope_json or payment_required.wire_json()
         body = facilitator_body(wire, token, max_amount, agent_request_id)
         retry = bool(agent_request_id)
-        data = await self._request("POST", "x402/settle", data=body, retry=retry, within=within)
-        return parse_model(SettleResult, data)
+        result: SettleResult = await self._request(
+            "POST", "x402/settle", data=body, retry=retry, within=within, model=SettleResult
+        )
+        return result
 
     async def get_versions(self) -> VersionInfo:
         data = await self._request("GET", "meta/versions", retry=True)
