@@ -112,15 +112,18 @@ class Calls:
     def summary(self) -> str:
         """``verify 1.000 (head 250 B, body 1,200 B, answer 120 B), ...`` per request."""
         n = max(self.answered, 1)
+        total = sum(v[0] for v in self.paths.values())
+        if not total:
+            return "no facilitator calls"
         parts = []
         for path, (count, head, body, answer) in sorted(self.paths.items()):
+            if not count:
+                continue
             name = path.rsplit("/", 1)[-1] if "/x402/" in path else path
-            per = max(count, 1)
             parts.append(
-                f"{name} {count / n:.3f} (head {head / per:,.0f} B, body {body / per:,.0f} B, "
-                f"answer {answer / per:,.0f} B)"
+                f"{name} {count / n:.3f} ({count:,} calls; head {head / count:,.0f} B, "
+                f"body {body / count:,.0f} B, answer {answer / count:,.0f} B)"
             )
-        total = sum(v[0] for v in self.paths.values())
         # wrk stops counting at its deadline with c requests in flight: their calls are made
         # but they are not answered requests, so up to 2 × c calls a round are over 2 × answered
         tail = (total - 2 * self.answered) / max(self.rounds, 1)

@@ -143,6 +143,8 @@ async def test_counting_stub_tallies_each_sides_facilitator_calls_and_bytes() ->
     tally = Calls(answered=4, rounds=1)
     tally.add(before, after)
     assert tally.summary().startswith("2.000 facilitator calls per answered request (+0 a round")
+    assert "verify 1.000 (4 calls; head" in tally.summary()
+    assert Calls(answered=9, rounds=1).summary() == "no facilitator calls"
 
 
 async def test_stub_burns_a_credit_per_settle_like_the_service() -> None:
