@@ -38,6 +38,9 @@ class Settings:
     force_aiohttp: bool
     cases: frozenset[str]
     memory_requests: int = 20_000
+    chain_rounds: int = floor.CHAIN_ROUNDS
+    chain_secs: float = floor.CHAIN_SECS
+    pin: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,7 +304,7 @@ def case_queue(report: Report, s: Settings) -> None:
 
 def case_chain(report: Report, s: Settings) -> None:
     """The chain (verify + settle, nothing else) vs our paid endpoint and middleware."""
-    floor.case_chain(report, s.duration, s.load_rounds, force_aiohttp=s.force_aiohttp)
+    floor.case_chain(report, s.chain_secs, s.chain_rounds, force_aiohttp=s.force_aiohttp, pin=s.pin)
 
 
 def case_memory(report: Report, s: Settings) -> None:
@@ -337,6 +340,21 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         help=f"comma-separated cases to run (default all: {','.join(CASES)})",
     )
     parser.add_argument("--duration", type=float, help="seconds per load run (default 3)")
+    parser.add_argument(
+        "--chain-rounds",
+        type=int,
+        help=f"rotating rounds of the chain case (default {floor.CHAIN_ROUNDS}, 1 with --quick)",
+    )
+    parser.add_argument(
+        "--chain-duration",
+        type=float,
+        help=f"seconds per load run of the chain case (default {floor.CHAIN_SECS:g})",
+    )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="chain case: do not pin the servers under test to one CPU and the load to the rest",
+    )
     parser.add_argument("--seed", type=int, default=50_000, help="settles of history (ledger)")
     parser.add_argument(
         "--aiohttp-load", action="store_true", help="use the aiohttp generator even if wrk exists"
@@ -369,6 +387,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         force_aiohttp=args.aiohttp_load,
         cases=cases,
         memory_requests=args.memory_requests or (2_000 if quick else 20_000),
+        chain_rounds=args.chain_rounds or (1 if quick else floor.CHAIN_ROUNDS),
+        chain_secs=args.chain_duration or floor.CHAIN_SECS,
+        pin=not args.no_pin,
     )
     return args, settings
 

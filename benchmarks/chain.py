@@ -16,8 +16,9 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
-from .serve import AGENT_PATH, STUB_PLAN_ID, fake_key, serve_app, stub_plan
+from .serve import AGENT_PATH, STUB_PLAN_ID, fake_key, serve_app, stub_app, stub_plan
 
 POOL_SIZE = 64  # the plugin's own pool size (svc_gateway.service.transport.POOL_SIZE)
 
@@ -43,7 +44,7 @@ def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Applica
 
     base = service.rstrip("/")
     verify_url, settle_url = f"{base}/x402/verify", f"{base}/x402/settle"
-    secret = (key or fake_key()).split(":", 1)[-1]
+    secret = key or fake_key()  # the whole key, as the plugin's transport sends it
     headers = {
         "Accept": "application/json",
         "Content-Type": "application/json",
@@ -85,11 +86,57 @@ def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Applica
     return app
 
 
+COUNTS_PATH = "/_counts"
+
+
+def _head_bytes(request: web.Request) -> int:
+    """The bytes of a request's line and headers as sent (``name: value\\r\\n`` each)."""
+    line = len(request.method) + len(request.raw_path) + len("  HTTP/1.1\r\n")
+    return line + sum(len(k) + len(v) + 4 for k, v in request.raw_headers) + 2
+
+
+def counted_stub_app() -> web.Application:
+    """The stub facilitator (:func:`benchmarks.serve.stub_app`) counting, per path, the
+    requests it answered and their bytes (line + headers, body) and its answers' body bytes;
+    ``GET /_counts`` returns them (the chain case reads them around each side's load, so
+    every side's facilitator calls per answered request are measured, not assumed)."""
+    counts: dict[str, list[int]] = {}
+
+    @web.middleware
+    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == COUNTS_PATH:
+            return await handler(request)
+        body = await request.read()
+        response = await handler(request)
+        seen = counts.setdefault(request.path, [0, 0, 0, 0])
+        seen[0] += 1
+        seen[1] += _head_bytes(request)
+        seen[2] += len(body)
+        seen[3] += len(getattr(response, "body", b"") or b"")
+        return response
+
+    async def report(request: web.Request) -> web.Response:
+        return web.json_response(counts)
+
+    app = stub_app()
+    app.middlewares.append(count)
+    app.router.add_get(COUNTS_PATH, report)
+    return app
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chain")
-    parser.add_argument("--service", required=True, help="the stub's {base_url}")
+    parser.add_argument("--service", help="the stub's {base_url}")
     parser.add_argument("--plan", default=STUB_PLAN_ID, help="the plan sold")
+    parser.add_argument(
+        "--stub", action="store_true", help="serve the counting stub facilitator instead"
+    )
     args = parser.parse_args(argv)
+    if args.stub:
+        asyncio.run(serve_app(counted_stub_app()))
+        return 0
+    if not args.service:
+        parser.error("the chain needs --service")
     asyncio.run(serve_app(chain_app(args.service, args.plan), AGENT_PATH))
     return 0
 

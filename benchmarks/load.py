@@ -31,6 +31,8 @@ class LoadResult:
     requests: int
     errors: int
     tool: str
+    #: bytes the load generator read (answers' status lines, headers and bodies); 0 if unknown
+    read_bytes: int = 0
 
 
 def wrk_path() -> str | None:
@@ -49,6 +51,7 @@ def _lua(token: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+_SIZES = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
 
 
@@ -64,6 +67,8 @@ def parse_wrk(output: str) -> LoadResult:
     total = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
     elapsed = re.search(r"requests in ([\d.]+\w+),", output)
     seconds = _ms(elapsed.group(1)) / 1e3 if elapsed else 0.0
+    read = re.search(r"requests in [^,]+, ([\d.]+)(B|KB|MB|GB) read", output)
+    read_bytes = round(float(read.group(1)) * _SIZES[read.group(2)]) if read else 0
     errors = 0
     if non2xx := re.search(r"Non-2xx or 3xx responses: (\d+)", output):
         errors += int(non2xx.group(1))
@@ -80,6 +85,7 @@ def parse_wrk(output: str) -> LoadResult:
         requests=total,
         errors=errors,
         tool="wrk",
+        read_bytes=read_bytes,
     )
 
 

@@ -57,12 +57,40 @@ def stop(proc: subprocess.Popen[str]) -> None:
             proc.wait(timeout=10)
 
 
+def cpu_split(enabled: bool = True) -> tuple[set[int], set[int]] | None:
+    """The CPUs for the server under test and for everything else (the load generator, the
+    stub facilitator, this process): the first allowed CPU and the rest, or None when pinning
+    is off or fewer than 2 CPUs are allowed. Every side of a comparison gets the same split,
+    so none shares its core with its own load generator and stub while another does not."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not enabled or len(allowed) < 2:
+        return None
+    return {allowed[0]}, set(allowed[1:])
+
+
+@contextmanager
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """This process (and every child it starts meanwhile, which inherits it) on ``cpus``."""
+    if cpus is None:
+        yield
+        return
+    was = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, was)
+
+
 @contextmanager
 def spawn(
-    args: list[str], env: dict[str, str] | None = None, prefix: list[str] | None = None
+    args: list[str],
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
+    cpus: set[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Run ``python <args>`` (behind ``prefix``, a profiler's command line, when given);
-    yield its ready line; stop it afterwards.
+    """Run ``python <args>`` (behind ``prefix``, a profiler's command line, when given; on
+    ``cpus`` from its first instruction when given); yield its ready line; stop it afterwards.
 
     stderr goes to a file, never a pipe: a chatty server blocks once a pipe it writes to is
     full, and its tail is shown when the server fails to start.
@@ -75,6 +103,7 @@ def spawn(
             text=True,
             env=child_env(env),
             cwd=ROOT,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
         try:
             try:

@@ -12,10 +12,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
-from benchmarks.chain import chain_app
+from benchmarks.chain import COUNTS_PATH, chain_app, counted_stub_app
+from benchmarks.floor import Calls, Measured, per_round, spread
 from benchmarks.load import parse_wrk
 from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
 from benchmarks.micro import top_imports
+from benchmarks.procs import cpu_split
 from benchmarks.profile import read_collapsed
 from benchmarks.report import Figure, Report, Target
 from benchmarks.serve import fake_key, stub_app
@@ -45,6 +47,7 @@ def test_wrk_rate_counts_only_successful_answers() -> None:
     assert result.rps == 450.0  # (1000 - 100) / 2 s, not wrk's own 500
     assert result.p50_ms == 79.32
     assert result.p99_ms == 1200.0
+    assert result.read_bytes == round(218.56 * 1024)  # the answers' bytes wrk read
 
 
 def test_wrk_with_no_answer_reports_zero_not_a_crash() -> None:
@@ -120,6 +123,30 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -
     assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 3
 
 
+async def test_counting_stub_tallies_each_sides_facilitator_calls_and_bytes() -> None:
+    facilitator = TestServer(counted_stub_app(), host="127.0.0.1")
+    async with TestClient(facilitator) as stub:
+        before = await (await stub.get(COUNTS_PATH)).json()
+        chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
+        async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
+            for _ in range(4):
+                answer = await client.post(
+                    "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
+                )
+                assert answer.status == 200
+        after = await (await stub.get(COUNTS_PATH)).json()
+    assert before == {}
+    verify, settle = after["/api/v1/x402/verify"], after["/api/v1/x402/settle"]
+    assert verify[0] == settle[0] == 4
+    assert verify[1] > 4 * 200 and verify[2] > 4 * 300 and verify[3] > 4 * 100
+    assert settle[2] > verify[2]  # the settle body adds the agentRequestId
+    tally = Calls(answered=4, rounds=1)
+    tally.add(before, after)
+    assert tally.summary().startswith("2.000 facilitator calls per answered request (+0 a round")
+    assert "verify 1.000 (4 calls; head" in tally.summary()
+    assert Calls(answered=9, rounds=1).summary() == "no facilitator calls"
+
+
 async def test_stub_burns_a_credit_per_settle_like_the_service() -> None:
     async with TestClient(TestServer(stub_app(), host="127.0.0.1")) as client:
         first = await (await client.post("/api/v1/x402/settle", json={})).json()
@@ -169,3 +196,21 @@ def test_import_costs_are_read_after_aiohttp_largest_first() -> None:
         ]
     )
     assert top_imports(importtime, 5) == [("svc_gateway.config", 2.5), ("svc_gateway.redact", 0.3)]
+
+
+def test_chain_ratios_are_taken_round_by_round_with_their_range() -> None:
+    def side(*rates: float) -> Measured:
+        return Measured(parse_wrk(WRK_OUTPUT), 0.0, rates, tuple(r * 2 for r in rates))
+
+    chain, paid = side(100, 200, 0, 400), side(90, 100, 50, 400)
+    assert per_round(paid, chain) == [0.9, 0.5, 1.0]  # a round with no answers is left out
+    assert per_round(paid, chain, cpu=True) == [0.9, 0.5, 1.0]
+    assert spread([0.9, 0.5, 1.0]) == "median 0.900× (0.500–1.000×)"
+
+
+def test_pinning_splits_the_allowed_cpus_or_is_off() -> None:
+    assert cpu_split(False) is None
+    split = cpu_split(True)
+    if split is not None:  # 2+ CPUs: the server alone on one, the rest for the load
+        server, rest = split
+        assert len(server) == 1 and rest and not server & rest

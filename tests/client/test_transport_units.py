@@ -20,6 +20,7 @@ from svc_gateway.service.transport import (
     POOL_SIZE,
     data_of,
     default_session_factory,
+    parse_answer,
     parse_model,
     require_str,
 )
@@ -229,6 +230,39 @@ def test_parse_model_names_up_to_three_bad_fields() -> None:
     with pytest.raises(errors.ProtocolError) as nested:
         parse_model(Deep, {"a": 1, "b": 1, "c": 1, "d": 1, "inner": {"balance": "x"}})
     assert nested.value.message == "The service's answer did not match Deep (inner.balance)"
+
+
+def test_an_answer_read_from_its_bytes_is_the_model_the_decoded_json_gives() -> None:
+    from svc_gateway.service.models import SettleResult, VerifyResult
+
+    answers: list[tuple[type[WireModel], Any]] = [
+        (VerifyResult, {"isValid": True, "payer": "0xab", "agentRequestId": "r-1"}),
+        (VerifyResult, {"isValid": "true", "agentRequest": {"agentRequestId": 7, "x": [1.5]}}),
+        (SettleResult, {"success": True, "creditsRedeemed": "1", "remainingBalance": 2**70}),
+        (SettleResult, {"success": 1, "creditsRedeemed": 3, "transaction": "0x1", "extra": None}),
+    ]
+    for model, data in answers:
+        raw = json.dumps(data).encode()
+        assert parse_answer(model, 200, raw, "POST", "x402/settle") == parse_model(model, data)
+    # not an object, not UTF-8, NaN, empty: the general way, with its own answer or refusal
+    utf16 = json.dumps({"isValid": True}).encode("utf-16")
+    assert parse_answer(VerifyResult, 200, utf16, "POST", "x") == VerifyResult(is_valid=True)
+    nan = b'{"success": true, "x": NaN}'
+    assert parse_answer(SettleResult, 200, nan, "POST", "x").success
+    assert parse_answer(VerifyResult, 200, b"", "POST", "x") == VerifyResult()
+    with pytest.raises(errors.ProtocolError, match="non-JSON body"):
+        parse_answer(VerifyResult, 200, b'{"isValid": tru', "POST", "x")
+
+
+def test_a_malformed_answer_read_from_its_bytes_is_refused_as_before() -> None:
+    raw = json.dumps({"inner": {"balance": "x"}}).encode()
+    with pytest.raises(errors.ProtocolError) as info:
+        parse_answer(Deep, 200, raw, "POST", "x")
+    assert info.value.code == "bad_response"
+    assert info.value.message == "The service's answer did not match Deep (a, b, c)"
+    with pytest.raises(errors.ProtocolError) as listed:
+        parse_answer(Deep, 200, b"[1, 2]", "POST", "x")
+    assert listed.value.message.startswith("The service's answer did not match Deep")
 
 
 def test_request_bodies_are_json_the_service_reads() -> None:

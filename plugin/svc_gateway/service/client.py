@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import secrets
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import SecretStr
 
@@ -416,8 +416,8 @@ class ServiceClient(ApiTransport):
         """A dry run (reserves nothing); without ``max_amount`` the service picks the plan's.
         ``envelope_json``: ``payment_required.wire_json()``, when the caller keeps it."""
         body = facilitator_body(envelope_json or payment_required.wire_json(), token, max_amount)
-        data = await self._request("POST", "x402/verify", data=body, retry=True)
-        return parse_model(VerifyResult, data)
+        ok = await self._request("POST", "x402/verify", data=body, retry=True, model=VerifyResult)
+        return cast(VerifyResult, ok)
 
     async def settle(
         self,
@@ -433,9 +433,8 @@ class ServiceClient(ApiTransport):
         ``envelope_json`` as for :meth:`verify`; ``within``: the call ends within that long."""
         wire = envelope_json or payment_required.wire_json()
         body = facilitator_body(wire, token, max_amount, agent_request_id)
-        retry = bool(agent_request_id)
-        data = await self._request("POST", "x402/settle", data=body, retry=retry, within=within)
-        return parse_model(SettleResult, data)
+        send = functools.partial(self._request, "POST", "x402/settle", data=body, within=within)
+        return cast(SettleResult, await send(retry=bool(agent_request_id), model=SettleResult))
 
     async def get_versions(self) -> VersionInfo:
         data = await self._request("GET", "meta/versions", retry=True)

@@ -50,6 +50,9 @@ _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
+#: exchange timeouts kept built (one per total seen; the hot path's calls use one or two)
+TIMEOUTS_KEPT = 16
+
 POOL_SIZE = 64
 """Connections kept to the service: the paid endpoint's verify/settle run this many at once."""
 
@@ -97,6 +100,8 @@ class ApiTransport:
             "Service-Version": api_version,
         }
         self._authed_headers: dict[str, str] | None = None
+        #: each exchange's ``ClientTimeout`` by its total (:meth:`_send`)
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         #: a key that expires is checked on every call; one that does not, once
         self._key_expires = self._key is not None and self._key.expires_at is not None
 
@@ -167,10 +172,12 @@ class ApiTransport:
         headers: dict[str, str] | None = None,
         data: bytes | None = None,
         within: float | None = None,
+        model: type[WireModel] | None = None,
     ) -> Any:
         """``body`` is sent as compact JSON; ``data``, a body already encoded, as is.
         ``within``: this call (retries included) ends within that many seconds from now, like
-        :meth:`deadline` for one call."""
+        :meth:`deadline` for one call. ``model``: a 2xx answer is returned as that model
+        (:func:`parse_answer`), else as the decoded JSON."""
         own = self._authed_headers
         if own is None or not auth or self._key_expires:
             own = self._request_headers(auth)
@@ -180,14 +187,17 @@ class ApiTransport:
             data = json.dumps(body, separators=(",", ":")).encode()
         attempts = self.max_retries + 1 if retry else 1
         now = self._clock()
-        end = now + self.timeout if within is None else now + min(self.timeout, within)
+        span = self.timeout if within is None else min(self.timeout, within)
+        end = now + span
         outer = _DEADLINE.get()
         if outer is not None and outer < end:
-            end = outer
+            end, span = outer, outer - now
         attempt = 0
         while True:
             attempt += 1
-            left = end - (now if attempt == 1 else self._clock())
+            # the first attempt has the whole span (the same figure each time for a call
+            # without a nearer deadline, so its exchange timeout is built once: _send)
+            left = span if attempt == 1 else end - self._clock()
             if left <= 0:
                 raise errors.RequestTimeout(
                     f"{method} {path} ran out of time before it could be sent", code="timeout"
@@ -213,6 +223,8 @@ class ApiTransport:
                         answer_headers.get("Service-Version-Resolved-From"),
                     )
                 if 200 <= status < 300:
+                    if model is not None:
+                        return parse_answer(model, status, raw, method, path)
                     return _json_or_raise(status, raw, method, path)
                 failure = self._error(status, reason, answer_headers, raw)
                 if status not in RETRY_STATUSES:
@@ -234,7 +246,11 @@ class ApiTransport:
         left: float,
     ) -> tuple[int, str, CIMultiDictProxy[str], bytes]:
         """One attempt; ``total`` bounds the whole exchange, reading a slow-drip body too."""
-        timeout = aiohttp.ClientTimeout(total=left)
+        timeout = self._timeouts.get(left)
+        if timeout is None:  # kept per figure (immutable): a few recur on every call
+            if len(self._timeouts) >= TIMEOUTS_KEPT:
+                self._timeouts.clear()
+            timeout = self._timeouts[left] = aiohttp.ClientTimeout(total=left)
         session = self._session
         if session is None or session.closed:
             session = self.session
@@ -364,11 +380,28 @@ def parse_model(model: type[M], data: Any) -> M:
     try:
         return model.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
     except ValidationError as exc:
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:3])
-        raise errors.ProtocolError(
-            f"The service's answer did not match {model.__name__} ({fields})",
-            code="bad_response",
-        ) from None
+        raise _mismatch(model, exc) from None
+
+
+def parse_answer(model: type[M], status: int, raw: bytes, method: str, path: str) -> M:
+    """A 2xx answer's bytes as ``model``: a JSON object is validated from the bytes in one
+    pass (pydantic's JSON mode: no dict is built and walked again); anything its parser does
+    not take (not an object, not UTF-8, ``NaN``, empty) goes the general way,
+    :func:`parse_model` of the decoded JSON, so every answer reads, or is refused, as it was."""
+    if raw[:1] == b"{":
+        try:
+            return model.__pydantic_validator__.validate_json(raw)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            if exc.error_count() != 1 or exc.errors()[0]["type"] != "json_invalid":
+                raise _mismatch(model, exc) from None
+    return parse_model(model, _json_or_raise(status, raw, method, path))
+
+
+def _mismatch(model: type[WireModel], exc: ValidationError) -> errors.ProtocolError:
+    fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:3])
+    return errors.ProtocolError(
+        f"The service's answer did not match {model.__name__} ({fields})", code="bad_response"
+    )
 
 
 def data_of(body: Any) -> dict[str, Any]:

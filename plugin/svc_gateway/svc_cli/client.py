@@ -13,7 +13,8 @@ from typing import Any
 
 from ..service import errors
 from ..service.client import ServiceClient
-from ..service.transport import seg
+from ..service.models import WireModel
+from ..service.transport import parse_model, seg
 
 _API_ROOT = re.compile(r"/api/v\d+$")
 
@@ -25,10 +26,14 @@ class CliClient(ServiceClient):
         super().__init__(*args, **kwargs)
         self.answers: list[Any] = []
 
-    async def _request(self, *args: Any, **kwargs: Any) -> Any:
+    async def _request(
+        self, *args: Any, model: type[WireModel] | None = None, **kwargs: Any
+    ) -> Any:
+        """The answer's JSON, kept; as ``model`` when asked for one (checked the general way,
+        :func:`parse_model`, so the JSON kept is the service's own)."""
         answer = await super()._request(*args, **kwargs)
         self.answers.append(answer)
-        return answer
+        return answer if model is None else parse_model(model, answer)
 
     @property
     def last_answer(self) -> Any:

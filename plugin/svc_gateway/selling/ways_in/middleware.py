@@ -193,11 +193,22 @@ class PaymentMiddleware:
         working = {"on": False}
 
         async def work() -> Answer:
+            # the downstream handler run here, not in a coroutine of its own; its answer as
+            # plain data (an ``HTTPException`` it raises is its answer: a 404 is the route's
+            # 404, uncharged)
             working["on"] = True
             try:
-                return await _buffered(handler, request)
+                response = await handler(request)
+            except web.HTTPException as exc:
+                return to_answer(exc)
             finally:
                 working["on"] = False
+            if not isinstance(response, web.Response):
+                raise StreamingRefused(
+                    f"{request.method} {request.path} is a paid route and returned a streaming "
+                    "response; paid routes cannot stream: return a web.Response"
+                )
+            return to_answer(response)
 
         _guard_streaming(request, working)
         paid = PaidRequest(
@@ -279,21 +290,6 @@ def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:
         await original(response)
 
     object.__setattr__(request, "_prepare_hook", hook)
-
-
-async def _buffered(handler: Handler, request: web.Request) -> Answer:
-    """Run the downstream handler; its answer as plain data (an ``HTTPException`` it raises is
-    its answer: a 404 is the route's 404, uncharged)."""
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        return to_answer(exc)
-    if not isinstance(response, web.Response):
-        raise StreamingRefused(
-            f"{request.method} {request.path} is a paid route and returned a streaming "
-            "response; paid routes cannot stream: return a web.Response"
-        )
-    return to_answer(response)
 
 
 def payment_middleware(routes: Routes, settings: Mapping[str, Any]) -> PaymentMiddleware:
