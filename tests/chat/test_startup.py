@@ -84,5 +84,10 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         # the service client and its wire models load with the first client (first call)
         "svc_gateway.service.client",
         "svc_gateway.service.models",
+        # a plain chat config is validated at first use: no pydantic, no PluginConfig, no core
+        "pydantic",
+        "svc_gateway.config",
+        "svc_gateway.chat.core",
+        "svc_gateway.approvals",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"
