@@ -72,8 +72,10 @@ class PluginHandle:
 
     @property
     def accounts(self) -> UserAccounts | None:
-        live = self._plugin.done
-        return None if live is None else getattr(live, "accounts", None)
+        from .startup import LivePlugin
+
+        live = self._plugin.done  # not started yet: a plain chat config, with no accounts
+        return live.accounts if isinstance(live, LivePlugin) else None
 
     def close(self) -> None:
         self.runtime.close()
