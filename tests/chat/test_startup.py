@@ -97,7 +97,6 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         assert not loaded(found["register"], unused), f"register loaded {unused}"
 
 
-
 def test_the_first_use_validates_the_config_and_builds_the_plugin(tmp_path: Path) -> None:
     found = probe(tmp_path)
     assert found["status"].startswith("Not logged in to the payments service.")
