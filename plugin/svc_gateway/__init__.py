@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from .chat.context import BalanceContext
     from .chat.core import PluginCore
     from .chat.credentials import CredentialStore
-    from .config import ConfigError, PluginConfig
-    from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
+    from .config import PluginConfig
+    from .host import GatewayAPI, PromptContext
     from .runtime import PluginRuntime
     from .service.transport import SessionFactory
     from .startup import FirstUse, LivePlugin
@@ -209,7 +209,11 @@ def register(
             return live
 
         plugin = FirstUse(start, api)
-        register_first_use(api, plugin)
+        try:
+            register_first_use(api, plugin)
+        except BaseException:
+            runtime.close()
+            raise
         log.info("svc plugin %s registered; it starts at its first use", __version__)
         return PluginHandle(runtime, plugin, extras)
 
@@ -220,7 +224,10 @@ def register(
     except ConfigError as error:
         if on_config_error != "degrade":
             raise
-        return _register_degraded(api, error)
+        from .startup import register_degraded
+
+        register_degraded(api, error)
+        return DegradedPlugin(config_error=str(error))
     runtime = PluginRuntime()
     try:
         handle = _register_now(api, config, runtime, build, extras)
@@ -403,36 +410,3 @@ def _handler_hint(message: str, handler: str | None) -> str:
         ") on PYTHONPATH, or install it into the gateway's Python; svc-gateway chat also looks "
         "in the directory it is started from"
     )
-
-
-def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
-    """Tools and commands that answer with the configuration error and how to fix it."""
-    from .host import Caller, CommandSpec, ToolSpec
-    from .startup import Misconfigured
-    from .tools.catalogue import TOOL_NAMES, entry
-
-    answer = Misconfigured.of(api, error)
-
-    async def tool_handler(_params: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
-        return answer.tool_result()
-
-    async def command_handler(_ctx: CommandContext) -> str:
-        return answer.reply()
-
-    for name in TOOL_NAMES:
-        stored = entry(name)
-        api.register_tool(ToolSpec(name, stored.description, stored.parameters, tool_handler))
-    api.register_command(
-        CommandSpec(
-            "svc_login",
-            "Log in to the payments service (the plugin config is invalid: run /svc_login status)",
-            True,
-            command_handler,
-            args_hint="[status]",
-        )
-    )
-    api.register_command(
-        CommandSpec("svc_logout", "Log out of the payments service", False, command_handler)
-    )
-    answer.log()
-    return DegradedPlugin(config_error=str(error))

@@ -23,6 +23,7 @@ from .host import (
     Caller,
     CommandContext,
     CommandHandler,
+    CommandSpec,
     GatewayAPI,
     PromptContext,
     ToolHandler,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from .chat.commands import Commands
     from .chat.context import BalanceContext
     from .chat.core import PluginCore
-    from .host import CommandSpec
 
 T = TypeVar("T")
 
@@ -163,6 +163,35 @@ class FirstUse(Generic[T]):
         """:meth:`get` for a coroutine: the start (file, keyring) runs in a worker thread."""
         done = self.done
         return done if done is not None else await asyncio.to_thread(self.get)
+
+
+def register_degraded(api: GatewayAPI, error: ConfigError) -> None:
+    """A config refused at register (``on_config_error="degrade"``): the tools and two commands,
+    each answering the error and how to fix it."""
+    answer = Misconfigured.of(api, error)
+
+    async def tool_handler(_params: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
+        return answer.tool_result()
+
+    async def command_handler(_ctx: CommandContext) -> str:
+        return answer.reply()
+
+    for name in TOOL_NAMES:
+        stored = entry(name)
+        api.register_tool(ToolSpec(name, stored.description, stored.parameters, tool_handler))
+    api.register_command(
+        CommandSpec(
+            "svc_login",
+            "Log in to the payments service (the plugin config is invalid: run /svc_login status)",
+            True,
+            command_handler,
+            args_hint="[status]",
+        )
+    )
+    api.register_command(
+        CommandSpec("svc_logout", "Log out of the payments service", False, command_handler)
+    )
+    answer.log()
 
 
 class PromptHandler(Protocol):
