@@ -1,11 +1,12 @@
 """Starting the plugin at first use: what register reads of a plain chat config, and the start.
 
-A plain chat config (nothing sold, no shared state, no per-user accounts) leaves register
-nothing to decide but the service URL. Register then hands the host the tools, commands and
-prompt hook without validating the config: :class:`FirstUse` validates it (``load_config``,
-pydantic) and builds the plugin once, at the first tool call, command or prompt. A config the
-validation refuses is logged once at ERROR, and every entry point answers it as the degraded
-plugin does (:class:`Misconfigured`), never with a traceback.
+A plain chat config (nothing sold, no shared state, no per-user accounts, on a host that
+delivers commands) leaves register nothing to decide but the service URL. Register then hands
+the host the tools, commands and prompt hook without validating the config: :class:`FirstUse`
+validates it (``load_config``, pydantic) and builds the plugin once, at the first tool call,
+command or prompt. A config the validation refuses is logged once at ERROR, and every entry
+point answers it as the degraded plugin (:func:`register_degraded`, a config refused at
+register) does: :class:`Misconfigured`, never a traceback.
 """
 
 from __future__ import annotations
