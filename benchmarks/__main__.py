@@ -229,7 +229,7 @@ def case_micro(report: Report, s: Settings) -> None:
     loaded = ", ".join(imp["modules_cold"]) or "none"  # type: ignore[arg-type]
     print(
         f"  import aiohttp {base_ms:.0f} ms; import + register {cold_ms:.0f} ms (pydantic not "
-        f"loaded before: register loads it), {warm_ms:.0f} ms (the host had loaded pydantic); "
+        f"loaded before), {warm_ms:.0f} ms (the host had loaded pydantic); "
         f"bytecode cached; register loaded {loaded}"
     )
     top = imp["top_imports"]

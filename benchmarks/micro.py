@@ -167,7 +167,8 @@ with tempfile.TemporaryDirectory() as tmp:
 print(json.dumps({"baseline_ms": (t1 - t0) * 1e3, "register_ms": (t2 - start) * 1e3,
                   "modules": sorted(m for m in sys.argv[2].split(",") if m in sys.modules)}))
 """
-#: Loaded by register or not (a plain chat config must load none but pydantic).
+#: Loaded by register or not (a plain chat config must load none of them: it is validated, with
+#: pydantic, at its first use).
 WATCHED = (
     "pydantic",
     "httpx",
@@ -181,7 +182,8 @@ WATCHED = (
     "svc_gateway.sandbox",
     "svc_gateway.tools.base",
 )
-#: ``cold``: pydantic is imported by register; ``pydantic``: the host had it loaded already.
+#: ``cold``: the host has not loaded pydantic (nor does register); ``pydantic``: the host had it
+#: loaded already.
 PRELOADS = ("cold", "pydantic")
 
 
@@ -206,7 +208,7 @@ def _run_import(env: dict[str, str], preload: str, *flags: str) -> subprocess.Co
 
 def measure_import(runs: int) -> dict[str, object]:
     """import + register in fresh interpreters (median of ``runs``), after ``import aiohttp``:
-    ``cold`` (register imports pydantic) and ``pydantic`` (the host had loaded it)."""
+    ``cold`` (pydantic not loaded) and ``pydantic`` (the host had loaded it)."""
     out: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="svc-bench-pyc-") as cache:
         env = _import_env(cache)

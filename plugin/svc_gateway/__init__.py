@@ -2,15 +2,17 @@
 
 ``register(api)`` is the entry point every host calls (see :mod:`svc_gateway.host`). Importing
 this package is cheap: everything is imported inside ``register`` (and the HTTP server, the
-sandbox and the paid endpoint only when a configuration uses them).
+sandbox and the paid endpoint only when a configuration uses them). A plain chat config is
+validated, and the plugin built, at first use (:mod:`svc_gateway.startup`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
@@ -19,29 +21,61 @@ if TYPE_CHECKING:
     from .chat.context import BalanceContext
     from .chat.core import PluginCore
     from .chat.credentials import CredentialStore
-    from .config import ConfigError
-    from .host import CommandContext, GatewayAPI, PromptContext, ToolResult
+    from .config import PluginConfig
+    from .host import GatewayAPI, PromptContext
     from .runtime import PluginRuntime
     from .service.transport import SessionFactory
+    from .startup import FirstUse, LivePlugin
 
 __version__ = "0.1.0"
 
 #: How much longer than the context's budget a prompt waits for a busy plugin loop.
 LOOP_GRACE_SECS = 0.5
-#: Where a host's operator fixes the plugin settings, unless the host says (``config_location``).
-DEFAULT_CONFIG_LOCATION = "the svc plugin section of the gateway's configuration"
 
 
-@dataclass
 class PluginHandle:
-    """What ``register`` returns: the live plugin, and ``close()`` to stop it cleanly."""
+    """What ``register`` returns: the live plugin, and ``close()`` to stop it cleanly.
 
-    runtime: PluginRuntime
-    core: PluginCore
-    commands: Commands
-    context: BalanceContext
-    extras: dict[str, Any] = field(default_factory=dict)
-    accounts: UserAccounts | None = None
+    A plugin that starts at first use (a plain chat config) starts when ``core``, ``commands``
+    or ``context`` is read, if no tool, command or prompt started it before; a configuration the
+    validation refuses raises :class:`~svc_gateway.config.ConfigError` there. ``accounts`` and
+    ``extras`` never start it (such a plugin has no per-user accounts and sells nothing)."""
+
+    def __init__(
+        self, runtime: PluginRuntime, plugin: FirstUse[LivePlugin], extras: dict[str, Any]
+    ) -> None:
+        self.runtime = runtime
+        self._plugin = plugin
+        #: what the configuration added (the receipts, the paid endpoint, the meter…), by name
+        self.extras = extras
+
+    def _live(self) -> LivePlugin:
+        from .api_keys import ConfigError
+        from .startup import Misconfigured
+
+        live = self._plugin.get()
+        if isinstance(live, Misconfigured):
+            raise ConfigError(live.error)
+        return live
+
+    @property
+    def core(self) -> PluginCore:
+        return self._live().core
+
+    @property
+    def commands(self) -> Commands:
+        return self._live().commands
+
+    @property
+    def context(self) -> BalanceContext:
+        return self._live().context
+
+    @property
+    def accounts(self) -> UserAccounts | None:
+        from .startup import LivePlugin
+
+        live = self._plugin.done  # not started yet: a plain chat config, with no accounts
+        return live.accounts if isinstance(live, LivePlugin) else None
 
     def close(self) -> None:
         self.runtime.close()
@@ -135,147 +169,233 @@ def register(
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["raise", "degrade"] = "raise",
 ) -> PluginHandle | DegradedPlugin:
-    """Register the nine tools, two commands and the balance hook with a host.
+    """Register the nine tools, the commands and the balance hook with a host.
 
     The keyword arguments are seams for tests and embedding hosts: an aiohttp session factory, a
     credential store, a browser opener, and a monotonic clock for the balance cache. With
     ``on_config_error="degrade"`` an invalid configuration does not raise: the tools and
     commands are registered anyway and each answers with the configuration error and its fix.
+
+    A plain chat config (:func:`svc_gateway.startup.starts_at_first_use`) is validated, and the
+    plugin built, at the first tool call, command or prompt: a bad one is answered there as the
+    degraded plugin answers, whatever ``on_config_error`` says.
     """
-    from .config import ConfigError, load_config, resolve_base_url
+    from .redact import get_logger, install
+    from .runtime import PluginRuntime, RuntimeClosed
+    from .startup import FirstUse, register_first_use, starts_at_first_use
+
+    install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
+    log = get_logger("svc_gateway")
+    raw = api.plugin_config
+    build = functools.partial(
+        _build,
+        api,
+        store=store,
+        session_factory=session_factory,
+        open_browser=open_browser,
+        clock=clock,
+    )
+    extras: dict[str, Any] = {}
+    if starts_at_first_use(raw, delivers_commands=getattr(api, "delivers_commands", True)):
+        settings = dict(raw)
+        runtime = PluginRuntime()
+
+        def start() -> LivePlugin:
+            if runtime.closed:
+                raise RuntimeClosed("the svc plugin has been closed")
+            live = build(_validated(settings), runtime, extras)
+            who = live.core.session.address if live.core.session else "nobody (run /svc_login)"
+            log.info("svc plugin %s started; logged in as %s", __version__, who)
+            return live
+
+        plugin = FirstUse(start, api)
+        try:
+            register_first_use(api, plugin)
+        except BaseException:
+            runtime.close()
+            raise
+        log.info("svc plugin %s registered; it starts at its first use", __version__)
+        return PluginHandle(runtime, plugin, extras)
+
+    from .config import ConfigError
 
     try:
-        config = load_config(api.plugin_config)
-        # an environment with no URL would log in and then fail every tool: say it at start
-        resolve_base_url(config, config.environment)
+        config = _validated(raw)
     except ConfigError as error:
         if on_config_error != "degrade":
             raise
-        return _register_degraded(api, error)
+        from .startup import register_degraded
 
+        register_degraded(api, error)
+        return DegradedPlugin(config_error=str(error))
+    runtime = PluginRuntime()
+    try:
+        handle = _register_now(api, config, runtime, build, extras)
+    except BaseException:
+        runtime.close()
+        raise
+    core = handle.core
+    who = core.session.address if core.session else "nobody (run /svc_login)"
+    log.info("svc plugin %s registered; logged in as %s", __version__, who)
+    return handle
+
+
+def _validated(raw: Mapping[str, Any]) -> PluginConfig:
+    """The full validation: the config's fields, then a service URL for its environment."""
+    from .config import load_config, resolve_base_url
+
+    config = load_config(raw)
+    # an environment with no URL would log in and then fail every tool: say it at start
+    resolve_base_url(config, config.environment)
+    return config
+
+
+def _build(
+    api: GatewayAPI,
+    config: PluginConfig,
+    runtime: PluginRuntime,
+    extras: dict[str, Any],
+    *,
+    store: CredentialStore | None,
+    session_factory: SessionFactory | None,
+    open_browser: Callable[[str], bool] | None,
+    clock: Callable[[], float] | None,
+) -> LivePlugin:
+    """The plugin of a validated config: core, approvals, context, accounts, commands, tools."""
+    from .approvals.opening import open_approvals
     from .chat.accounts import UserAccounts
     from .chat.commands import Commands
     from .chat.context import BalanceCache, BalanceContext
     from .chat.core import PluginCore
-    from .host import BEFORE_PROMPT_BUILD
-    from .redact import get_logger, install
-    from .runtime import PluginRuntime
+    from .startup import LivePlugin
     from .tools.catalogue import TOOL_NAMES, lazy_spec
 
-    install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
+    core = PluginCore(config, runtime, store=store, session_factory=session_factory)
+    core.restore_session()
+    core.approvals = open_approvals(
+        config, delivers_commands=getattr(api, "delivers_commands", True)
+    )
+    runtime.add_closer(core.approvals.ledger.aclose)
+
+    def balance_context(owner: PluginCore) -> BalanceContext:
+        cache = BalanceCache(owner, clock=clock) if clock else BalanceCache(owner)
+        owner.on_session_change(lambda: cache.invalidate())
+        owner.on_spend(cache.invalidate)
+        owner.on_balance(cache.seen)
+        return BalanceContext(owner, cache)
+
+    context = balance_context(core)
+    accounts = UserAccounts(core, balance_context) if config.per_user_accounts else None
+    commands = Commands(
+        core,
+        open_browser=open_browser,
+        input_history=getattr(api, "input_history", None),
+        accounts=accounts,
+    )
+    runtime.add_closer(commands.cancel_pending)
+    runtime.add_closer(core.aclose)
+    extras["receipts"] = commands.receipts
+    core.receipt_sink = commands.receipts.add  # user cores are made later, with the sink
+    return LivePlugin(
+        core=core,
+        commands=commands,
+        context=context,
+        accounts=accounts,
+        tools={name: lazy_spec(core, name, accounts) for name in TOOL_NAMES},
+        command_specs={spec.name: spec for spec in commands.specs()},
+        hook=PromptHook(runtime, context, accounts),
+    )
+
+
+def _register_now(
+    api: GatewayAPI,
+    config: PluginConfig,
+    runtime: PluginRuntime,
+    build: Callable[[PluginConfig, PluginRuntime, dict[str, Any]], LivePlugin],
+    extras: dict[str, Any],
+) -> PluginHandle:
+    """Register a config that sells, or that register must decide on: built here, at start."""
+    from .config import ConfigError
+    from .host import BEFORE_PROMPT_BUILD
+    from .redact import get_logger
+    from .startup import FirstUse
+
     log = get_logger("svc_gateway")
-    runtime = PluginRuntime()
-    try:
-        core = PluginCore(config, runtime, store=store, session_factory=session_factory)
-        core.restore_session()
-        from .approvals.opening import open_approvals
+    live = build(config, runtime, extras)
+    handle = PluginHandle(runtime, FirstUse.started(live, api), extras)
+    core, commands, accounts = live.core, live.commands, live.accounts
+    for tool in live.tools.values():
+        api.register_tool(tool)
+    for command in live.command_specs.values():
+        api.register_command(command)
+    api.on(BEFORE_PROMPT_BUILD, live.hook)
+    if config.metered_tools:
+        from .host import AROUND_TOOL_CALL
+        from .selling.ways_in.metering import ToolMeter
 
-        core.approvals = open_approvals(
-            config, delivers_commands=getattr(api, "delivers_commands", True)
-        )
-        runtime.add_closer(core.approvals.ledger.aclose)
+        meter = ToolMeter.create(core, accounts, commands.receipts)
+        runtime.add_closer(meter.aclose)
+        api.on(AROUND_TOOL_CALL, meter)
+        handle.extras["meter"] = meter
+        listed = getattr(api, "host_tools", None)  # a host that lists its own tools
+        offered: list[str] = [str(name) for name in listed] if isinstance(listed, dict) else []
+        for pattern in meter.unoffered(offered) if isinstance(listed, dict) else ():
+            log.warning(
+                "meteredTools names %r, but no tool this host offers matches it (the "
+                "host's tools: %s): it will never be charged",
+                pattern,
+                ", ".join(sorted(offered)) or "none",
+            )
+    on_endpoint = None  # the A2A agent on the paid endpoint's port
+    if config.enable_paid_endpoint:
+        from .selling import attach_paid_endpoint
 
-        def balance_context(owner: PluginCore) -> BalanceContext:
-            cache = BalanceCache(owner, clock=clock) if clock else BalanceCache(owner)
-            owner.on_session_change(lambda: cache.invalidate())
-            owner.on_spend(cache.invalidate)
-            owner.on_balance(cache.seen)
-            return BalanceContext(owner, cache)
+        extend = None
+        if config.enable_paid_a2a:
+            from .selling.ways_in.a2a.shared import OnEndpoint, shares_endpoint_port
 
-        context = balance_context(core)
-        accounts = UserAccounts(core, balance_context) if config.per_user_accounts else None
-        commands = Commands(
-            core,
-            open_browser=open_browser,
-            input_history=getattr(api, "input_history", None),
-            accounts=accounts,
-        )
-        runtime.add_closer(commands.cancel_pending)
-        runtime.add_closer(core.aclose)
+            if shares_endpoint_port(api, config):
+                on_endpoint = OnEndpoint(config.paid_a2a_public_url)
+                extend = on_endpoint.install
+        try:
+            endpoint = runtime.run_sync(attach_paid_endpoint(api, core, extend=extend))
+        except ConfigError as error:
+            raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
+        handle.extras["paid_endpoint"] = endpoint
+        commands.sales.add("paid endpoint", lambda: endpoint.stats, endpoint.shared_stats)
+        core.paid_endpoint_url = endpoint.url
+        core.paid_endpoint_bound_url = endpoint.bound_url
+        from .chat.seller_notes import startup_notes
 
-        for name in TOOL_NAMES:
-            api.register_tool(lazy_spec(core, name, accounts))
-        for spec in commands.specs():
-            api.register_command(spec)
+        for note in startup_notes(core):  # a URL that will not last is worth a warning
+            log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
+    if config.enable_paid_mcp:
+        from .selling.ways_in.mcp import attach_paid_mcp
 
-        api.on(BEFORE_PROMPT_BUILD, PromptHook(runtime, context, accounts))
-        handle = PluginHandle(
-            runtime=runtime, core=core, commands=commands, context=context, accounts=accounts
-        )
-        handle.extras["receipts"] = commands.receipts
-        core.receipt_sink = commands.receipts.add  # user cores are made later, with the sink
-        if config.metered_tools:
-            from .host import AROUND_TOOL_CALL
-            from .selling.ways_in.metering import ToolMeter
+        flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
+        paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+        handle.extras["paid_mcp"] = paid_mcp
+        commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
+        from .chat.seller_notes import mcp_notes
 
-            meter = ToolMeter.create(core, accounts, commands.receipts)
-            runtime.add_closer(meter.aclose)
-            api.on(AROUND_TOOL_CALL, meter)
-            handle.extras["meter"] = meter
-            listed = getattr(api, "host_tools", None)  # a host that lists its own tools
-            offered: list[str] = [str(name) for name in listed] if isinstance(listed, dict) else []
-            for pattern in meter.unoffered(offered) if isinstance(listed, dict) else ():
-                log.warning(
-                    "meteredTools names %r, but no tool this host offers matches it (the "
-                    "host's tools: %s): it will never be charged",
-                    pattern,
-                    ", ".join(sorted(offered)) or "none",
-                )
-        on_endpoint = None  # the A2A agent on the paid endpoint's port
-        if config.enable_paid_endpoint:
-            from .selling import attach_paid_endpoint
-
-            extend = None
-            if config.enable_paid_a2a:
-                from .selling.ways_in.a2a.shared import OnEndpoint, shares_endpoint_port
-
-                if shares_endpoint_port(api, config):
-                    on_endpoint = OnEndpoint(config.paid_a2a_public_url)
-                    extend = on_endpoint.install
-            try:
-                endpoint = runtime.run_sync(attach_paid_endpoint(api, core, extend=extend))
-            except ConfigError as error:
-                raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
-            handle.extras["paid_endpoint"] = endpoint
-            commands.sales.add("paid endpoint", lambda: endpoint.stats, endpoint.shared_stats)
-            core.paid_endpoint_url = endpoint.url
-            core.paid_endpoint_bound_url = endpoint.bound_url
-            from .chat.seller_notes import startup_notes
-
-            for note in startup_notes(core):  # a URL that will not last is worth a warning
-                log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
-        if config.enable_paid_mcp:
-            from .selling.ways_in.mcp import attach_paid_mcp
+        for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
+            log.info("%s", note)
+    if config.enable_paid_a2a:
+        if on_endpoint is not None:
+            paid_a2a = on_endpoint.started()
+        else:
+            from .selling.ways_in.a2a import attach_paid_a2a
 
             flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-            paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
-            handle.extras["paid_mcp"] = paid_mcp
-            commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
-            from .chat.seller_notes import mcp_notes
+            paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
+        handle.extras["paid_a2a"] = paid_a2a
+        # its own flow, or the endpoint's (then named once, beside the endpoint)
+        commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)
+        core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
+        from .chat.seller_notes import a2a_notes
 
-            for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
-                log.info("%s", note)
-        if config.enable_paid_a2a:
-            if on_endpoint is not None:
-                paid_a2a = on_endpoint.started()
-            else:
-                from .selling.ways_in.a2a import attach_paid_a2a
-
-                flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-                paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
-            handle.extras["paid_a2a"] = paid_a2a
-            # its own flow, or the endpoint's (then named once, beside the endpoint)
-            commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)
-            core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
-            from .chat.seller_notes import a2a_notes
-
-            for note in a2a_notes(core, paid_a2a.card_url):
-                log.info("%s", note)
-    except BaseException:
-        runtime.close()
-        raise
-    who = core.session.address if core.session else "nobody (run /svc_login)"
-    log.info("svc plugin %s registered; logged in as %s", __version__, who)
+        for note in a2a_notes(core, paid_a2a.card_url):
+            log.info("%s", note)
     return handle
 
 
@@ -290,40 +410,3 @@ def _handler_hint(message: str, handler: str | None) -> str:
         ") on PYTHONPATH, or install it into the gateway's Python; svc-gateway chat also looks "
         "in the directory it is started from"
     )
-
-
-def _register_degraded(api: GatewayAPI, error: ConfigError) -> DegradedPlugin:
-    """Tools and commands that answer with the configuration error and how to fix it."""
-    from .host import Caller, CommandSpec, ToolResult, ToolSpec
-    from .redact import get_logger
-    from .tools.catalogue import TOOL_NAMES, entry
-
-    where = getattr(api, "config_location", None) or DEFAULT_CONFIG_LOCATION
-    message = f"The svc plugin is not configured correctly: {error}"
-    hint = (
-        f"Fix it in {where}, then restart the gateway. The svc tools stay unavailable until then."
-    )
-
-    async def tool_handler(_params: dict[str, Any], /, caller: Caller | None = None) -> ToolResult:
-        return ToolResult.error("plugin_misconfigured", message, hint)
-
-    async def command_handler(_ctx: CommandContext) -> str:
-        return f"{message}. {hint}"
-
-    for name in TOOL_NAMES:
-        stored = entry(name)
-        api.register_tool(ToolSpec(name, stored.description, stored.parameters, tool_handler))
-    api.register_command(
-        CommandSpec(
-            "svc_login",
-            "Log in to the payments service (the plugin config is invalid: run /svc_login status)",
-            True,
-            command_handler,
-            args_hint="[status]",
-        )
-    )
-    api.register_command(
-        CommandSpec("svc_logout", "Log out of the payments service", False, command_handler)
-    )
-    get_logger("svc_gateway").error("%s. %s", message, hint)
-    return DegradedPlugin(config_error=str(error))

@@ -10,10 +10,12 @@ import math
 import re
 import time
 from dataclasses import dataclass
-
-from pydantic import SecretStr
+from typing import TYPE_CHECKING
 
 from .encoding import is_address, jwt_claims
+
+if TYPE_CHECKING:  # pydantic loads with the first key parsed, not with ConfigError
+    from pydantic import SecretStr
 
 
 class ConfigError(ValueError):
@@ -50,6 +52,8 @@ KEY_PREFIXES: dict[str, tuple[str, str | None]] = {
 
 def parse_api_key(raw: str | SecretStr) -> ApiKey:
     """Parse ``<env>:<jwt>`` (WIRE.md §1.2). The error never contains the key."""
+    from pydantic import SecretStr
+
     text = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
     text = (text or "").strip()
     if ":" not in text:

@@ -26,11 +26,12 @@ from pydantic import (
 
 from .api_keys import KEY_PREFIXES, ApiKey, normalize_version, parse_api_key
 from .api_keys import ConfigError as ConfigError  # re-exported: config and keys share it
+from .environments import ENVIRONMENTS as ENVIRONMENTS  # re-exported, as ConfigError
+from .environments import base_url_from_env
 
 Environment = Literal["sandbox", "live", "local"]
 PaymentType = Literal["crypto", "fiat"]
 
-ENVIRONMENTS: tuple[str, ...] = ("sandbox", "live", "local")
 DEFAULT_API_VERSION = "1.1"
 DEFAULT_NETWORK = {"sandbox": "eip155:84532", "live": "eip155:8453", "local": "eip155:84532"}
 
@@ -407,15 +408,7 @@ class PluginConfig(BaseModel):
 
 def resolve_base_url(config: PluginConfig, environment: str) -> str:
     """The REST root for an environment: ``baseUrl`` wins, then ``SVC_<ENV>_BASE_URL``."""
-    if config.base_url:
-        return config.base_url
-    from_env = os.environ.get(f"SVC_{environment.upper()}_BASE_URL")
-    if from_env:
-        return from_env.rstrip("/")
-    raise ConfigError(
-        f"No service URL is known for environment '{environment}': set baseUrl in the plugin "
-        f"config or SVC_{environment.upper()}_BASE_URL in the environment"
-    )
+    return config.base_url or base_url_from_env(environment)
 
 
 def resolve_frontend_url(config: PluginConfig, environment: str, base_url: str) -> str:

@@ -11,26 +11,30 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
-import json, logging, sys
+import asyncio, json, logging, sys
 import svc_gateway
 after_import = sorted(sys.modules)
-from svc_gateway.host import CollectingGateway
+from svc_gateway.host import CollectingGateway, CommandContext
 api = CollectingGateway(
     {"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1", "planId": "p"},
     logging.getLogger("probe"),
 )
 handle = svc_gateway.register(api)
 after_register = sorted(sys.modules)
+status = asyncio.run(api.commands["svc_login"].handler(CommandContext(args="status")))
+after_first_use = sorted(sys.modules)
 handle.close()
-print(json.dumps({"import": after_import, "register": after_register, "tools": len(api.tools)}))
+print(json.dumps({"import": after_import, "register": after_register, "tools": len(api.tools),
+                  "first_use": after_first_use, "status": status}))
 """
 
 
-def probe(tmp_path: Path) -> dict[str, list[str]]:
+def probe(tmp_path: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
     env.update(
         PYTHONPATH=os.pathsep.join([str(ROOT / "plugin"), str(ROOT)]),
@@ -44,7 +48,7 @@ def probe(tmp_path: Path) -> dict[str, list[str]]:
         timeout=120,
         check=True,
     )
-    data: dict[str, list[str]] = json.loads(run.stdout.strip().splitlines()[-1])
+    data: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     return data
 
 
@@ -84,5 +88,17 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         # the service client and its wire models load with the first client (first call)
         "svc_gateway.service.client",
         "svc_gateway.service.models",
+        # a plain chat config is validated at first use: no pydantic, no PluginConfig, no core
+        "pydantic",
+        "svc_gateway.config",
+        "svc_gateway.chat.core",
+        "svc_gateway.approvals",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"
+
+
+def test_the_first_use_validates_the_config_and_builds_the_plugin(tmp_path: Path) -> None:
+    found = probe(tmp_path)
+    assert found["status"].startswith("Not logged in to the payments service.")
+    for needed in ("pydantic", "svc_gateway.config", "svc_gateway.chat.core"):
+        assert loaded(found["first_use"], needed), f"the first command did not load {needed}"

@@ -292,8 +292,15 @@ BAD_KEY = "local:eyJhbGciOiJub25lIn0.eyJub3QiOiJhbi1hY2NvdW50In0.c2lnbmF0dXJl"
 def test_invalid_config_registers_degraded_and_says_how_to_fix_it(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    """A config register itself must decide on (here a shared state URL that is no Redis URL)
+    is refused at register: the plugin registers degraded."""
     home: Path = tmp_path_factory.mktemp("hermes-broken")
-    bad = {"svcApiKey": BAD_KEY, "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"}
+    bad = {
+        "svcApiKey": BAD_KEY,
+        "environment": "local",
+        "baseUrl": "http://127.0.0.1:9/api/v1",
+        "stateUrl": "http://127.0.0.1:9",
+    }
     run = run_child("broken", home, bad)
     found = section(run, "discovery")
     plugin = found["plugin"]
@@ -302,20 +309,42 @@ def test_invalid_config_registers_degraded_and_says_how_to_fix_it(
     degraded_commands = ["svc-login", "svc-logout", "svc_login", "svc_logout"]
     assert found["tools"] == sorted(SVC_TOOLS) and sorted(found["commands"]) == degraded_commands
     assert not found["has_pre_llm_call"]  # nothing to inject
+    assert_says_how_to_fix(run, home, "stateUrl")
+
+
+def test_a_plain_chat_config_refused_at_first_use_says_how_to_fix_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A plain chat config is validated at first use: the plugin registers in full, and its
+    first tool call, command and prompt answer the error (never a traceback)."""
+    home: Path = tmp_path_factory.mktemp("hermes-broken-later")
+    bad = {"svcApiKey": BAD_KEY, "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"}
+    run = run_child("broken", home, bad)
+    found = section(run, "discovery")
+    plugin = found["plugin"]
+    assert plugin is not None and plugin["enabled"] is True and plugin["error"] is None
+    assert found["tools"] == sorted(SVC_TOOLS) and "svc_approve" in found["commands"]
+    assert found["has_pre_llm_call"]
+    assert_says_how_to_fix(run, home, "svcApiKey")
+
+
+def assert_says_how_to_fix(run: ChildRun, home: Path, field: str) -> None:
+    """The tool, /svc_login status (gateway and CLI) and the prompt hook of a bad config."""
     config_file = str(home / "hermes" / "config.yaml")
     error = json.loads(section(run, "tool")["result"])["error"]
     assert error["code"] == "plugin_misconfigured"
-    assert "svcApiKey" in error["message"]
+    assert "Invalid svc plugin config: " in error["message"] and field in error["message"]
     assert "plugins.entries.svc.settings" in error["hint"] and config_file in error["hint"]
     status = section(run, "status")
     for reply in (status["gateway"], status["cli"]):
-        assert "not configured correctly" in reply and "svcApiKey" in reply
+        assert "not configured correctly" in reply and field in reply
         assert config_file in reply
     assert status["hook"] == []
     text = json.dumps(run.report) + run.stdout + run.stderr
     for log_file in (home / "hermes" / "logs").glob("*"):
         if log_file.is_file():
             text += log_file.read_text(errors="replace")
+    assert "Traceback" not in text
     assert secret_part(BAD_KEY) not in text
 
 

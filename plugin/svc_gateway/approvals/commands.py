@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from ..host import Caller, CommandContext, CommandSpec
+from ..menu import ALLOW, APPROVE, DENY
 from ..redact import get_logger
 from ..service.errors import ServiceError
 from .gate import Approvals, running_approved
@@ -145,20 +146,4 @@ def approval_specs(
     async def allow_cmd(ctx: CommandContext) -> str:
         return await runtime.run(allow(approvals, users, ctx))
 
-    return [
-        CommandSpec(
-            "svc_approve",
-            "Approve a pending purchase with its code (only you can)",
-            True,
-            approve_cmd,
-            args_hint="<code>",
-        ),
-        CommandSpec("svc_deny", "Drop a pending purchase", True, deny_cmd, args_hint="<code>"),
-        CommandSpec(
-            "svc_allow",
-            "Let paid queries spend up to an amount without a code (or list, or off)",
-            True,
-            allow_cmd,
-            args_hint="[5 USD per day | off]",
-        ),
-    ]
+    return [APPROVE.spec(approve_cmd), DENY.spec(deny_cmd), ALLOW.spec(allow_cmd)]

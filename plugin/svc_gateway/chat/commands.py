@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ..approvals.commands import approval_specs
 from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from ..host import Caller, CommandContext, CommandSpec
+from ..menu import EARNINGS, LOGIN, LOGOUT, SPEND
 from ..redact import get_logger
 from .browser_login import BrowserLogin, LoginError, manual_instructions
 from .core import PluginCore
@@ -350,22 +351,7 @@ class Commands:
         async def logout(ctx: CommandContext) -> str:
             return await runtime.run(self.logout(ctx))
 
-        specs = [
-            CommandSpec(
-                "svc_login",
-                "Log in to the payments service (browser, or <env>:<API_KEY> headless)",
-                True,
-                login,
-                args_hint="[env | env:API_KEY | status]",
-            ),
-            CommandSpec(
-                "svc_logout", "Log out of the payments service and forget the key", False, logout
-            ),
-            CommandSpec("svc_spend", "What you paid for on this gateway", False, spend),
-            CommandSpec(
-                "svc_earnings", "What this gateway earned (operator only)", False, earnings
-            ),
-        ]
+        specs = [LOGIN.spec(login), LOGOUT.spec(logout), SPEND.spec(spend), EARNINGS.spec(earnings)]
         if self.core.approvals is not None:  # /svc_approve, /svc_deny, /svc_allow
             specs += approval_specs(self.core.approvals, self, runtime)
         return specs

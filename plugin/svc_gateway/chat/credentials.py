@@ -15,12 +15,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import SecretStr
-
-from ..config import ENVIRONMENTS, ConfigError
+from ..api_keys import ConfigError
+from ..environments import ENVIRONMENTS
 
 if TYPE_CHECKING:
     from keyring.backend import KeyringBackend
+    from pydantic import SecretStr  # loads with the first key read or saved, not at register
 
 #: one logger for the credential store and the browser login (the name predates the split)
 log = logging.getLogger("svc_gateway.chat.login")
@@ -121,7 +121,7 @@ class CredentialStore:
     def save(self, environment: str, key: str | SecretStr) -> Literal["keyring", "file"]:
         """Store the key, mark ``environment`` active, and return where the key went."""
         env = _check_env(environment)
-        secret = key.get_secret_value() if isinstance(key, SecretStr) else key
+        secret = key if isinstance(key, str) else key.get_secret_value()
         where: Literal["keyring", "file"] = "file"
         backend = self._keyring
         if backend is not None:
@@ -148,6 +148,8 @@ class CredentialStore:
 
         The file says where each key is (the key itself, or that the keyring holds it), so the
         keyring is only asked for a key that was put there."""
+        from pydantic import SecretStr
+
         env = _check_env(environment)
         with self._lock:
             data = self._read()

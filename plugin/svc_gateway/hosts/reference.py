@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..config import load_config
 from ..host import (
     BEFORE_PROMPT_BUILD,
     Caller,
@@ -202,6 +201,8 @@ class ReferenceGateway(CollectingGateway):
             line = as_user.group(2).strip()
         if line.partition(" ")[0] != "svc_queryAgent":
             return None
+        from ..config import load_config
+
         try:
             secs = load_config(self.plugin_config).request_timeout_secs
         except Exception:  # the plugin refused this config at start: no purchase will run
