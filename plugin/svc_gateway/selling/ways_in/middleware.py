@@ -296,7 +296,7 @@ def _guard_streaming(request: web.Request) -> Any:
 def _unguard(request: web.Request, own_hook: Any) -> None:
     """The request's prepare hook as it was before :func:`_guard_streaming`."""
     if own_hook is None:
-        object.__delattr__(request, "_prepare_hook")  # aiohttp's method again, no cycle
+        vars(request).pop("_prepare_hook", None)  # aiohttp's method again, no cycle
     else:
         object.__setattr__(request, "_prepare_hook", own_hook)
 
