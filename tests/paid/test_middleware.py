@@ -4,6 +4,8 @@ over real loopback HTTP against the local sandbox (conservation checked on its l
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 import httpx
@@ -389,3 +391,33 @@ async def test_a_reusable_token_is_never_replayed(make_seller: SellerFactory) ->
             assert answer.status_code == 200
     assert calls == ["wait", "wait"] and app[PAYMENTS].stats.replayed == 0
     assert (await seller.ledger(seller.fixed_plan))["burned"] == 4
+
+
+async def test_a_sold_request_is_freed_as_it_ends_not_by_the_garbage_collector(
+    make_seller: SellerFactory,
+) -> None:
+    """The streaming guard is on the request only while its handler runs: left there, the
+    request and its hook would form a reference cycle, every sold request's objects then
+    waiting for the garbage collector (its collections came 1.4 times as often under load)."""
+    seller: Seller = await make_seller()
+    fixed = RouteConfig(plan_id=seller.fixed_plan, agent_id=seller.fixed_agent)
+    seen: list[weakref.ref[web.Request]] = []
+
+    async def remembered(request: web.Request) -> web.Response:
+        seen.append(weakref.ref(request))
+        return web.json_response({"ok": True})
+
+    app = build_payment_app({"POST /kept": fixed}, seller.settings())
+    app.router.add_post("/kept", remembered)
+    await seller.serve(app)
+    token = await seller.token(seller.fixed_plan, seller.fixed_agent)
+    gc.collect()
+    gc.disable()
+    try:
+        async with httpx.AsyncClient(base_url=seller.origin) as http:
+            for _ in range(2):  # (the connection's server task holds its latest request)
+                answer = await http.post("/kept", json={}, headers=paid(token))
+                assert answer.status_code == 200 and "payment-response" in answer.headers
+        assert len(seen) == 2 and seen[0]() is None
+    finally:
+        gc.enable()

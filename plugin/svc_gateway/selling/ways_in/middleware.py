@@ -190,19 +190,18 @@ class PaymentMiddleware:
             body = await request.read()  # aiohttp keeps it: the handler can read it again
             body_digest = digest(request.method, request.raw_path, body)
         config = route.config
-        working = {"on": False}
 
         async def work() -> Answer:
             # the downstream handler run here, not in a coroutine of its own; its answer as
             # plain data (an ``HTTPException`` it raises is its answer: a 404 is the route's
-            # 404, uncharged)
-            working["on"] = True
+            # 404, uncharged); a stream it prepares is refused while it runs
+            own_hook = _guard_streaming(request)
             try:
                 response = await handler(request)
             except web.HTTPException as exc:
                 return to_answer(exc)
             finally:
-                working["on"] = False
+                _unguard(request, own_hook)
             if not isinstance(response, web.Response):
                 raise StreamingRefused(
                     f"{request.method} {request.path} is a paid route and returned a streaming "
@@ -210,7 +209,6 @@ class PaymentMiddleware:
                 )
             return to_answer(response)
 
-        _guard_streaming(request, working)
         paid = PaidRequest(
             token=token,
             url=self._url(request),
@@ -272,24 +270,35 @@ def _with_queue_path(settings: Mapping[str, Any], routes: RouteMap) -> Mapping[s
     return {**settings, "settleQueuePath": str(default_config_dir() / name)}
 
 
-def _guard_streaming(request: web.Request, working: dict[str, bool]) -> None:
+def _guard_streaming(request: web.Request) -> Any:
     """Stop a handler that prepares its response itself (a stream) before any byte is sent:
-    aiohttp calls the request's prepare hook before it writes the status line."""
-    original = request._prepare_hook
+    aiohttp calls the request's prepare hook before it writes the status line. Installed only
+    while the handler runs (:func:`_unguard` after it): the hook refers to the request, and
+    left on it the pair would be a reference cycle, every request's objects then freed by the
+    garbage collector instead of as soon as the request ends. Returns the hook another layer
+    had set on this request (``None``: aiohttp's own)."""
+    own_hook = vars(request).get("_prepare_hook")
 
     async def hook(response: web.StreamResponse) -> None:
-        if working["on"]:
-            # the status line is not written yet, but the shared writer was already set up
-            # for the stream (chunking, compression): undo that for the answer we send instead
-            writer: Any = request._payload_writer
-            writer.chunked, writer.length, writer._compress = False, None, None
-            raise StreamingRefused(
-                f"{request.method} {request.path} is a paid route, and paid routes cannot "
-                "stream (the receipt header goes on a buffered answer): return a web.Response"
-            )
-        await original(response)
+        # the status line is not written yet, but the shared writer was already set up for
+        # the stream (chunking, compression): undo that for the answer we send instead
+        writer: Any = request._payload_writer
+        writer.chunked, writer.length, writer._compress = False, None, None
+        raise StreamingRefused(
+            f"{request.method} {request.path} is a paid route, and paid routes cannot "
+            "stream (the receipt header goes on a buffered answer): return a web.Response"
+        )
 
     object.__setattr__(request, "_prepare_hook", hook)
+    return own_hook
+
+
+def _unguard(request: web.Request, own_hook: Any) -> None:
+    """The request's prepare hook as it was before :func:`_guard_streaming`."""
+    if own_hook is None:
+        vars(request).pop("_prepare_hook", None)  # aiohttp's method again, no cycle
+    else:
+        object.__setattr__(request, "_prepare_hook", own_hook)
 
 
 def payment_middleware(routes: Routes, settings: Mapping[str, Any]) -> PaymentMiddleware:
