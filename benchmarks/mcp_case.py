@@ -34,7 +34,7 @@ async def _measure(service: str, rounds: int) -> dict[str, Timing]:
     from svc_gateway.chat.credentials import CredentialStore
     from svc_gateway.encoding import b64_json
     from svc_gateway.hosts.reference import ReferenceGateway
-    from svc_gateway.interop.mcp_sdk import ClientSession
+    from svc_gateway.interop.mcp_client import ClientSession
     from svc_gateway.selling.ways_in.mcp import create_server, serve
     from svc_gateway.selling.ways_in.mcp.server import Options
 

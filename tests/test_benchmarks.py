@@ -185,6 +185,16 @@ def test_memory_of_many_paid_requests_stays_bounded() -> None:
     assert result.growth_mb <= GROWTH_BOUND_MB
 
 
+def test_mcp_case_pays_a_tool_call_and_gives_both_timings() -> None:
+    """The mcp case runs as ``--only mcp`` does (its imports, the paid server, the official
+    client), a few rounds: a paid call that failed would raise; no time is judged."""
+    from benchmarks.mcp_case import measure as measure_mcp
+
+    timings = measure_mcp(3)
+    assert set(timings) == {"unpaid MCP tools/call", "paid MCP tools/call"}
+    assert all(t.median_us > 0 for t in timings.values())
+
+
 def test_import_costs_are_read_after_aiohttp_largest_first() -> None:
     importtime = "\n".join(
         [
