@@ -421,3 +421,23 @@ async def test_a_sold_request_is_freed_as_it_ends_not_by_the_garbage_collector(
         assert len(seen) == 2 and seen[0]() is None
     finally:
         gc.enable()
+
+
+def test_a_prepare_hook_set_on_the_request_before_the_sale_is_put_back_after_it() -> None:
+    """The streaming guard is lent to the request while its handler runs: a hook another layer
+    had set on the request is restored afterwards, not dropped."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from svc_gateway.selling.ways_in.middleware import _guard_streaming, _unguard
+
+    request = make_mocked_request("POST", "/agent")
+
+    async def outer_hook(response: web.StreamResponse) -> None:
+        return None
+
+    object.__setattr__(request, "_prepare_hook", outer_hook)
+    own = _guard_streaming(request)
+    assert own is outer_hook
+    assert vars(request)["_prepare_hook"] is not outer_hook  # the guard, while the handler runs
+    _unguard(request, own)
+    assert vars(request)["_prepare_hook"] is outer_hook
