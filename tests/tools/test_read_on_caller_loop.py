@@ -268,7 +268,7 @@ class _CountingLock:
         self._lock.release()
 
 
-def test_the_same_loop_and_session_again_get_their_client_without_the_lock() -> None:
+def test_the_same_loop_and_session_again_find_their_client_without_the_lock() -> None:
     made: list[ServiceClient] = []
     session: list[object] = [object()]
 
@@ -288,6 +288,7 @@ def test_the_same_loop_and_session_again_get_their_client_without_the_lock() -> 
         first = loop.run_until_complete(get(loop))
         taken = lock.taken
         assert [loop.run_until_complete(get(loop)) for _ in range(5)] == [first] * 5
+        assert clients.admit(loop)  # a loop with its client is known
         assert lock.taken == taken  # the repeated calls took no lock
         assert other.run_until_complete(get(other)) is not first  # another loop: its own
         assert loop.run_until_complete(get(loop)) is first  # and back: the loop's, found
@@ -297,6 +298,7 @@ def test_the_same_loop_and_session_again_get_their_client_without_the_lock() -> 
         loop.run_until_complete(clients.aclose())
         with pytest.raises(RuntimeClosed):  # closed: nothing handed out from the shortcut
             loop.run_until_complete(get(loop))
+        assert not clients.admit(loop)  # and no read runs on a caller's loop any more
     finally:
         for each in (loop, other):
             each.run_until_complete(clients.aclose())

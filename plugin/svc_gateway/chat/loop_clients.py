@@ -72,6 +72,9 @@ class LoopClients(Generic[S]):
 
     def admit(self, loop: Loop) -> bool:
         """Whether a read-only tool runs on ``loop`` itself: from the loop's second call on."""
+        recent = self._recent
+        if recent is not None and recent.loop is loop:  # it has a client: it is known
+            return True
         try:
             with self._lock:
                 if self._closed:
