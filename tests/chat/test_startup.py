@@ -102,3 +102,19 @@ def test_the_first_use_validates_the_config_and_builds_the_plugin(tmp_path: Path
     assert found["status"].startswith("Not logged in to the payments service.")
     for needed in ("pydantic", "svc_gateway.config", "svc_gateway.chat.core"):
         assert loaded(found["first_use"], needed), f"the first command did not load {needed}"
+
+
+def test_the_fields_register_reads_match_the_config_models_names_and_defaults() -> None:
+    """``startup`` names seven ``PluginConfig`` fields by hand (register must not load the
+    model): each alias, default and Python name must be the model's own."""
+    from svc_gateway.config import PluginConfig
+    from svc_gateway.startup import FIELD_NAMES, OFF_BY_DEFAULT
+
+    by_alias = {f.alias or name: (name, f) for name, f in PluginConfig.model_fields.items()}
+    for alias, off in OFF_BY_DEFAULT.items():
+        assert alias in by_alias, f"{alias} is no PluginConfig field"
+        field = by_alias[alias][1]
+        default = field.get_default(call_default_factory=True)
+        assert default == off and type(default) is type(off), alias
+    expected = {by_alias[alias][0] for alias in (*OFF_BY_DEFAULT, "baseUrl")}
+    assert set(FIELD_NAMES) == expected

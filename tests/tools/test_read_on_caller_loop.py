@@ -19,6 +19,7 @@ import pytest
 
 from svc_gateway.chat.loop_clients import MAX_LOOPS, LoopClients
 from svc_gateway.host import ToolResult
+from svc_gateway.runtime import RuntimeClosed
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import CountingTransport, HostFactory
@@ -250,3 +251,56 @@ def test_the_loops_remembered_are_bounded_and_the_oldest_is_forgotten_first() ->
             loop.run_until_complete(clients.aclose())
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+
+class _CountingLock:
+    """A lock that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self.taken += 1
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_the_same_loop_and_session_again_find_their_client_without_the_lock() -> None:
+    made: list[ServiceClient] = []
+    session: list[object] = [object()]
+
+    def make(s: object) -> ServiceClient:
+        made.append(ServiceClient("http://127.0.0.1:9/api/v1", None))
+        return made[-1]
+
+    clients = LoopClients[object](make, lambda: session[0])
+    lock = _CountingLock()
+    clients._lock = lock  # type: ignore[assignment]
+    loop, other = asyncio.new_event_loop(), asyncio.new_event_loop()
+
+    async def get(on: asyncio.AbstractEventLoop) -> ServiceClient:
+        return clients.get(on)
+
+    try:
+        first = loop.run_until_complete(get(loop))
+        taken = lock.taken
+        assert [loop.run_until_complete(get(loop)) for _ in range(5)] == [first] * 5
+        assert clients.admit(loop)  # a loop with its client is known
+        assert lock.taken == taken  # the repeated calls took no lock
+        assert other.run_until_complete(get(other)) is not first  # another loop: its own
+        assert loop.run_until_complete(get(loop)) is first  # and back: the loop's, found
+        session[0] = object()  # a login: a new session
+        fresh = loop.run_until_complete(get(loop))
+        assert fresh is not first and len(made) == 3
+        loop.run_until_complete(clients.aclose())
+        with pytest.raises(RuntimeClosed):  # closed: nothing handed out from the shortcut
+            loop.run_until_complete(get(loop))
+        assert not clients.admit(loop)  # and no read runs on a caller's loop any more
+    finally:
+        for each in (loop, other):
+            each.run_until_complete(clients.aclose())
+            each.run_until_complete(each.shutdown_asyncgens())
+            each.close()

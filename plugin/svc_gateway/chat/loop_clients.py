@@ -65,9 +65,16 @@ class LoopClients(Generic[S]):
         self._loops: weakref.WeakKeyDictionary[Loop, _Entry[S] | None] = weakref.WeakKeyDictionary()
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()
+        #: the entry the last :meth:`get` found or made: the next call from the same loop for
+        #: the same session takes it without the lock or the weak-key lookup (the route's paid
+        #: flow asks twice a request); cleared when that entry's client is stopped
+        self._recent: _Entry[S] | None = None
 
     def admit(self, loop: Loop) -> bool:
         """Whether a read-only tool runs on ``loop`` itself: from the loop's second call on."""
+        recent = self._recent
+        if recent is not None and recent.loop is loop:  # it has a client: it is known
+            return True
         try:
             with self._lock:
                 if self._closed:
@@ -83,6 +90,9 @@ class LoopClients(Generic[S]):
 
     def get(self, loop: Loop) -> ServiceClient:
         """The client for the current session on ``loop``, the running loop of this thread."""
+        recent = self._recent
+        if recent is not None and recent.loop is loop and recent.session is self._current():
+            return recent.client
         stale = evicted = None
         with self._lock:
             if self._closed:
@@ -90,12 +100,14 @@ class LoopClients(Generic[S]):
             session = self._current()
             entry = self._loops.get(loop)
             if entry is not None and entry.session is session:
+                self._recent = entry
                 return entry.client
             if loop not in self._loops:
                 evicted = self._make_room()
             stale, entry = entry, _Entry(loop, session, self._make(session))
             self._loops[loop] = entry
             entry.owner = _started(self._owned(entry))
+            self._recent = entry
         self._stop(stale)
         self._stop(evicted)
         return entry.client
@@ -113,6 +125,8 @@ class LoopClients(Generic[S]):
             yield
         finally:
             with self._lock:
+                if self._recent is entry:
+                    self._recent = None
                 if self._loops.get(entry.loop) is entry:
                     self._loops[entry.loop] = None  # still known: its next call runs here
             await entry.client.aclose()
@@ -122,6 +136,8 @@ class LoopClients(Generic[S]):
         the running loop instead, which aiohttp does without touching the closed one."""
         if entry is None:
             return
+        if self._recent is entry:
+            self._recent = None
         try:
             if _running_loop() is entry.loop:
                 self._finish(entry)

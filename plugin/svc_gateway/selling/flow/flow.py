@@ -64,6 +64,7 @@ from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
+from .deadlines import Deadlines
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache, digest
@@ -124,7 +125,8 @@ class PaidFlow:
             backoff=settle_backoff,
             queue_retry_secs=queue_retry_secs,
         )
-        self.worker = Worker(core, self._stats, self.refusals)
+        self.deadlines = Deadlines()
+        self.worker = Worker(core, self._stats, self.refusals, self.deadlines)
         self.admitter = Admitter(
             core,
             facts=lambda plan_id: self.facts(plan_id),  # late-bound: a test may swap flow.facts
@@ -308,7 +310,7 @@ class PaidFlow:
                 return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
             if trace.enabled:
                 trace.set(plan_id=plan_id)
-            budget = asyncio.timeout(self.core.config.paid_budget_secs)
+            budget = self.deadlines(self.core.config.paid_budget_secs)
             try:
                 async with budget:
                     agent_id = (

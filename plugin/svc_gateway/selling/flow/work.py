@@ -18,6 +18,7 @@ from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
+from .deadlines import Deadlines
 from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
@@ -26,10 +27,17 @@ log = get_logger("svc_gateway.paid")
 class Worker:
     """Runs a verified request's work; counts handler failures, timeouts and abandons."""
 
-    def __init__(self, core: PluginCore, stats: PaidStats, refusals: Refusals) -> None:
+    def __init__(
+        self,
+        core: PluginCore,
+        stats: PaidStats,
+        refusals: Refusals,
+        deadlines: Deadlines | None = None,
+    ) -> None:
         self.core = core
         self.stats = stats
         self.refusals = refusals
+        self.deadlines = Deadlines() if deadlines is None else deadlines
 
     async def price_answer(
         self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
@@ -65,7 +73,7 @@ class Worker:
         its failure gets. ``payer`` (verify's) counts against their fair share of a sync
         handler's threads; over it, 503. A cancellation from outside (the request is gone)
         propagates."""
-        deadline = asyncio.timeout(self.core.config.handler_timeout_secs)
+        deadline = self.deadlines(self.core.config.handler_timeout_secs)
         named = HANDLER_PAYER.set(payer)
         try:
             async with deadline:
