@@ -19,6 +19,7 @@ SAMPLES: list[tuple[Any, ...]] = [
     ("HSET", "key", "field", "é ünicode ✓", b"\x00\xffbytes", 1.5, 10**20, 0.1),
     ("CONFIG GET", "maxmemory"),  # a command of two words
     ("SET", "k", memoryview(b"view"), bytearray(b"array")),
+    ("SET", "k", memoryview(b"view only")),
 ]
 
 

@@ -17,9 +17,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 try:
+    from hiredis import pack_command as _hiredis_pack
     from redis.connection import HiredisRespSerializer
     from redis.utils import HIREDIS_AVAILABLE
-except ImportError:  # pragma: no cover - an older redis-py: its own packer stays
+except ImportError:  # pragma: no cover - no hiredis, or an older redis-py: its own packer stays
     HIREDIS_AVAILABLE = False
 
 
@@ -28,6 +29,14 @@ class HiredisPacking:
 
     def pack_command(self, *args: Any) -> list[bytes]:
         assert _PACKER is not None  # only mixed in when hiredis is there
+        name = args[0]
+        if type(name) is str and " " not in name:  # one word: nothing to split
+            try:  # hiredis takes str, int, float, bytes and memoryview as they are
+                return [_hiredis_pack(args)]
+            except TypeError:  # a bytearray, or a value redis-py refuses
+                pass
+        # redis-py's own hiredis serializer: splits a two-word name, converts a bytearray,
+        # and raises redis-py's DataError for the rest
         return _PACKER.pack(*args)  # type: ignore[no-any-return]
 
 
