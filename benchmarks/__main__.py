@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import dataclasses
 import datetime
 import json
@@ -20,7 +19,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import floor, load, market, mcp_case, memory, micro, procs, settle_queue
+from . import floor, load, market, mcp_case, memory, micro, procs, redis_case, settle_queue
 from .report import Figure, Report, Target
 
 CONCURRENCIES = (1, 8, 32, 128)
@@ -242,58 +241,16 @@ def case_micro(report: Report, s: Settings) -> None:
         report.figure(Figure(name, ms, base_ms, absolute=ms, unit="ms"), Target("abs<=", 80.0))
 
 
-def _together(sides: list[Side], c: int, s: Settings) -> float:
-    """Every side loaded at once (``c`` connections split between them): the summed rate."""
-    each = max(1, c // len(sides))
-    with concurrent.futures.ThreadPoolExecutor(len(sides)) as pool:
-        runs = [
-            pool.submit(
-                load.load, side.url, side.token, each, s.duration, force_aiohttp=s.force_aiohttp
-            )
-            for side in sides
-        ]
-        return sum(run.result().rps for run in runs)
-
-
 def case_redis(report: Report, s: Settings) -> None:
     """The shared state (stateUrl, a local Redis) vs the in-process book; two replicas vs one."""
-    token = "bench-token"
-    with (
-        procs.redis_server() as state_url,
-        procs.server("stub") as stub,
-        procs.server("paid", "--service", stub + "/api/v1") as local_url,
-        procs.server("paid", "--service", stub + "/api/v1", "--state-url", state_url) as shared,
-        procs.server("paid", "--service", stub + "/api/v1", "--state-url", state_url) as second,
-    ):
-        for url in (local_url, shared, second):
-            _warm(url, token, s)
-        local = Side("paid endpoint, in-process book", local_url, token)
-        redis = Side("paid endpoint, stateUrl (Redis)", shared, token)
-        rps_local, rps_redis = _compare(report, [local, redis], HEADLINE_C, s)
-        one = two = 0.0
-        for round_ in range(s.load_rounds):  # interleaved, best of each
-            for pair in (True, False) if round_ % 2 == 0 else (False, True):
-                if pair:
-                    two = max(
-                        two, _together([redis, Side("replica 2", second, token)], HEADLINE_C, s)
-                    )
-                else:
-                    one = max(
-                        one,
-                        load.load(
-                            shared, token, HEADLINE_C, s.duration, force_aiohttp=s.force_aiohttp
-                        ).rps,
-                    )
-    print(f"  one replica {one:.1f} req/s, two replicas {two:.1f} req/s (c={HEADLINE_C} in all)")
-    report.rows.append({"case": "stateUrl, one replica", "concurrency": HEADLINE_C, "rps": one})
-    report.rows.append({"case": "stateUrl, two replicas", "concurrency": HEADLINE_C, "rps": two})
-    # cost is time per request: in-process rate / shared rate
-    report.figure(
-        Figure("stateUrl cost / in-process (time per request)", rps_local, rps_redis, "c=32"),
-        Target("<=", 1.15),  # issue 30: within 15% of the in-process book
-    )
-    report.figure(
-        Figure("two replicas / one (stateUrl)", two, one, "c=32 in all"), Target(">=", 1.0)
+    redis_case.case_redis(
+        report,
+        rounds=s.chain_rounds,
+        duration=s.chain_secs,
+        replica_secs=s.duration,
+        replica_rounds=s.load_rounds,
+        pin=s.pin,
+        force_aiohttp=s.force_aiohttp,
     )
 
 

@@ -224,3 +224,22 @@ def test_pinning_splits_the_allowed_cpus_or_is_off() -> None:
     if split is not None:  # 2+ CPUs: the server alone on one, the rest for the load
         server, rest = split
         assert len(server) == 1 and rest and not server & rest
+
+
+def test_redis_case_runs_pinned_and_gives_redis_servers_own_cpu() -> None:
+    """The redis case as ``--only redis`` runs it, one short round: both books answer, the
+    ratio is judged, and redis-server's own CPU per request is found and measured (no time is
+    judged here)."""
+    from benchmarks.redis_case import case_redis
+
+    report = Report(meta={})
+    case_redis(report, rounds=1, duration=0.5, replica_secs=0.5, replica_rounds=1)
+    names = [f.name for f, _ in report.figures]
+    assert "stateUrl cost / in-process (time per request)" in names
+    assert "two replicas / one (stateUrl)" in names
+    (per_round_row,) = [
+        r for r in report.rows if r.get("case") == "stateUrl / in-process, per round"
+    ]
+    assert len(per_round_row["time_ratios"]) == 1
+    assert math.isfinite(per_round_row["redis_server_cpu_us_per_request"])
+    assert per_round_row["redis_server_cpu_us_per_request"] > 0

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from svc_gateway.selling.state.book import Admission
-from svc_gateway.selling.state.redis_batch import ScriptBatch
+from svc_gateway.selling.state.redis_batch import MAX_BATCH, ScriptBatch
 from svc_gateway.selling.state.redis_book import RedisAdmissionBook
 from svc_gateway.selling.state.redis_store import connect_client
 from svc_gateway.selling.state.shared import StateUnavailable
@@ -68,3 +68,36 @@ async def test_a_cancelled_caller_does_not_stop_the_rest_of_a_failed_batch_faili
         assert batch.pipelines == 1  # both calls rode one pipeline
     finally:
         await down.aclose()
+
+
+async def test_calls_made_while_a_pipeline_is_on_its_way_ride_the_next_one_together(
+    client: aioredis.Redis,
+) -> None:
+    """Automatic pipelining: one pipeline on its way at a time; every call made meanwhile,
+    in whatever loop turn, is sent in the next one, each with its own answer, in order."""
+    batch = ScriptBatch(client, "test")
+    echo = client.register_script("return ARGV[1]")
+    # holds Redis (and so the first pipeline) for 200 ms
+    slow = client.register_script(
+        "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
+        "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 200000 "
+        "return ARGV[1]"
+    )
+    await echo(keys=["k"], args=["warm"])  # both scripts known to Redis
+    await slow(keys=["k"], args=["warm"])
+    first = batch.call(slow, ["k"], ["0"])
+    rest = []
+    for i in range(1, 11):  # one call a loop turn, while the first pipeline is held
+        await asyncio.sleep(0)
+        rest.append(batch.call(echo, ["k"], [str(i)]))
+    assert [await f for f in (first, *rest)] == [str(i).encode() for i in range(11)]
+    assert batch.pipelines == 2  # the ten waited for the first and went together
+
+
+async def test_a_pipeline_carries_at_most_max_batch_calls(client: aioredis.Redis) -> None:
+    batch = ScriptBatch(client, "test")
+    script = client.register_script("return 1")
+    await script(keys=["k"], args=[])
+    calls = [batch.call(script, ["k"], []) for _ in range(MAX_BATCH + 1)]
+    assert await asyncio.gather(*calls) == [1] * (MAX_BATCH + 1)
+    assert batch.pipelines == 2

@@ -41,6 +41,7 @@ from ...redact import get_logger
 from .book import BalanceRead
 from .redis_batch import Prefix, key_prefix
 from .redis_book import RedisAdmissionBook
+from .redis_packing import pack_with_hiredis
 from .settle_journal import SettleJournal
 from .settle_queue import MAX_AGE_SECS, MAX_ENTRIES, PendingSettle
 from .shared import StateUnavailable, claim_ttl_secs, describe_state_url
@@ -321,13 +322,15 @@ def connect_client(url: str) -> aioredis.Redis:
     (after Redis restarts, a pooled connection fails once). A script sent twice that way is
     safe: an extra claim expires, a release is idempotent, a settle subtracted twice only
     underestimates the balance until the next read."""
-    return aioredis.Redis.from_url(
+    client = aioredis.Redis.from_url(
         url,
         socket_timeout=SOCKET_TIMEOUT_SECS,
         socket_connect_timeout=SOCKET_TIMEOUT_SECS,
         retry=Retry(NoBackoff(), 1),
         retry_on_error=[RedisConnectionError],
     )
+    pack_with_hiredis(client)  # the paid path's scripts, packed in C
+    return client
 
 
 class RedisState:
