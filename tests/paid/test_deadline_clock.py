@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from svc_gateway.selling.flow.deadlines import Clock, Deadline, Deadlines
+from svc_gateway.selling.flow.deadlines import CLOCKS_KEPT, Clock, Deadline, Deadlines
 
 
 async def _timer_count() -> int:
@@ -155,3 +155,36 @@ def test_each_loop_gets_its_own_clock() -> None:
     assert asyncio.run(one())
     assert asyncio.run(one())  # a second loop: not the first (closed) loop's clock
     assert len(deadlines._clocks) == 2
+
+
+def test_a_deadline_outside_a_task_is_refused() -> None:
+    """Entered from a loop callback (a running loop, no task): nothing to cancel, refused."""
+    loop = asyncio.new_event_loop()
+    deadlines = Deadlines()
+    refused: list[str] = []
+
+    def callback() -> None:
+        entering = deadlines(1).__aenter__()
+        try:
+            entering.send(None)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+        loop.stop()
+
+    loop.call_soon(callback)
+    loop.run_forever()
+    loop.close()
+    assert refused == ["a Deadline is used inside a task"]
+
+
+async def test_many_lengths_start_afresh_and_every_deadline_still_fires() -> None:
+    deadlines = Deadlines()
+    first = deadlines(0.05)  # its clock is dropped from the table below, its timer is not
+    for i in range(CLOCKS_KEPT):
+        async with deadlines(10 + i):
+            pass
+    assert len(deadlines._clocks) == 1  # the table was full: started afresh
+    with pytest.raises(TimeoutError):
+        async with first:
+            await asyncio.sleep(5)
+    assert first.expired()

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 import redis.asyncio.connection as aio_connection
 from redis.exceptions import DataError
 
-from svc_gateway.selling.state.redis_packing import HiredisPacking
+from svc_gateway.selling.state import redis_packing
+from svc_gateway.selling.state.redis_packing import HiredisPacking, pack_with_hiredis
 from svc_gateway.selling.state.redis_store import connect_client
 
 from .redis_server import RedisServer
@@ -50,3 +52,21 @@ async def test_a_state_clients_connections_pack_with_hiredis(redis_server: Redis
         assert await client.get("packed") == "é".encode()
     finally:
         await client.aclose()
+
+
+async def test_a_client_is_given_hiredis_packing_once(redis_server: RedisServer) -> None:
+    client = connect_client(redis_server.url)
+    try:
+        made = client.connection_pool.connection_class
+        assert pack_with_hiredis(client)
+        assert client.connection_pool.connection_class is made  # not mixed in twice
+    finally:
+        await client.aclose()
+
+
+def test_without_hiredis_redis_pys_own_packer_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = aioredis.Redis()
+    before = client.connection_pool.connection_class
+    monkeypatch.setattr(redis_packing, "_PACKER", None)
+    assert not pack_with_hiredis(client)
+    assert client.connection_pool.connection_class is before

@@ -71,10 +71,11 @@ class Deadline:
             self._state = EXITED
 
     def _expire(self) -> None:
-        """Passed while its block runs: cancel the task (as ``asyncio.timeout`` does)."""
-        if self._state == ENTERED and self._task is not None:
-            self._task.cancel()
-            self._state = EXPIRING
+        """Passed while its block runs (the clock expires only entered ones): cancel the
+        task, as ``asyncio.timeout`` does."""
+        assert self._task is not None
+        self._task.cancel()
+        self._state = EXPIRING
 
 
 class Clock:
