@@ -307,6 +307,8 @@ def _from_response(response: web.Response) -> Answer:
         raise HandlerError("a Response with a streaming payload cannot be paid for")
     headers = tuple((k, v) for k, v in response.headers.items() if k.lower() not in _RESERVED)
     content_type = response.content_type or "application/octet-stream"
-    if response.charset and content_type.startswith("text/"):
-        content_type = f"{content_type}; charset={response.charset}"
+    if content_type.startswith("text/"):  # only a text type keeps its charset
+        charset = response.charset
+        if charset:
+            content_type = f"{content_type}; charset={charset}"
     return Answer(_status(response.status), raw, content_type, headers)

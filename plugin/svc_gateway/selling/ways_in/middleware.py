@@ -100,6 +100,11 @@ class PaymentMiddleware:
         self._closed = False
         #: routes whose price was compared with their plan's range (each warned once at most)
         self._priced: set[str] = set()
+        #: per route, what each of its sales carries and its fixed price (``None``: a function
+        #: of the request), decided here once rather than on every request
+        self._sales = {
+            route.key: (route.sale(), route.fixed_credits) for route in self.routes.routes
+        }
         self._pricing: asyncio.Task[None] | None = None
 
     @property
@@ -189,7 +194,7 @@ class PaymentMiddleware:
         if token:
             body = await request.read()  # aiohttp keeps it: the handler can read it again
             body_digest = digest(request.method, request.raw_path, body)
-        config = route.config
+        sale, fixed = self._sales[route.key]
 
         async def work() -> Answer:
             # the downstream handler run here, not in a coroutine of its own; its answer as
@@ -214,22 +219,14 @@ class PaymentMiddleware:
             url=self._url(request),
             work=work,
             verb=verb,
-            plan_id=config.plan_id,
-            agent_id=config.agent_id,
-            credits=config.credits
-            if isinstance(config.credits, int)
-            else self._price(route, request),
-            scheme=config.scheme_override,
-            network=config.network,
-            description=config.description,
-            mime_type=config.mime_type,
-            route=route.key,
+            credits=fixed if fixed is not None else self._price(route, request),
             body_digest=body_digest,
             connected=functools.partial(client_connected, request),
+            **sale,
         )
         outcome = await self.flow.handle(paid)
-        if isinstance(config.credits, int):
-            self._note_price(route, config.credits)
+        if fixed is not None and route.key not in self._priced:
+            self._note_price(route, fixed)
         return paid_response(outcome.answer)
 
     def _price(self, route: Route, request: web.Request) -> Callable[[], Awaitable[int]]:

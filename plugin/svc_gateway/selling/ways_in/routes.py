@@ -115,6 +115,26 @@ class Route:
     segments: tuple[str | None, ...]  # None: a parameter (any one segment)
     config: RouteConfig
 
+    @property
+    def fixed_credits(self) -> int | None:
+        """The route's price when it is a fixed number (``None``: a function of the request)."""
+        credits = self.config.credits
+        return credits if isinstance(credits, int) else None
+
+    def sale(self) -> dict[str, Any]:
+        """What every :class:`PaidRequest` of this route carries, whatever the request: decided
+        once when the map is built, not on each request."""
+        config = self.config
+        return {
+            "plan_id": config.plan_id,
+            "agent_id": config.agent_id,
+            "scheme": config.scheme_override,
+            "network": config.network,
+            "description": config.description,
+            "mime_type": config.mime_type,
+            "route": self.key,
+        }
+
     def matches(self, method: str, parts: tuple[str, ...]) -> bool:
         if self.method not in ("*", method) or len(parts) != len(self.segments):
             return False
@@ -221,6 +241,9 @@ class RouteMap:
         self.routes = sorted(parsed, key=lambda r: -sum(s is not None for s in r.segments))
         self._hits: dict[tuple[str, tuple[str, ...]], Route | None] = {}
         self._plain: dict[object, Dispatched] = {}
+        #: (method, resource) → entry, for resources whose path has no variable: their entry
+        #: is the same on every request, found without building their segments again
+        self._by_resource: dict[tuple[str, object], Route | None] = {}
 
     def match(self, method: str, path: str | tuple[str, ...]) -> Route | None:
         """The entry for ``method`` on ``path`` (a path, or its segments as :func:`dispatched`
@@ -238,6 +261,10 @@ class RouteMap:
     def dispatched(self, method: str, request: web.Request) -> Route | None:
         """The entry for ``method`` on the route aiohttp's router dispatched ``request`` to
         (:func:`dispatched`): its one-slot view first, then its values split at ``/``."""
+        resource = request.match_info.route.resource
+        key = (method, resource)
+        if resource is not None and key in self._by_resource:
+            return self._by_resource[key]
         resolved = dispatched(request, self._plain)
         if resolved is None:
             return None
@@ -245,6 +272,10 @@ class RouteMap:
         found = self.match(method, slots)
         if found is None and spread != slots:
             found = self.match(method, spread)
+        if resource in self._plain:  # a plain resource: this answer holds for every request
+            if len(self._by_resource) >= PLAIN_KEPT:
+                self._by_resource.clear()
+            self._by_resource[key] = found
         return found
 
     def __len__(self) -> int:
