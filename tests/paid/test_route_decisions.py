@@ -134,3 +134,17 @@ def test_a_text_answer_keeps_its_charset_and_a_json_answer_its_bare_type() -> No
     assert to_answer(web.Response(text="hi")).content_type == "text/plain; charset=utf-8"
     assert to_answer(web.json_response({"a": 1})).content_type == "application/json"
     assert to_answer(web.Response(body=b"\x00")).content_type == "application/octet-stream"
+
+
+async def test_the_decisions_kept_are_bounded_and_start_afresh_when_full(
+    app: web.Application, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(routes_module, "PLAIN_KEPT", 1)
+    table = RouteMap({"POST /agent": {"plan_id": "p1"}, "GET /report": {"plan_id": "p2"}})
+    probe = Probe(app, table)
+    async with probe.client:
+        [agent] = await probe.ask("POST", "/agent")
+        [report, _] = await probe.ask("HEAD", "/report")  # a second entry: the table was full
+        assert len(table._by_resource) == 1
+        assert await probe.ask("POST", "/agent") == [agent]  # decided again, the same
+        assert agent is not None and agent.key == "POST /agent" and report is None
