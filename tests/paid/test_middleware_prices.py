@@ -56,3 +56,29 @@ async def test_a_price_function_outside_the_range_warns_at_its_first_paid_reques
     assert "asks 9 credits per request" in warned[0]
     assert "allows 1–5 per request" in warned[0]
     assert "charged 5 credits" in warned[0]
+
+
+async def test_a_fixed_price_its_start_could_not_check_warns_at_its_first_paid_request(
+    make_seller: SellerFactory, all_logs: Any, monkeypatch: Any
+) -> None:
+    """The plan could not be read at start (an outage): the route's first paid request, whose
+    admission reads it, checks the fixed price instead, once."""
+    from svc_gateway.selling.ways_in.middleware import PaymentMiddleware
+
+    async def outage(self: PaymentMiddleware) -> None:
+        return None  # every plan read at start failed
+
+    monkeypatch.setattr(PaymentMiddleware, "_check_prices", outage)
+    seller = await make_seller()
+    routes = {"POST /too-much": RouteConfig(plan_id=seller.fixed_plan, credits=3)}
+    app = build_payment_app(routes, seller.settings())
+    app.router.add_post("/too-much", ok)
+    await seller.serve(app)
+    assert "'POST /too-much'" not in all_logs.text
+    async with httpx.AsyncClient(base_url=seller.origin) as http:
+        first = await http.post("/too-much", json={})
+        await http.post("/too-much", json={})
+    assert first.status_code == 402
+    warned = [x for x in all_logs.lines if "'POST /too-much'" in x]
+    assert len(warned) == 1
+    assert "asks 3 credits per request" in warned[0]

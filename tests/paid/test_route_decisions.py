@@ -148,3 +148,9 @@ async def test_the_decisions_kept_are_bounded_and_start_afresh_when_full(
         assert len(table._by_resource) == 1
         assert await probe.ask("POST", "/agent") == [agent]  # decided again, the same
         assert agent is not None and agent.key == "POST /agent" and report is None
+
+
+def test_a_text_answer_without_a_charset_keeps_its_bare_type() -> None:
+    answer = to_answer(web.Response(body=b"plain", content_type="text/plain"))
+    assert answer.content_type == "text/plain"
+    assert answer.body == b"plain"
