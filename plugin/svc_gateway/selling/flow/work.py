@@ -28,16 +28,13 @@ class Worker:
     """Runs a verified request's work; counts handler failures, timeouts and abandons."""
 
     def __init__(
-        self,
-        core: PluginCore,
-        stats: PaidStats,
-        refusals: Refusals,
-        deadlines: Deadlines | None = None,
+        self, core: PluginCore, stats: PaidStats, refusals: Refusals, deadlines: Deadlines
     ) -> None:
         self.core = core
         self.stats = stats
         self.refusals = refusals
-        self.deadlines = Deadlines() if deadlines is None else deadlines
+        #: the flow's deadlines (shared with its admission budget: one clock per length)
+        self.deadlines = deadlines
 
     async def price_answer(
         self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
