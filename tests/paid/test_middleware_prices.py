@@ -10,12 +10,28 @@ from aiohttp import web
 
 from svc_gateway.selling import RouteConfig, build_payment_app
 
-from .middleware_support import SellerFactory, make_seller_fixture  # noqa: F401
+from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 from .support import until
 
 
 async def ok(_request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
+
+
+async def _serve_one(seller: Seller, path: str, config: RouteConfig) -> None:
+    """``POST path`` sold with ``config`` by a payment app the seller serves."""
+    app = build_payment_app({f"POST {path}": config}, seller.settings())
+    app.router.add_post(path, ok)
+    await seller.serve(app)
+
+
+async def _two_requests_warned(seller: Seller, all_logs: Any, path: str) -> tuple[int, list[str]]:
+    """Two unpaid ``POST path`` requests: the first one's status and the log lines naming the
+    route."""
+    async with httpx.AsyncClient(base_url=seller.origin) as http:
+        first = await http.post(path, json={})
+        await http.post(path, json={})
+    return first.status_code, [x for x in all_logs.lines if f"'POST {path}'" in x]
 
 
 async def test_a_fixed_price_outside_the_plans_range_warns_at_start(
@@ -43,15 +59,10 @@ async def test_a_price_function_outside_the_range_warns_at_its_first_paid_reques
     make_seller: SellerFactory, all_logs: Any
 ) -> None:
     seller = await make_seller()
-    routes = {"POST /priced": RouteConfig(plan_id=seller.dynamic_plan, credits=lambda _r: 9)}
-    app = build_payment_app(routes, seller.settings())
-    app.router.add_post("/priced", ok)
-    await seller.serve(app)
-    async with httpx.AsyncClient(base_url=seller.origin) as http:
-        first = await http.post("/priced", json={})
-        await http.post("/priced", json={})
-    assert first.status_code == 402
-    warned = [x for x in all_logs.lines if "'POST /priced'" in x]
+    priced = RouteConfig(plan_id=seller.dynamic_plan, credits=lambda _r: 9)
+    await _serve_one(seller, "/priced", priced)
+    status, warned = await _two_requests_warned(seller, all_logs, "/priced")
+    assert status == 402
     assert len(warned) == 1
     assert "asks 9 credits per request" in warned[0]
     assert "allows 1–5 per request" in warned[0]
@@ -70,15 +81,9 @@ async def test_a_fixed_price_its_start_could_not_check_warns_at_its_first_paid_r
 
     monkeypatch.setattr(PaymentMiddleware, "_check_prices", outage)
     seller = await make_seller()
-    routes = {"POST /too-much": RouteConfig(plan_id=seller.fixed_plan, credits=3)}
-    app = build_payment_app(routes, seller.settings())
-    app.router.add_post("/too-much", ok)
-    await seller.serve(app)
+    await _serve_one(seller, "/too-much", RouteConfig(plan_id=seller.fixed_plan, credits=3))
     assert "'POST /too-much'" not in all_logs.text
-    async with httpx.AsyncClient(base_url=seller.origin) as http:
-        first = await http.post("/too-much", json={})
-        await http.post("/too-much", json={})
-    assert first.status_code == 402
-    warned = [x for x in all_logs.lines if "'POST /too-much'" in x]
+    status, warned = await _two_requests_warned(seller, all_logs, "/too-much")
+    assert status == 402
     assert len(warned) == 1
     assert "asks 3 credits per request" in warned[0]
