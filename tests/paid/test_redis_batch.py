@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from svc_gateway.selling.state.book import Admission
 from svc_gateway.selling.state.redis_batch import MAX_BATCH, ScriptBatch
@@ -101,3 +103,81 @@ async def test_a_pipeline_carries_at_most_max_batch_calls(client: aioredis.Redis
     calls = [batch.call(script, ["k"], []) for _ in range(MAX_BATCH + 1)]
     assert await asyncio.gather(*calls) == [1] * (MAX_BATCH + 1)
     assert batch.pipelines == 2
+
+
+SLOW = (  # holds Redis for ARGV[2] ms, then answers ARGV[1]
+    "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
+    "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > ARGV[2] * 1000 "
+    "return ARGV[1]"
+)
+
+
+async def test_a_batch_not_answered_in_time_fails_and_its_late_answer_is_never_read(
+    redis_server: RedisServer,
+) -> None:
+    """The whole exchange is bounded by the client's socket timeout; the connection it timed
+    out on is dropped, so the next batch reads its own answer, not the late one."""
+    client = aioredis.Redis.from_url(
+        redis_server.url, socket_timeout=0.1, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        batch = ScriptBatch(client, "test")
+        assert batch.timeout == 0.1
+        slow = client.register_script(SLOW)
+        echo = client.register_script("return ARGV[1]")
+        await echo(keys=["k"], args=["warm"])
+        await slow(keys=["k"], args=["warm", 0])
+        with pytest.raises(StateUnavailable, match="TimeoutError"):
+            await batch.call(slow, ["k"], ["late", 400])
+        batch.timeout = 5.0
+        assert await batch.call(echo, ["k"], ["fresh"]) == b"fresh"
+        assert batch.pipelines == 2
+        await batch.aclose()
+    finally:
+        await client.aclose()
+
+
+async def test_a_broken_connection_is_retried_as_the_client_retries(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    """Redis closed the batch's connection (a restart, an idle timeout): the client's one
+    immediate retry sends the batch again on a new connection, and it is answered."""
+    batch = ScriptBatch(client, "test")
+    echo = client.register_script("return ARGV[1]")
+    await echo(keys=["k"], args=["warm"])
+    assert await batch.call(echo, ["k"], ["one"]) == b"one"
+    await client.client_kill_filter(skipme=True, _type="normal")  # every other connection
+    assert await batch.call(echo, ["k"], ["two"]) == b"two"
+    await batch.aclose()
+
+
+async def test_closing_the_batch_closes_its_connection(client: aioredis.Redis) -> None:
+    batch = ScriptBatch(client, "test")
+    echo = client.register_script("return ARGV[1]")
+    await echo(keys=["k"], args=["warm"])
+    before = len(await client.client_list())
+    assert await batch.call(echo, ["k"], ["x"]) == b"x"
+    assert len(await client.client_list()) == before + 1  # the batch's own connection
+    await batch.aclose()
+    await asyncio.sleep(0.05)
+    assert len(await client.client_list()) == before
+
+
+async def test_a_call_waiting_when_the_sender_is_cancelled_fails_closed(
+    client: aioredis.Redis,
+) -> None:
+    """The loop is closing and cancels the task sending pipelines: a call still queued, or
+    on its way, fails with StateUnavailable instead of waiting for ever."""
+    batch = ScriptBatch(client, "test")
+    slow = client.register_script(SLOW)
+    await slow(keys=["k"], args=["warm", 0])
+    on_its_way = batch.call(slow, ["k"], ["a", 300])
+    await asyncio.sleep(0.05)  # sent, not answered
+    queued = batch.call(slow, ["k"], ["b", 0])
+    (sender,) = [t for t in asyncio.all_tasks() if "ScriptBatch._send" in repr(t)]
+    sender.cancel()
+    for call in (on_its_way, queued):
+        with pytest.raises(StateUnavailable, match="CancelledError"):
+            await asyncio.wait_for(call, 5.0)
+    await batch.drain()
+    await batch.aclose()

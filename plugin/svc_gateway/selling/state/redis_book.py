@@ -311,7 +311,7 @@ class RedisAdmissionBook:
                 len(self._backlog),
                 self.where,
             )
-        await self._batch.drain()
+        await self._batch.aclose()
 
     async def flush(self) -> None:
         """Send the updates kept while Redis was unreachable, oldest first (one flusher)."""
