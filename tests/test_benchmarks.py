@@ -243,3 +243,15 @@ def test_redis_case_runs_pinned_and_gives_redis_servers_own_cpu() -> None:
     assert len(per_round_row["time_ratios"]) == 1
     assert math.isfinite(per_round_row["redis_server_cpu_us_per_request"])
     assert per_round_row["redis_server_cpu_us_per_request"] > 0
+
+
+def test_book_cost_runs_both_books_and_gives_each_its_rounds() -> None:
+    """``python -m benchmarks.book_cost`` as it runs, one short round: every admission on both
+    books is admitted (an assertion in the workers) and each side has its CPU figure."""
+    import asyncio
+
+    from benchmarks.book_cost import measure as measure_books
+
+    spent = asyncio.run(measure_books(1, 2))
+    assert set(spent) == {"in-process", "redis"}
+    assert all(len(v) == 1 and v[0] >= 0 for v in spent.values())
