@@ -57,9 +57,9 @@ async def test_a_plain_resources_entry_is_decided_once_per_method(
     seen: list[str] = []
     real = routes_module.dispatched
 
-    def counting(request: web.Request, plain: Any = None) -> Any:
+    def counting(request: web.Request) -> Any:
         seen.append(f"{request.method} {request.path}")
-        return real(request, plain)
+        return real(request)
 
     monkeypatch.setattr(routes_module, "dispatched", counting)
     probe = Probe(

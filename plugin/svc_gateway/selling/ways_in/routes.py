@@ -150,27 +150,20 @@ def _split(path: str) -> tuple[str, ...]:
 PLAIN_KEPT = 256
 
 
-def dispatched(
-    request: web.Request, plain: dict[object, Dispatched] | None = None
-) -> Dispatched | None:
+def dispatched(request: web.Request) -> Dispatched | None:
     """The path aiohttp's router resolved this request to, as path segments: the matched
     resource's canonical path with each ``{name}`` replaced by the value its handler gets in
     ``match_info``. ``None`` when the router matched nothing (its 404/405 runs, no handler).
 
     Two views: a variable's value as one segment, as the router matched it (an encoded
     ``%2F`` does not split it), and the same with values split at ``/`` (a variable with a
-    regex such as ``{tail:.*}`` spans segments). ``plain``: a cache of the resources whose
-    path has no variable (their answer is the same on every request)."""
+    regex such as ``{tail:.*}`` spans segments)."""
     info = request.match_info
     if getattr(info, "http_exception", None) is not None:
         return None
     resource = info.route.resource
     if resource is None:
         return None
-    if plain is not None:
-        kept = plain.get(resource)
-        if kept is not None:
-            return kept
     values: Mapping[str, str] = info
     slots: list[str] = []
     spread: list[str] = []
@@ -191,12 +184,13 @@ def dispatched(
         tail = _split(values.get("filename", ""))
         slots.extend(tail)
         spread.extend(tail)
-    elif plain is not None and "{" not in resource.canonical:
-        if len(plain) >= PLAIN_KEPT:
-            plain.clear()
-        plain[resource] = (tuple(slots), tuple(spread))
-        return plain[resource]
     return tuple(slots), tuple(spread)
+
+
+def is_plain(resource: web.AbstractResource) -> bool:
+    """A resource whose path has no variable (not a static directory): every request the
+    router dispatches to it has the same segments."""
+    return "{" not in resource.canonical and not isinstance(resource, web.StaticResource)
 
 
 def out_of_range(route: Route, credits: int, facts: PlanFacts) -> str | None:
@@ -239,8 +233,8 @@ class RouteMap:
         parsed = [parse_route(key, config) for key, config in routes.items()]
         # more literal segments first: "/runs/wait" wins over "/runs/{id}"
         self.routes = sorted(parsed, key=lambda r: -sum(s is not None for s in r.segments))
+        #: (method, segments) → entry, for paths with variables (any number: bounded)
         self._hits: dict[tuple[str, tuple[str, ...]], Route | None] = {}
-        self._plain: dict[object, Dispatched] = {}
         #: (method, resource) → entry, for resources whose path has no variable: their entry
         #: is the same on every request, found without building their segments again
         self._by_resource: dict[tuple[str, object], Route | None] = {}
@@ -265,14 +259,14 @@ class RouteMap:
         key = (method, resource)
         if resource is not None and key in self._by_resource:
             return self._by_resource[key]
-        resolved = dispatched(request, self._plain)
+        resolved = dispatched(request)
         if resolved is None:
             return None
         slots, spread = resolved
         found = self.match(method, slots)
         if found is None and spread != slots:
             found = self.match(method, spread)
-        if resource in self._plain:  # a plain resource: this answer holds for every request
+        if resource is not None and is_plain(resource):  # this answer holds for every request
             if len(self._by_resource) >= PLAIN_KEPT:
                 self._by_resource.clear()
             self._by_resource[key] = found
