@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import procs
+from .own_work import extra_cost, show_rounds
 
 WORKERS = 32
 PLAN = "plan-book-cost"
@@ -91,13 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args(argv)
     spent = asyncio.run(measure(args.rounds, args.n))
-    for name, values in spent.items():
-        shown = ", ".join(f"{v:.1f}" for v in values)
-        print(f"  {name:<10} best {min(values):6.1f} µs per admit + settle  ({shown})")
-    own = min(spent["redis"]) - min(spent["in-process"])
-    paired = statistics.median(
-        r - p for r, p in zip(spent["redis"], spent["in-process"], strict=True)
-    )
+    show_rounds(spent, "per admit + settle")
+    own, paired = extra_cost(spent, "redis", "in-process")
     print(
         f"  the Redis book's own cost: {own:.1f} µs a request over the in-process book's "
         f"(best rounds), {paired:.1f} (median of the rounds' differences)"

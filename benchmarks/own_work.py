@@ -133,17 +133,30 @@ async def measure(rounds: int, n: int) -> dict[str, list[float]]:
     return spent
 
 
+def show_rounds(spent: Mapping[str, list[float]], unit: str) -> None:
+    """Each side's best round and all its rounds, in µs ``unit``."""
+    width = max(len(name) for name in spent)
+    for name, values in spent.items():
+        shown = ", ".join(f"{v:.1f}" for v in values)
+        print(f"  {name:<{width}} best {min(values):7.1f} µs {unit}  ({shown})")
+
+
+def extra_cost(spent: Mapping[str, list[float]], side: str, base: str) -> tuple[float, float]:
+    """``side``'s cost over ``base``'s: their best rounds' difference (other tenants only ever
+    add time), and the median of the rounds' differences (rounds interleaved, so paired)."""
+    best = min(spent[side]) - min(spent[base])
+    paired = statistics.median(s - b for s, b in zip(spent[side], spent[base], strict=True))
+    return best, paired
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.own_work")
     parser.add_argument("-n", type=int, default=2000, help="requests per round")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     spent = asyncio.run(measure(args.rounds, args.n))
-    for name, values in spent.items():
-        shown = ", ".join(f"{v:.1f}" for v in values)
-        print(f"  {name:<6} best {min(values):7.1f} µs/request  ({shown})")
-    own = min(spent["paid"]) - min(spent["chain"])
-    paired = statistics.median(p - c for p, c in zip(spent["paid"], spent["chain"], strict=True))
+    show_rounds(spent, "per request")
+    own, paired = extra_cost(spent, "paid", "chain")
     print(
         f"  our own work: {own:.1f} µs/request over the chain's (best rounds), "
         f"{paired:.1f} (median of the rounds' differences)"

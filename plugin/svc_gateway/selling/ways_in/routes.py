@@ -233,7 +233,8 @@ class RouteMap:
         parsed = [parse_route(key, config) for key, config in routes.items()]
         # more literal segments first: "/runs/wait" wins over "/runs/{id}"
         self.routes = sorted(parsed, key=lambda r: -sum(s is not None for s in r.segments))
-        #: (method, segments) → entry, for paths with variables (any number: bounded)
+        #: (method, segments) → entry, every path matched (those with variables are
+        #: unbounded in number: kept at most 4096)
         self._hits: dict[tuple[str, tuple[str, ...]], Route | None] = {}
         #: (method, resource) → entry, for resources whose path has no variable: their entry
         #: is the same on every request, found without building their segments again
