@@ -21,6 +21,12 @@ from .redis_server import RedisServer, free_port
 PLAN = "plan-1"
 PAYER = "0xabc"
 
+SLOW = (  # holds Redis for ARGV[2] ms, then answers ARGV[1]
+    "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
+    "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > ARGV[2] * 1000 "
+    "return ARGV[1]"
+)
+
 
 @pytest.fixture
 async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
@@ -79,15 +85,10 @@ async def test_calls_made_while_a_pipeline_is_on_its_way_ride_the_next_one_toget
     in whatever loop turn, is sent in the next one, each with its own answer, in order."""
     batch = ScriptBatch(client, "test")
     echo = client.register_script("return ARGV[1]")
-    # holds Redis (and so the first pipeline) for 200 ms
-    slow = client.register_script(
-        "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
-        "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 200000 "
-        "return ARGV[1]"
-    )
+    slow = client.register_script(SLOW)
     await echo(keys=["k"], args=["warm"])  # both scripts known to Redis
-    await slow(keys=["k"], args=["warm"])
-    first = batch.call(slow, ["k"], ["0"])
+    await slow(keys=["k"], args=["warm", 0])
+    first = batch.call(slow, ["k"], ["0", 200])  # holds Redis (and the pipeline) for 200 ms
     rest = []
     for i in range(1, 11):  # one call a loop turn, while the first pipeline is held
         await asyncio.sleep(0)
@@ -103,13 +104,6 @@ async def test_a_pipeline_carries_at_most_max_batch_calls(client: aioredis.Redis
     calls = [batch.call(script, ["k"], []) for _ in range(MAX_BATCH + 1)]
     assert await asyncio.gather(*calls) == [1] * (MAX_BATCH + 1)
     assert batch.pipelines == 2
-
-
-SLOW = (  # holds Redis for ARGV[2] ms, then answers ARGV[1]
-    "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
-    "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > ARGV[2] * 1000 "
-    "return ARGV[1]"
-)
 
 
 async def test_a_batch_not_answered_in_time_fails_and_its_late_answer_is_never_read(
