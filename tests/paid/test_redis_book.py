@@ -417,3 +417,32 @@ async def test_the_claims_hash_expires_with_the_account_and_the_claims_set(
             break
         await asyncio.sleep(0.03)
     assert [await client.exists(key) for key in keys] == [0, 0, 0]
+
+
+async def test_keys_follow_the_sellers_prefix_and_are_kept_within_a_bound(
+    books: Books, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = Service(5)
+    seller = ["svc:seller-a:"]
+    client = connect_client(books.server.url)
+    books.clients.append(client)
+    book = RedisAdmissionBook(
+        client,
+        service.read,
+        where="test",
+        prefix=lambda: seller[0],
+        claim_ttl_secs=60.0,
+        owed_ttl_secs=600.0,
+    )
+    first = book.keys(PLAN, PAYER)
+    assert first[0] == "svc:seller-a:acct:{plan-1|0xabc}"
+    seller[0] = "svc:seller-b:"  # another seller logged in: its own namespace at once
+    assert book.keys(PLAN, PAYER) == (
+        "svc:seller-b:acct:{plan-1|0xabc}",
+        "svc:seller-b:acct:{plan-1|0xabc}:claims",
+        "svc:seller-b:acct:{plan-1|0xabc}:amounts",
+    )
+    monkeypatch.setattr(redis_book, "KEYS_KEPT", 3)
+    for n in range(10):
+        book.keys(PLAN, f"0x{n}")
+        assert len(book._keys) <= 3  # the names kept: bounded

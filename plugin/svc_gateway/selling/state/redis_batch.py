@@ -23,7 +23,7 @@ reply is never read by the wrong batch.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeout
 
 from .shared import StateUnavailable
 
-_Call = tuple[AsyncScript, list[str], list[Any], "asyncio.Future[Any]"]
+_Call = tuple[AsyncScript, Sequence[str], list[Any], "asyncio.Future[Any]"]
 
 #: the prefix of every key, or how to name it now (``None``: this seller is not known yet)
 Prefix = str | Callable[[], str | None]
@@ -75,7 +75,9 @@ class ScriptBatch:
         self._sender: asyncio.Task[None] | None = None
         self.pipelines = 0
 
-    def call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+    def call(
+        self, script: AsyncScript, keys: Sequence[str], args: list[Any]
+    ) -> asyncio.Future[Any]:
         """The script's result (or :class:`StateUnavailable`), once the batch is answered."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()

@@ -28,9 +28,10 @@ sent (a prefix not known yet, nobody logged in, counts as an outage).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -51,6 +52,8 @@ MAX_BACKLOG = 10_000
 MAX_RECENT = 1000
 #: reads of one admission before it decides on what it has (reads overlapping refusals)
 MAX_READS = 2
+#: (prefix, plan, payer) whose key names are kept; beyond it they are named afresh
+KEYS_KEPT = 4096
 
 _LIB = """
 local function now_ms()
@@ -211,6 +214,11 @@ class RedisAdmissionBook:
         self._close = client.register_script(CLOSE)
         self._restore = client.register_script(RESTORE)
         self._batch = ScriptBatch(client, where)
+        #: claim ids: this book's own 128 random bits, then a count (unique across replicas
+        #: and restarts without a random draw per claim)
+        self._claim_prefix = secrets.token_hex(16) + "-"
+        self._claim_count = itertools.count(1)
+        self._keys: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self._loading: dict[tuple[str, str], asyncio.Future[_Read]] = {}
         self._recent: dict[tuple[str, str], tuple[float, _Read]] = {}
         #: updates kept while Redis is unreachable: (script, plan, payer, args), keys named
@@ -223,12 +231,22 @@ class RedisAdmissionBook:
     def __repr__(self) -> str:
         return f"RedisAdmissionBook(where={self.where!r}, backlog={len(self._backlog)})"
 
-    def keys(self, plan_id: str, payer: str) -> list[str]:
+    def keys(self, plan_id: str, payer: str) -> tuple[str, str, str]:
         """The account hash, claims set and claims hash of (plan, payer), in this seller's
-        namespace (:class:`StateUnavailable` while it is not known)."""
+        namespace (:class:`StateUnavailable` while it is not known); named once per prefix,
+        plan and payer (at most :data:`KEYS_KEPT` kept)."""
         prefix = key_prefix(self.prefix, self.where)
-        base = f"{prefix}acct:{{{plan_id}|{payer.lower()}}}"
-        return [base, base + ":claims", base + ":amounts"]
+        named = self._keys.get((prefix, plan_id, payer))
+        if named is None:
+            if len(self._keys) >= KEYS_KEPT:
+                self._keys.clear()
+            base = f"{prefix}acct:{{{plan_id}|{payer.lower()}}}"
+            named = self._keys[prefix, plan_id, payer] = (
+                base,
+                base + ":claims",
+                base + ":amounts",
+            )
+        return named
 
     async def known(self, plan_id: str, payer: str) -> tuple[int, int] | None:
         """``(balance, in_flight)`` as Redis holds it (expired claims still counted until the
@@ -248,7 +266,7 @@ class RedisAdmissionBook:
         top-up), else read again first (once per call); short with credits in flight: refused."""
         key = (plan_id, payer.lower())
         keys = self.keys(*key)
-        claim = secrets.token_hex(16)  # as unguessable as a uuid4, a third of its cost
+        claim = f"{self._claim_prefix}{next(self._claim_count):x}"
         fresh: _Read | None = None
         loop = asyncio.get_running_loop()
         for attempt in range(MAX_READS + 1):
@@ -370,7 +388,7 @@ class RedisAdmissionBook:
 
         return await read_once(self._loading, key, read)
 
-    async def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    async def _script(self, script: Any, keys: Sequence[str], args: list[Any]) -> Any:
         if self._backlog:
             await self.flush()
         return await self._batch.call(script, keys, args)
