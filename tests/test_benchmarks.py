@@ -6,6 +6,8 @@ figure is computed and judged the way the table claims.
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 
 from aiohttp import web
@@ -13,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
 from benchmarks.chain import COUNTS_PATH, chain_app, counted_stub_app
+from benchmarks.flat import COUNTS, flat_app
 from benchmarks.floor import Calls, Measured, per_round, spread
 from benchmarks.load import parse_wrk
 from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
@@ -121,6 +124,35 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -
                 )
                 assert answer.status == 200
     assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 3
+
+
+async def test_the_flat_rules_charge_like_the_paid_endpoint() -> None:
+    """The measuring stick keeps the rules it claims to: no token, no call; one verify and one
+    settle per answer; the receipt and ``private`` on the answer; the book learns the balance."""
+    seen: list[str] = []
+
+    @web.middleware
+    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+        seen.append(request.path)
+        return await handler(request)
+
+    stub = stub_app()
+    stub.middlewares.append(count)
+    async with TestServer(stub, host="127.0.0.1") as facilitator:
+        flat = flat_app(str(facilitator.make_url("/api/v1")), "1001")
+        async with TestClient(TestServer(flat, host="127.0.0.1")) as client:
+            refused = await client.post("/agent", json={"prompt": "hi"})
+            assert refused.status == 402 and seen == []
+            for _ in range(2):
+                answer = await client.post(
+                    "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
+                )
+                assert answer.status == 200
+                assert answer.headers["Cache-Control"] == "private"
+                receipt = json.loads(base64.b64decode(answer.headers["payment-response"]))
+                assert receipt["success"] is True and receipt["creditsRedeemed"] == "1"
+    assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 2
+    assert flat[COUNTS] == {"verified": 2, "settled": 2, "answered": 2, "refused": 1}
 
 
 async def test_counting_stub_tallies_each_sides_facilitator_calls_and_bytes() -> None:
