@@ -9,7 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import math
+import shutil
+from pathlib import Path
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
@@ -287,3 +290,47 @@ def test_book_cost_runs_both_books_and_gives_each_its_rounds() -> None:
     spent = asyncio.run(measure_books(1, 2))
     assert set(spent) == {"in-process", "redis"}
     assert all(len(v) == 1 and v[0] >= 0 for v in spent.values())
+
+
+def test_instructions_read_callgrinds_totals_and_its_newest_dump(tmp_path: Path) -> None:
+    from benchmarks.instructions import newest_dump, read_total
+
+    out = tmp_path / "callgrind-paid.out"
+    for part, total in ((1, 500), (2, 700), (10, 900)):  # part 10 is newer than part 2
+        (tmp_path / f"callgrind-paid.out.{part}").write_text(
+            f"version: 1\nevents: Ir\nfn=x\n0 5\nsummary: {total + 1}\ntotals: {total}\n"
+        )
+    (tmp_path / "callgrind-paid.out.tmp").write_text("totals: 1\n")  # not a dump part
+    newest = newest_dump(out)
+    assert newest.name == "callgrind-paid.out.10"
+    assert read_total(newest) == 900  # totals over summary
+    (tmp_path / "old.out.1").write_text("events: Ir\nsummary: 42\n")
+    assert read_total(tmp_path / "old.out.1") == 42
+    (tmp_path / "empty.out.1").write_text("events: Ir\n")
+    with pytest.raises(ValueError, match="not a callgrind dump"):
+        read_total(tmp_path / "empty.out.1")
+
+
+def test_instructions_ratios_pair_the_rounds_and_skip_sides_not_counted() -> None:
+    from benchmarks.instructions import Counted, ratios
+
+    def counted(kind: str, *rounds: float) -> Counted:
+        return Counted(kind, "", 0, Path(kind), list(rounds))
+
+    found = {
+        label: (median, low, high)
+        for label, median, low, high in ratios(
+            {"chain": counted("chain", 100, 200, 100), "paid": counted("paid", 110, 240, 150)}
+        )
+    }
+    assert found == {"paid endpoint / the chain": (1.2, 1.1, 1.5)}
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instructions_counts_a_server_under_callgrind() -> None:
+    """One short round of the chain under callgrind: counted, and per request, not per run."""
+    from benchmarks.instructions import measure as count_instructions
+
+    (chain,) = count_instructions(["chain"], rounds=1, secs=1.5).values()
+    assert len(chain.rounds) == 1
+    assert 1e5 < chain.rounds[0] < 1e8  # about 1.5 million a request here

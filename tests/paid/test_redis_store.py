@@ -316,3 +316,30 @@ async def test_a_second_replica_cannot_share_a_spool(replicas: Replicas) -> None
     assert await asyncio.gather(a.count(), a.count()) == [0, 0]  # one opening, shared
     with pytest.raises(SettleQueueLocked):
         await twin.count()
+
+
+async def test_the_states_keys_follow_the_logged_in_seller(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Every part names its keys in the seller's namespace as it is now: a seller logged out
+    has none (the state fails closed), another seller logged in gets its own at once."""
+
+    async def no_read(plan_id: str, payer: str) -> int:
+        raise AssertionError("no read expected")
+
+    seller: list[str | None] = ["0xAAA"]
+    config = load_config({"stateUrl": redis_server.url})
+    state = RedisState.connect(
+        redis_server.url, config, no_read, tmp_path / "spool.json", owner=lambda: seller[0]
+    )
+    try:
+        assert state.book.keys("p", "0xB")[0] == "svc:0xaaa:acct:{p|0xb}"
+        seller[0] = None
+        with pytest.raises(StateUnavailable):
+            state.book.keys("p", "0xB")
+        seller[0] = "0xCCC"
+        assert state.book.keys("p", "0xB")[0] == "svc:0xccc:acct:{p|0xb}"
+        seller[0] = "0xAAA"
+        assert state.book.keys("p", "0xB")[0] == "svc:0xaaa:acct:{p|0xb}"
+    finally:
+        await state.aclose()

@@ -374,8 +374,13 @@ class RedisState:
         client = connect_client(url)
         ttl = claim_ttl_secs(config)
 
+        named: list[str | None] = [None, None]  # the last owner and its prefix
+
         def prefix() -> str | None:
-            return seller_prefix(owner())
+            who = owner()
+            if who != named[0]:
+                named[:] = [who, seller_prefix(who)]
+            return named[1]
 
         book = RedisAdmissionBook(
             client,

@@ -1,0 +1,158 @@
+"""Instructions per answered request, counted: ``python -m benchmarks.instructions``.
+
+The load runs measure time, and on this shared 2-core machine a round's rate moves by ±30%
+with the neighbours (the same tree measured the Redis book at 1.08× and 1.45× the in-process
+book an hour apart), so a 15% target sits inside the noise. This counts instead: each server
+runs under valgrind's callgrind with counting switched on only while 32 clients load it
+(``callgrind_control``), against the same stub facilitator (and ``redis-server``), natively run;
+the instructions it executed (callgrind's ``Ir``: this process's own, in user space; the
+kernel's work on its sockets and the other processes' are not in it) divided by the requests it
+answered. Rounds alternate the servers (counters zeroed before each); the figure is each
+server's median round.
+
+What it does not see: what an instruction costs (cache misses, which grow with the objects a
+request keeps; the load runs see them), and the server runs about 30× slower under callgrind
+while the stub and Redis do not, so the Redis book's calls ride shorter pipelines than under a
+real load (more pipelines a request: the count is, if anything, against the Redis book).
+
+Needs ``valgrind`` (Debian's package of that name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import load, procs
+
+#: the servers it can count, and how each is started (``{stub}``, ``{state}``: URLs)
+KINDS: dict[str, list[str]] = {
+    "chain": ["-m", "benchmarks.chain", "--service", "{stub}"],
+    "flat": ["-m", "benchmarks.flat", "--serve", "--service", "{stub}"],
+    "paid": ["-m", "benchmarks.serve", "paid", "--service", "{stub}"],
+    "route": ["-m", "benchmarks.serve", "route", "--service", "{stub}"],
+    "redis": ["-m", "benchmarks.serve", "paid", "--service", "{stub}", "--state-url", "{state}"],
+}
+#: the ratios printed, when both sides were counted: (label, side, base)
+RATIOS = (
+    ("paid endpoint / the chain", "paid", "chain"),
+    ("middleware route / the chain", "route", "chain"),
+    ("the rules, flat / the chain", "flat", "chain"),
+    ("paid endpoint / the rules, flat", "paid", "flat"),
+    ("stateUrl (Redis) / in-process book", "redis", "paid"),
+)
+TOKEN = "bench-token"
+CLIENTS = 32
+
+
+@dataclass
+class Counted:
+    """One server under callgrind: where its counts go, and each round's Ir per request."""
+
+    kind: str
+    url: str
+    pid: int
+    out: Path
+    rounds: list[float]
+
+
+def read_total(path: Path) -> int:
+    """The instructions a callgrind dump counted (its ``totals:`` line, else ``summary:``)."""
+    found: dict[str, int] = {}
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            for tag in ("totals:", "summary:"):
+                if line.startswith(tag):
+                    found[tag] = int(line.split()[1])
+    if not found:
+        raise ValueError(f"{path} has no totals or summary line: not a callgrind dump")
+    return found.get("totals:", found.get("summary:", 0))
+
+
+def newest_dump(out: Path) -> Path:
+    """The newest of callgrind's dumps of ``out`` (``out.1``, ``out.2``, … one per dump)."""
+    dumps = [p for p in out.parent.glob(out.name + ".*") if p.suffix[1:].isdigit()]
+    if not dumps:
+        raise RuntimeError(f"callgrind wrote no dump beside {out}")
+    return max(dumps, key=lambda p: int(p.suffix[1:]))
+
+
+def _control(pid: int, *flags: str) -> None:
+    subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True)
+
+
+def count_round(server: Counted, secs: float) -> float:
+    """Zero the counters, count ``secs`` of load at :data:`CLIENTS` clients, dump: Ir a request."""
+    _control(server.pid, "-z")
+    _control(server.pid, "-i", "on")
+    result = load.load(server.url, TOKEN, CLIENTS, secs)
+    _control(server.pid, "-i", "off")
+    _control(server.pid, "-d")
+    answered = result.requests - result.errors
+    if answered <= 0:
+        raise RuntimeError(f"{server.kind} answered no request under callgrind")
+    return read_total(newest_dump(server.out)) / answered
+
+
+def start(kind: str, stack: ExitStack, folder: Path, stub: str, state: str | None) -> Counted:
+    """``kind``'s server under callgrind (counting off), warmed without counting."""
+    out = folder / f"callgrind-{kind}.out"
+    prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+    prefix += [f"--callgrind-out-file={out}", "--dump-line=no", "--compress-strings=no"]
+    args = [a.format(stub=stub, state=state or "") for a in KINDS[kind]]
+    ready = stack.enter_context(procs.spawn(args, prefix=prefix))
+    server = Counted(kind, str(ready["url"]), int(ready["pid"]), out, [])
+    load.load(server.url, TOKEN, 4, 2.0)  # every pool and cache warm, uncounted
+    return server
+
+
+def measure(kinds: list[str], rounds: int, secs: float) -> dict[str, Counted]:
+    """Each kind's Ir per answered request in ``rounds`` alternating rounds of ``secs``."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="svc-ir-") as tmp:
+        stub = str(stack.enter_context(procs.spawn(["-m", "benchmarks.chain", "--stub"]))["url"])
+        state = stack.enter_context(procs.redis_server()) if "redis" in kinds else None
+        servers = [start(k, stack, Path(tmp), stub + "/api/v1", state) for k in kinds]
+        for _ in range(rounds):
+            for server in servers:
+                server.rounds.append(count_round(server, secs))
+        return {server.kind: server for server in servers}
+
+
+def ratios(counted: dict[str, Counted]) -> Iterator[tuple[str, float, float, float]]:
+    """(label, median ratio, lowest, highest round's ratio) for each of :data:`RATIOS` counted."""
+    for label, side, base in RATIOS:
+        if side in counted and base in counted:
+            pairs = [s / b for s, b in zip(counted[side].rounds, counted[base].rounds, strict=True)]
+            yield label, statistics.median(pairs), min(pairs), max(pairs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
+    parser.add_argument("kinds", nargs="*", default=list(KINDS), help=f"of {list(KINDS)}")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--secs", type=float, default=20.0, help="load per round, counted")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"unknown kind(s) {unknown}: choose from {list(KINDS)}")
+    counted = measure(args.kinds, args.rounds, args.secs)
+    for kind, server in counted.items():
+        shown = ", ".join(f"{v / 1e6:.3f}" for v in server.rounds)
+        median = statistics.median(server.rounds) / 1e6
+        print(f"  {kind:<6} {median:6.3f} M instructions a request (rounds: {shown})")
+    for label, median, low, high in ratios(counted):
+        print(f"  {label:<36} {median:.3f}x ({low:.3f}-{high:.3f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
