@@ -37,34 +37,51 @@ def chain_envelope(plan_id: str, url: str) -> dict[str, Any]:
     return wire
 
 
-def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Application:
-    """``POST /agent``: verify, the default agent, settle; the agent's JSON back."""
+def facilitator_headers(secret: str) -> dict[str, str]:
+    """The headers the plugin's transport sends the facilitator (the whole key as bearer)."""
     from svc_gateway.config import DEFAULT_API_VERSION
-    from svc_gateway.selling.handlers import default_handler
 
-    base = service.rstrip("/")
-    verify_url, settle_url = f"{base}/x402/verify", f"{base}/x402/settle"
-    secret = key or fake_key()  # the whole key, as the plugin's transport sends it
-    headers = {
+    return {
         "Accept": "application/json",
         "Content-Type": "application/json",
         "Service-Version": DEFAULT_API_VERSION,
         "Authorization": f"Bearer {secret}",
     }
-    state: dict[str, Any] = {}
+
+
+def pooled_client(app: web.Application) -> dict[str, aiohttp.ClientSession]:
+    """One pooled client for ``app`` (the plugin's pool size, no cookie jar), as
+    ``held["session"]`` from when it starts until it stops."""
+    held: dict[str, aiohttp.ClientSession] = {}
 
     async def start(app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
-        state["session"] = aiohttp.ClientSession(
+        held["session"] = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar()
         )
 
     async def stop(app: web.Application) -> None:
-        await state["session"].close()
+        await held["session"].close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return held
+
+
+def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Application:
+    """``POST /agent``: verify, the default agent, settle; the agent's JSON back."""
+    from svc_gateway.selling.handlers import default_handler
+
+    base = service.rstrip("/")
+    verify_url, settle_url = f"{base}/x402/verify", f"{base}/x402/settle"
+    headers = facilitator_headers(key or fake_key())
+    state: dict[str, Any] = {}
+    app = web.Application()
+    client = pooled_client(app)
 
     async def post(url: str, body: dict[str, Any]) -> Any:
         data = json.dumps(body, separators=(",", ":")).encode()
-        async with state["session"].post(url, data=data, headers=headers) as response:
+        async with client["session"].post(url, data=data, headers=headers) as response:
             return json.loads(await response.read())
 
     async def agent(request: web.Request) -> web.Response:
@@ -79,9 +96,6 @@ def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Applica
         await post(settle_url, {**body, "agentRequestId": verdict["agentRequestId"]})
         return web.json_response(answer)
 
-    app = web.Application()
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
     app.router.add_post(AGENT_PATH, agent)
     return app
 

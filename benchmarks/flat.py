@@ -35,7 +35,7 @@ import aiohttp
 from aiohttp import web
 
 from . import floor, load, procs
-from .chain import POOL_SIZE, chain_envelope
+from .chain import chain_envelope, facilitator_headers, pooled_client
 from .serve import AGENT_PATH, STUB_PLAN_ID, fake_key, serve_app
 
 #: the flow's token shape and size (``selling.flow.admission``)
@@ -50,19 +50,15 @@ COUNTS = web.AppKey("counts", dict[str, int])
 
 def flat_app(service: str, plan_id: str) -> web.Application:
     """``POST /agent`` with the paid endpoint's rules inline (see the module's docstring)."""
-    from svc_gateway.config import DEFAULT_API_VERSION
     from svc_gateway.encoding import facilitator_body
     from svc_gateway.selling.handlers import default_handler
 
     base = service.rstrip("/")
     verify_url, settle_url = f"{base}/x402/verify", f"{base}/x402/settle"
-    headers = {
-        "Accept": "application/json",
-        "Content-Type": "application/json",
-        "Service-Version": DEFAULT_API_VERSION,
-        "Authorization": f"Bearer {fake_key()}",
-    }
+    headers = facilitator_headers(fake_key())
     state: dict[str, Any] = {}
+    app = web.Application()
+    client = pooled_client(app)
     #: plan → (expires at, smallest price, largest price)
     facts = {plan_id: (time.monotonic() + 3600.0, 1, 100)}
     #: (plan, payer) → [balance (None: not known yet), credits in flight]
@@ -73,17 +69,8 @@ def flat_app(service: str, plan_id: str) -> web.Application:
     counts = {"verified": 0, "settled": 0, "answered": 0, "refused": 0}
     claims = itertools.count(1)
 
-    async def start(app: web.Application) -> None:
-        connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
-        state["session"] = aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar()
-        )
-
-    async def stop(app: web.Application) -> None:
-        await state["session"].close()
-
     async def post(url: str, data: bytes) -> dict[str, Any]:
-        async with state["session"].post(
+        async with client["session"].post(
             url, data=data, headers=headers, timeout=EXCHANGE
         ) as answer:
             raw = await answer.read()
@@ -175,9 +162,6 @@ def flat_app(service: str, plan_id: str) -> web.Application:
         counts["answered"] += 1
         return response
 
-    app = web.Application()
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
     app.router.add_post(AGENT_PATH, agent)
     app[COUNTS] = counts
     return app

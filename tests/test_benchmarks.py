@@ -108,7 +108,8 @@ async def test_stub_facilitator_answers_shapes_the_plugin_accepts() -> None:
         assert (await plan.json())["id"] == "77"
 
 
-async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -> None:
+def path_counting_stub() -> tuple[web.Application, list[str]]:
+    """The stub facilitator, and the path of every request it is sent, in order."""
     seen: list[str] = []
 
     @web.middleware
@@ -118,6 +119,11 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -
 
     stub = stub_app()
     stub.middlewares.append(count)
+    return stub, seen
+
+
+async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -> None:
+    stub, seen = path_counting_stub()
     async with TestServer(stub, host="127.0.0.1") as facilitator:
         chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
         async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
@@ -131,16 +137,8 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -
 
 async def test_the_flat_rules_charge_like_the_paid_endpoint() -> None:
     """The measuring stick keeps the rules it claims to: no token, no call; one verify and one
-    settle per answer; the receipt and ``private`` on the answer; the book learns the balance."""
-    seen: list[str] = []
-
-    @web.middleware
-    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
-        seen.append(request.path)
-        return await handler(request)
-
-    stub = stub_app()
-    stub.middlewares.append(count)
+    settle per answer; the receipt and ``private`` on the answer; every request counted."""
+    stub, seen = path_counting_stub()
     async with TestServer(stub, host="127.0.0.1") as facilitator:
         flat = flat_app(str(facilitator.make_url("/api/v1")), "1001")
         async with TestClient(TestServer(flat, host="127.0.0.1")) as client:
