@@ -50,6 +50,9 @@ RATIOS = (
 )
 TOKEN = "bench-token"
 CLIENTS = 32
+#: coverage.py's variables that switch its tracer on in a child (``patch = ["subprocess"]``):
+#: a counted server runs without it, or the tracer is what is counted
+UNTRACED = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START", "COVERAGE_RUN")
 
 
 @dataclass
@@ -107,7 +110,7 @@ def start(kind: str, stack: ExitStack, folder: Path, stub: str, state: str | Non
     prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
     prefix += [f"--callgrind-out-file={out}", "--dump-line=no", "--compress-strings=no"]
     args = [a.format(stub=stub, state=state or "") for a in KINDS[kind]]
-    ready = stack.enter_context(procs.spawn(args, prefix=prefix))
+    ready = stack.enter_context(procs.spawn(args, prefix=prefix, drop=UNTRACED))
     server = Counted(kind, str(ready["url"]), int(ready["pid"]), out, [])
     load.load(server.url, TOKEN, 4, 2.0)  # every pool and cache warm, uncounted
     return server

@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_SECS = 60.0
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This checkout's code wins over any installed copy, in every child."""
-    env = dict(os.environ)
+def child_env(extra: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This checkout's code wins over any installed copy, in every child (without the
+    variables named in ``drop``)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     # SVC_BENCH_PLUGIN: another tree's plugin/ (a ``git archive`` of an older commit), to
     # measure a before and an after with the same benchmarks
     paths = [env.get("SVC_BENCH_PLUGIN") or str(ROOT / "plugin"), str(ROOT)]
@@ -88,9 +89,11 @@ def spawn(
     env: dict[str, str] | None = None,
     prefix: list[str] | None = None,
     cpus: set[int] | None = None,
+    drop: tuple[str, ...] = (),
 ) -> Iterator[dict[str, Any]]:
     """Run ``python <args>`` (behind ``prefix``, a profiler's command line, when given; on
-    ``cpus`` from its first instruction when given); yield its ready line; stop it afterwards.
+    ``cpus`` from its first instruction when given; without the environment variables in
+    ``drop``); yield its ready line; stop it afterwards.
 
     stderr goes to a file, never a pipe: a chatty server blocks once a pipe it writes to is
     full, and its tail is shown when the server fails to start.
@@ -101,7 +104,7 @@ def spawn(
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
-            env=child_env(env),
+            env=child_env(env, drop),
             cwd=ROOT,
             preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
