@@ -24,9 +24,7 @@ import argparse
 import asyncio
 import base64
 import hashlib
-import itertools
 import json
-import re
 import time
 from contextlib import ExitStack
 from typing import Any
@@ -38,11 +36,6 @@ from . import floor, load, procs
 from .chain import chain_envelope, facilitator_headers, pooled_client
 from .serve import AGENT_PATH, STUB_PLAN_ID, fake_key, serve_app
 
-#: the flow's token shape and size (``selling.flow.admission``)
-TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
-MAX_TOKEN_CHARS = 16384
-MAX_BODY = 64 * 1024
-HANDLER_SECS = 120.0
 EXCHANGE = aiohttp.ClientTimeout(total=10.0)
 #: the app's counters (verified, settled, answered, refused)
 COUNTS = web.AppKey("counts", dict[str, int])
@@ -50,8 +43,13 @@ COUNTS = web.AppKey("counts", dict[str, int])
 
 def flat_app(service: str, plan_id: str) -> web.Application:
     """``POST /agent`` with the paid endpoint's rules inline (see the module's docstring)."""
+    from svc_gateway.config import PluginConfig
     from svc_gateway.encoding import facilitator_body
+    from svc_gateway.selling.flow.admission import MAX_TOKEN_CHARS, TOKEN_RE
     from svc_gateway.selling.handlers import default_handler
+
+    config = PluginConfig.model_validate({})  # the flow's default body size and deadline
+    max_body, handler_secs = config.max_body_bytes, config.handler_timeout_secs
 
     base = service.rstrip("/")
     verify_url, settle_url = f"{base}/x402/verify", f"{base}/x402/settle"
@@ -67,7 +65,6 @@ def flat_app(service: str, plan_id: str) -> web.Application:
     replays: dict[str, tuple[str, web.Response]] = {}
     single_use: dict[str, bool] = {}
     counts = {"verified": 0, "settled": 0, "answered": 0, "refused": 0}
-    claims = itertools.count(1)
 
     async def post(url: str, data: bytes) -> dict[str, Any]:
         async with client["session"].post(
@@ -91,7 +88,7 @@ def flat_app(service: str, plan_id: str) -> web.Application:
         if request.content_type != "application/json":
             return web.json_response({"error": "send JSON"}, status=415)
         body = await request.read()
-        if len(body) > MAX_BODY:
+        if len(body) > max_body:
             return web.json_response({"error": "body too large"}, status=413)
         data = json.loads(body)
         prompt = data.get("prompt") if isinstance(data, dict) else None
@@ -125,9 +122,8 @@ def flat_app(service: str, plan_id: str) -> web.Application:
         if account[0] is not None and account[0] - account[1] < amount and account[1]:
             return refuse("insufficient credits")
         account[1] += amount
-        next(claims)
         try:
-            async with asyncio.timeout(HANDLER_SECS):
+            async with asyncio.timeout(handler_secs):
                 answer = await default_handler(data)
             transport = request.transport
             if transport is None or transport.is_closing():
