@@ -4,7 +4,10 @@ A bare aiohttp handler that makes exactly the paid endpoint's two facilitator ca
 ``x402/verify`` and ``x402/settle`` payloads, the same headers, one pooled client, the same stub
 facilitator) around the default agent, and does nothing else: no admission book, no stats, no
 tracing, no receipt, no replay cache, no deadlines, no retries. The paid endpoint and the route
-middleware are reported as a ratio of it (``python -m benchmarks --only chain``).
+middleware are reported as a ratio of it (``python -m benchmarks --only chain``). With
+``--middleware`` the same two calls are made by an aiohttp middleware around the bare route
+(aiohttp's own cost of running any middleware included): the floor of a gating middleware,
+counted beside the route middleware by ``python -m benchmarks.instructions``.
 """
 
 from __future__ import annotations
@@ -68,8 +71,13 @@ def pooled_client(app: web.Application) -> dict[str, aiohttp.ClientSession]:
     return held
 
 
-def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Application:
-    """``POST /agent``: verify, the default agent, settle; the agent's JSON back."""
+def chain_app(
+    service: str, plan_id: str, key: str | None = None, *, middleware: bool = False
+) -> web.Application:
+    """``POST /agent``: verify, the default agent, settle; the agent's JSON back. With
+    ``middleware``, the floor of a gating middleware: the same two calls made by an aiohttp
+    middleware around a route whose handler is the bare one (the request's JSON in, the
+    default agent, its JSON out), as :func:`benchmarks.serve.route_app` sells it."""
     from svc_gateway.selling.handlers import default_handler
 
     base = service.rstrip("/")
@@ -84,19 +92,36 @@ def chain_app(service: str, plan_id: str, key: str | None = None) -> web.Applica
         async with client["session"].post(url, data=data, headers=headers) as response:
             return json.loads(await response.read())
 
-    async def agent(request: web.Request) -> web.Response:
-        data = await request.json()
+    def payment(request: web.Request) -> dict[str, Any]:
         token = request.headers.get("payment-signature", "")
         required = state.get("envelope")
         if required is None:
             required = state["envelope"] = chain_envelope(plan_id, str(request.url))
-        body = {"paymentRequired": required, "x402AccessToken": token, "maxAmount": "1"}
+        return {"paymentRequired": required, "x402AccessToken": token, "maxAmount": "1"}
+
+    async def agent(request: web.Request) -> web.Response:
+        data = await request.json()
+        body = payment(request)
         verdict = await post(verify_url, body)
         answer = await default_handler(data)
         await post(settle_url, {**body, "agentRequestId": verdict["agentRequestId"]})
         return web.json_response(answer)
 
-    app.router.add_post(AGENT_PATH, agent)
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        body = payment(request)
+        verdict = await post(verify_url, body)
+        response = await handler(request)
+        await post(settle_url, {**body, "agentRequestId": verdict["agentRequestId"]})
+        return response
+
+    async def route(request: web.Request) -> web.Response:
+        data = await request.json()
+        return web.json_response(await default_handler(data))
+
+    if middleware:
+        app.middlewares.append(gate)
+    app.router.add_post(AGENT_PATH, route if middleware else agent)
     return app
 
 
@@ -145,13 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stub", action="store_true", help="serve the counting stub facilitator instead"
     )
+    parser.add_argument(
+        "--middleware", action="store_true", help="the two calls made by a middleware"
+    )
     args = parser.parse_args(argv)
     if args.stub:
         asyncio.run(serve_app(counted_stub_app()))
         return 0
     if not args.service:
         parser.error("the chain needs --service")
-    asyncio.run(serve_app(chain_app(args.service, args.plan), AGENT_PATH))
+    app = chain_app(args.service, args.plan, middleware=args.middleware)
+    asyncio.run(serve_app(app, AGENT_PATH))
     return 0
 
 

@@ -35,6 +35,7 @@ from . import load, procs
 #: the servers it can count, and how each is started (``{stub}``, ``{state}``: URLs)
 KINDS: dict[str, list[str]] = {
     "chain": ["-m", "benchmarks.chain", "--service", "{stub}"],
+    "chain-mw": ["-m", "benchmarks.chain", "--middleware", "--service", "{stub}"],
     "flat": ["-m", "benchmarks.flat", "--serve", "--service", "{stub}"],
     "paid": ["-m", "benchmarks.serve", "paid", "--service", "{stub}"],
     "route": ["-m", "benchmarks.serve", "route", "--service", "{stub}"],
@@ -44,6 +45,8 @@ KINDS: dict[str, list[str]] = {
 RATIOS = (
     ("paid endpoint / the chain", "paid", "chain"),
     ("middleware route / the chain", "route", "chain"),
+    ("the chain as a middleware / the chain", "chain-mw", "chain"),
+    ("middleware route / the chain as a middleware", "route", "chain-mw"),
     ("the rules, flat / the chain", "flat", "chain"),
     ("paid endpoint / the rules, flat", "paid", "flat"),
     ("stateUrl (Redis) / in-process book", "redis", "paid"),
@@ -151,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     for kind, server in counted.items():
         shown = ", ".join(f"{v / 1e6:.3f}" for v in server.rounds)
         median = statistics.median(server.rounds) / 1e6
-        print(f"  {kind:<6} {median:6.3f} M instructions a request (rounds: {shown})")
+        print(f"  {kind:<8} {median:6.3f} M instructions a request (rounds: {shown})")
     for label, median, low, high in ratios(counted):
-        print(f"  {label:<36} {median:.3f}x ({low:.3f}-{high:.3f}x)")
+        print(f"  {label:<46} {median:.3f}x ({low:.3f}-{high:.3f}x)")
     return 0
 
 

@@ -122,16 +122,21 @@ def path_counting_stub() -> tuple[web.Application, list[str]]:
     return stub, seen
 
 
-async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request() -> None:
+@pytest.mark.parametrize("middleware", [False, True], ids=["handler", "middleware"])
+async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request(
+    middleware: bool,
+) -> None:
     stub, seen = path_counting_stub()
     async with TestServer(stub, host="127.0.0.1") as facilitator:
-        chain = chain_app(str(facilitator.make_url("/api/v1")), "1001")
+        chain = chain_app(str(facilitator.make_url("/api/v1")), "1001", middleware=middleware)
+        assert len(chain.middlewares) == middleware  # the floor of a gate is a middleware
         async with TestClient(TestServer(chain, host="127.0.0.1")) as client:
             for _ in range(3):
                 answer = await client.post(
                     "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
                 )
                 assert answer.status == 200
+                assert (await answer.json())["echo"] == "hi"  # the default agent answered
     assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 3
 
 

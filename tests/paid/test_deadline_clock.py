@@ -20,10 +20,9 @@ async def test_a_passed_deadline_raises_timeout_and_says_it_expired() -> None:
     deadlines = Deadlines()
     deadline = deadlines(0.05)
     reached = False
-    with pytest.raises(TimeoutError):
-        async with deadline:
-            await asyncio.sleep(5)
-            reached = True
+    with pytest.raises(TimeoutError), deadline:
+        await asyncio.sleep(5)
+        reached = True
     assert deadline.expired()
     assert not reached
     task = asyncio.current_task()
@@ -32,7 +31,7 @@ async def test_a_passed_deadline_raises_timeout_and_says_it_expired() -> None:
 
 async def test_a_block_done_in_time_is_untouched() -> None:
     deadline = Deadlines()(5)
-    async with deadline:
+    with deadline:
         await asyncio.sleep(0)
     assert not deadline.expired()
     await asyncio.sleep(0.01)
@@ -46,7 +45,7 @@ async def test_a_cancellation_from_outside_passes_through_as_cancelled() -> None
     async def body() -> None:
         deadline = deadlines(5)
         seen.append(deadline)
-        async with deadline:
+        with deadline:
             await asyncio.sleep(5)
 
     task = asyncio.create_task(body())
@@ -65,7 +64,7 @@ async def test_an_outside_cancel_at_the_same_time_as_the_deadline_stays_a_cancel
     async def body() -> None:
         deadline = deadlines(0.02)
         seen.append(deadline)
-        async with deadline:
+        with deadline:
             started.set()
             try:
                 await asyncio.sleep(5)
@@ -91,7 +90,7 @@ async def test_many_deadlines_of_one_length_share_one_timer_and_fire_in_order() 
     async def body(i: int) -> None:
         nonlocal entered
         try:
-            async with deadlines(0.05):
+            with deadlines(0.05):
                 entered += 1
                 if entered == 50:
                     all_in.set()
@@ -111,7 +110,7 @@ async def test_many_deadlines_of_one_length_share_one_timer_and_fire_in_order() 
 async def test_finished_deadlines_are_not_kept() -> None:
     deadlines = Deadlines()
     for _ in range(1000):
-        async with deadlines(30):
+        with deadlines(30):
             pass
     clock = next(iter(deadlines._clocks.values()))
     assert len(clock) <= 1  # the last one, dropped when the next enters
@@ -120,24 +119,22 @@ async def test_finished_deadlines_are_not_kept() -> None:
 async def test_a_long_request_does_not_keep_later_finished_ones_past_their_length() -> None:
     clock = Clock(asyncio.get_running_loop(), 0.05)
     slow = Deadline(clock)
-    with pytest.raises(TimeoutError):
-        async with slow:
-            for _ in range(100):
-                async with Deadline(clock):
-                    pass
-            assert len(clock) == 101  # behind the live one at the front
-            await asyncio.sleep(5)
+    with pytest.raises(TimeoutError), slow:
+        for _ in range(100):
+            with Deadline(clock):
+                pass
+        assert len(clock) == 101  # behind the live one at the front
+        await asyncio.sleep(5)
     assert slow.expired()
     assert len(clock) == 0  # the timer swept the finished ones with it
 
 
 async def test_a_deadline_is_entered_once() -> None:
     deadline = Deadlines()(5)
-    async with deadline:
+    with deadline:
         pass
-    with pytest.raises(RuntimeError, match="once"):
-        async with deadline:
-            pass
+    with pytest.raises(RuntimeError, match="once"), deadline:
+        pass
 
 
 def test_each_loop_gets_its_own_clock() -> None:
@@ -146,7 +143,7 @@ def test_each_loop_gets_its_own_clock() -> None:
     async def one() -> bool:
         deadline = deadlines(0.01)
         try:
-            async with deadline:
+            with deadline:
                 await asyncio.sleep(1)
         except TimeoutError:
             return deadline.expired()
@@ -164,9 +161,8 @@ def test_a_deadline_outside_a_task_is_refused() -> None:
     refused: list[str] = []
 
     def callback() -> None:
-        entering = deadlines(1).__aenter__()
         try:
-            entering.send(None)
+            deadlines(1).__enter__()
         except RuntimeError as exc:
             refused.append(str(exc))
         loop.stop()
@@ -181,10 +177,9 @@ async def test_many_lengths_start_afresh_and_every_deadline_still_fires() -> Non
     deadlines = Deadlines()
     first = deadlines(0.05)  # its clock is dropped from the table below, its timer is not
     for i in range(CLOCKS_KEPT):
-        async with deadlines(10 + i):
+        with deadlines(10 + i):
             pass
     assert len(deadlines._clocks) == 1  # the table was full: started afresh
-    with pytest.raises(TimeoutError):
-        async with first:
-            await asyncio.sleep(5)
+    with pytest.raises(TimeoutError), first:
+        await asyncio.sleep(5)
     assert first.expired()

@@ -37,8 +37,9 @@ TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
 #: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
 ENVELOPES_KEPT = 64
 
-#: the plan's facts for a plan id (raises on a service outage)
-FactsFn = Callable[[str], Awaitable[PlanFacts]]
+#: the plan's facts for a plan id: the cached ones as they are, else a read to await (which
+#: raises on a service outage)
+FactsFn = Callable[[str], PlanFacts | Awaitable[PlanFacts]]
 
 
 def token_payer(token: str) -> str | None:
@@ -89,7 +90,8 @@ class Admitter:
         """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
         refusals = self.refusals
         try:
-            facts = self.override(await self.facts(plan_id), request)
+            found = self.facts(plan_id)
+            facts = self.override(found if isinstance(found, PlanFacts) else await found, request)
         except OUTAGE_ERRORS as exc:
             return refusals.unavailable(exc, "read the plan")
         if trace.enabled:
@@ -175,7 +177,8 @@ class Admitter:
         cannot say (an outage, this gateway's own key): an unknown payer is no payer."""
         if not token or len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
             return None
-        facts = await self.facts(plan_id)
+        found = self.facts(plan_id)
+        facts = found if isinstance(found, PlanFacts) else await found
         amount = facts.clamp(1)
         envelope = self.envelope(facts, agent_id, url, description=description, amount=amount)
         try:

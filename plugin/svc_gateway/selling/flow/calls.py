@@ -4,9 +4,9 @@ the flow: the admission makes a :class:`PaidCall`, the settler and the refusals 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any
 
+from ...records import record
 from ...service.models import PaymentRequirement, SettleResult
 from ..state.book import Admission
 
@@ -18,7 +18,7 @@ class Settled(enum.Enum):
     LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
 
 
-@dataclass(frozen=True)
+@record
 class SettleOutcome:
     kind: Settled
     reason: str = ""
@@ -26,7 +26,7 @@ class SettleOutcome:
     result: SettleResult | None = None
 
 
-@dataclass(frozen=True)
+@record
 class PaidCall:
     """What a verified, admitted request carries to settle."""
 

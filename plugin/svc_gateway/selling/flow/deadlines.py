@@ -11,7 +11,9 @@ and a request's deadline costs an append and a flag.
 :class:`Deadline` behaves as ``asyncio.timeout(secs)`` does for the task that enters it: when
 it passes, the task is cancelled and the ``CancelledError`` leaving the block becomes
 ``TimeoutError`` (unless someone else cancelled the task too); :meth:`Deadline.expired` says
-which; a cancellation from outside passes through untouched.
+which; a cancellation from outside passes through untouched. Unlike ``asyncio.timeout`` it is
+a plain context manager (``with deadline:`` inside a coroutine): entering and leaving it await
+nothing, so they are plain calls, not two coroutines made and run per request.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ CLOCKS_KEPT = 16
 
 
 class Deadline:
-    """``async with deadlines(secs):`` — one request's deadline (entered once)."""
+    """``with deadlines(secs):`` — one request's deadline (entered once, inside a task)."""
 
     __slots__ = ("_cancelling", "_clock", "_state", "_task", "when")
 
@@ -43,7 +45,7 @@ class Deadline:
         """Whether it passed and turned the block's cancellation into ``TimeoutError``."""
         return self._state == EXPIRED
 
-    async def __aenter__(self) -> Deadline:
+    def __enter__(self) -> Deadline:
         if self._state != -1:
             raise RuntimeError("a Deadline is entered once")
         task = asyncio.current_task()
@@ -55,7 +57,7 @@ class Deadline:
         self._clock.enter(self)
         return self
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,

@@ -129,7 +129,8 @@ class PaidFlow:
         self.worker = Worker(core, self._stats, self.refusals, self.deadlines)
         self.admitter = Admitter(
             core,
-            facts=lambda plan_id: self.facts(plan_id),  # late-bound: a test may swap flow.facts
+            # cached facts as they are (no coroutine), else the read (late-bound: tests swap it)
+            facts=lambda plan_id: self.facts_cache.peek(plan_id) or self.facts(plan_id),
             book=self._book,
             replays=self.replays,
             stats=self._stats,
@@ -312,7 +313,7 @@ class PaidFlow:
                 trace.set(plan_id=plan_id)
             budget = self.deadlines(self.core.config.paid_budget_secs)
             try:
-                async with budget:
+                with budget:
                     agent_id = (
                         self.agent_id() if request.agent_id is None else request.agent_id or None
                     )

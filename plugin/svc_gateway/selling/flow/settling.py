@@ -130,7 +130,12 @@ class Settler:
             gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
             await asyncio.shield(self._record(call, gone, queue=queue))
             raise
-        await self._record(call, outcome, queue=queue)
+        if outcome.kind is Settled.PAID:  # the usual end, without a coroutine of its own
+            closing = self._paid(call, outcome)
+            if closing is not None:
+                await closing
+        else:
+            await self._record(call, outcome, queue=queue)
         return outcome
 
     def _send(self, call: PaidCall, within: float | None) -> Awaitable[SettleResult]:
@@ -197,20 +202,24 @@ class Settler:
             return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
         return SettleOutcome(Settled.DEFERRED, reason)
 
+    def _paid(self, call: PaidCall, outcome: SettleOutcome) -> Awaitable[None] | None:
+        """Count a paid settle; the close of its claim in the book, to await (``None``: no
+        claim to close)."""
+        assert outcome.receipt is not None and outcome.result is not None
+        redeemed = outcome.result.credits_redeemed or 0  # the receipt's creditsRedeemed
+        self.stats.settled += 1
+        self.stats.credits_settled += redeemed
+        self.stats.receipts.append(outcome.receipt)
+        if self.stats.settle_queue:
+            self.kick_queue()  # the service is answering again
+        if call.admission is None:
+            return None
+        return self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
+
     async def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
+        """Record a settle that did not pay (:meth:`_paid` records one that did)."""
         plan_id = call.envelope.accepts[0].plan_id if call.envelope.accepts else "?"
         payer = call.payer or "unknown"
-        if outcome.kind is Settled.PAID:
-            assert outcome.receipt is not None and outcome.result is not None
-            redeemed = outcome.result.credits_redeemed or 0  # the receipt's creditsRedeemed
-            self.stats.settled += 1
-            self.stats.credits_settled += redeemed
-            self.stats.receipts.append(outcome.receipt)
-            if call.admission is not None:
-                await self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
-            if self.stats.settle_queue:
-                self.kick_queue()  # the service is answering again
-            return
         self.stats.settle_failures += 1
         if outcome.kind is Settled.REFUSED:
             self.stats.settle_refused += 1

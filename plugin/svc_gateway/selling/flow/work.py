@@ -73,7 +73,7 @@ class Worker:
         deadline = self.deadlines(self.core.config.handler_timeout_secs)
         named = HANDLER_PAYER.set(payer)
         try:
-            async with deadline:
+            with deadline:
                 answer = await request.work()
         except OverShare:
             return self.refusals.over_share(payer)
