@@ -98,8 +98,10 @@ class Admitter:
             trace.set(scheme=facts.scheme, network=facts.network)
         try:  # priced first: every 402 states the price (x402 ``amount``)
             credits = request.credits
-            if credits is None:  # the config's price: no coroutine to await
+            if credits is None:  # the config's price, or a fixed one: no coroutine to await
                 price = self.core.config.credits_per_request
+            elif type(credits) is int:
+                price = credits
             else:
                 price = await self.request_price(request)
             amount = facts.clamp(price)
