@@ -98,12 +98,12 @@ class Admitter:
             trace.set(scheme=facts.scheme, network=facts.network)
         try:  # priced first: every 402 states the price (x402 ``amount``)
             credits = request.credits
-            if credits is None:  # the config's price, or a fixed one: no coroutine to await
+            if credits is None:  # the config's price
                 price = self.core.config.credits_per_request
-            elif type(credits) is int:
+            elif isinstance(credits, int):  # a fixed price: no coroutine to await
                 price = credits
-            else:
-                price = await self.request_price(request)
+            else:  # the request's price function
+                price = await credits()
             amount = facts.clamp(price)
         except Exception as exc:
             log.error("the credits function failed (%s); request refused", type(exc).__name__)
@@ -222,15 +222,6 @@ class Admitter:
             scheme=request.scheme or facts.scheme,
             network=request.network or facts.network,
         )
-
-    async def request_price(self, request: PaidRequest) -> int:
-        """The credits the request asks to claim (the config's per-request price without)."""
-        credits = request.credits
-        if credits is None:
-            return self.core.config.credits_per_request
-        if isinstance(credits, int):
-            return credits
-        return await credits()
 
     def envelope(
         self,
