@@ -21,7 +21,15 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from .serve import AGENT_PATH, STUB_PLAN_ID, fake_key, serve_app, stub_app, stub_plan
+from .serve import (
+    AGENT_PATH,
+    STUB_PLAN_ID,
+    bare_handler,
+    fake_key,
+    serve_app,
+    stub_app,
+    stub_plan,
+)
 
 POOL_SIZE = 64  # the plugin's own pool size (svc_gateway.service.transport.POOL_SIZE)
 
@@ -115,13 +123,9 @@ def chain_app(
         await post(settle_url, {**body, "agentRequestId": verdict["agentRequestId"]})
         return response
 
-    async def route(request: web.Request) -> web.Response:
-        data = await request.json()
-        return web.json_response(await default_handler(data))
-
     if middleware:
         app.middlewares.append(gate)
-    app.router.add_post(AGENT_PATH, route if middleware else agent)
+    app.router.add_post(AGENT_PATH, bare_handler() if middleware else agent)
     return app
 
 

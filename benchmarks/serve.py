@@ -32,7 +32,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -191,16 +191,22 @@ def stub_app() -> web.Application:
 # -- bare handler ---------------------------------------------------------------------------
 
 
-def bare_app() -> web.Application:
-    """What the paid endpoint would cost without payments: parse JSON, run the agent."""
+def bare_handler() -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The bare handler: the request's JSON in, the default agent, its JSON out (the agent
+    imported once, not on each request)."""
     from svc_gateway.selling.handlers import default_handler
 
     async def agent(request: web.Request) -> web.Response:
         data = await request.json()
         return web.json_response(await default_handler(data))
 
+    return agent
+
+
+def bare_app() -> web.Application:
+    """What the paid endpoint would cost without payments: parse JSON, run the agent."""
     app = web.Application()
-    app.router.add_post(AGENT_PATH, agent)
+    app.router.add_post(AGENT_PATH, bare_handler())
     return app
 
 
@@ -345,16 +351,10 @@ def serve_sdk(key: str, plan_id: str) -> None:
 def route_app(service: str, key: str, plan_id: str) -> web.Application:
     """The bare handler's app with ``POST /agent`` sold by ``build_payment_app``."""
     from svc_gateway.selling import RouteConfig, build_payment_app
-    from svc_gateway.selling.handlers import default_handler
 
     settings = {"environment": "local", "baseUrl": service, "svcApiKey": key}
     app = build_payment_app({f"POST {AGENT_PATH}": RouteConfig(plan_id=plan_id)}, settings)
-
-    async def agent(request: web.Request) -> web.Response:
-        data = await request.json()
-        return web.json_response(await default_handler(data))
-
-    app.router.add_post(AGENT_PATH, agent)
+    app.router.add_post(AGENT_PATH, bare_handler())
     return app
 
 
