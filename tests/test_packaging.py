@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -47,15 +48,36 @@ def test_no_install_line_names_the_unpublished_package_alone() -> None:
     assert not bare, f"install lines without 'from a checkout': {bare}"
 
 
+#: what a copy of the checkout for a build leaves out: venvs, caches, earlier builds, git
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    ".ci-venv*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*cache",
+    ".hypothesis",
+    ".coverage*",
+    "mutants",
+)
+
+
 def test_the_package_builds_and_passes_twine_check(tmp_path: Path) -> None:
     if not (importlib.util.find_spec("build") and importlib.util.find_spec("twine")):
         pytest.skip("build and twine are not installed (the test extra has them)")
-    run = [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(tmp_path), "."]
-    subprocess.run(run, cwd=ROOT, check=True, capture_output=True, timeout=110)
-    dists = sorted(str(path) for path in tmp_path.iterdir())
+    # built from a copy: a build writes the egg-info and build/ in its tree, and CI installs the
+    # small venvs (editable, into this checkout) while the tests run
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=_NOT_SOURCE)
+    out = tmp_path / "dist"
+    run = [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), "."]
+    subprocess.run(run, cwd=tree, check=True, capture_output=True, timeout=110)
+    dists = sorted(str(path) for path in out.iterdir())
     assert len(dists) == 2, dists
     wheel = next(path for path in dists if path.endswith(".whl"))
     with zipfile.ZipFile(wheel) as archive:  # register reads the stored tool catalogue
         assert "svc_gateway/tools/tools.json" in archive.namelist()
     check = [sys.executable, "-m", "twine", "check", "--strict", *dists]
-    subprocess.run(check, cwd=ROOT, check=True, capture_output=True, timeout=60)
+    subprocess.run(check, cwd=tree, check=True, capture_output=True, timeout=60)
