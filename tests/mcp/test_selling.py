@@ -254,7 +254,7 @@ async def spend_elsewhere(market: McpMarket, token: str, uri: str) -> None:
     single use), so the server's own settle after the work is refused."""
     flow = market.server.flow
     facts = await flow.facts(market.plan_id)
-    envelope = flow._envelope(facts, market.agent_id, uri, amount=1)
+    envelope = flow.admitter.envelope(facts, market.agent_id, uri, amount=1)
     settled = await market.server.core.client().settle(envelope, token, 1, None)
     assert settled.success
 

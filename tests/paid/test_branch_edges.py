@@ -224,10 +224,10 @@ async def test_the_envelope_memo_is_bounded_and_still_names_each_agent(
     market = await make_stub_market(stub=StubService(balance=10))
     flow = market.endpoint.flow
     facts = PlanFacts.fallback(PLAN_ID, "sandbox")
-    made = [flow._envelope(facts, f"agent-{i}", market.url, amount=1) for i in range(3)]
+    made = [flow.admitter.envelope(facts, f"agent-{i}", market.url, amount=1) for i in range(3)]
     assert len(flow._envelopes) <= 2
     assert [e.accepts[0].extra["agentId"] for e in made] == ["agent-0", "agent-1", "agent-2"]
-    assert flow._envelope(facts, "agent-2", market.url, amount=1) is made[2]  # kept
+    assert flow.admitter.envelope(facts, "agent-2", market.url, amount=1) is made[2]  # kept
 
 
 async def test_a_sync_credits_function_returning_a_coroutine_is_awaited(

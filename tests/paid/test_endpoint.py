@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +332,39 @@ async def test_a_running_host_app_cannot_take_the_routes(market: Market, tmp_pat
             await asyncio.to_thread(register, gateway, store=store)
     finally:
         await runner.cleanup()
+
+
+async def test_a_paid_request_asks_asyncio_for_its_running_loop_once(
+    make_market: MarketFactory, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking asyncio for the running loop, or for the current task without naming the loop, is
+    a ``getpid`` system call (its fork check): invisible to an instruction count, a microsecond
+    or two under load. The way in asks once a request and hands the loop to the flow, which
+    hands it to its deadlines and its client lookups."""
+    market = await make_market()
+    await market.order()
+    paid = {"payment-signature": await market.token()}
+    warm = await http.post(market.endpoint.url, json={"prompt": "warm"}, headers=paid)
+    assert warm.status_code == 200
+    asked: list[str] = []
+    real_loop, real_task = asyncio.get_running_loop, asyncio.current_task
+
+    def by_plugin(what: str) -> None:
+        module = str(sys._getframe(2).f_globals.get("__name__", ""))
+        if module.startswith("svc_gateway"):
+            asked.append(f"{module}: {what}")
+
+    def get_running_loop() -> asyncio.AbstractEventLoop:
+        by_plugin("get_running_loop()")
+        return real_loop()
+
+    def current_task(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[Any] | None:
+        if loop is None:
+            by_plugin("current_task()")
+        return real_task(loop)
+
+    monkeypatch.setattr(asyncio, "get_running_loop", get_running_loop)
+    monkeypatch.setattr(asyncio, "current_task", current_task)
+    response = await http.post(market.endpoint.url, json={"prompt": "hi"}, headers=paid)
+    assert response.status_code == 200 and "payment-response" in response.headers
+    assert asked == ["svc_gateway.selling.ways_in.http: get_running_loop()"]

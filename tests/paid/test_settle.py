@@ -299,7 +299,7 @@ async def test_an_unexpected_client_failure_at_settle_is_retried_then_queued(
             attempts += 1
             raise RuntimeError("Session is closed")
 
-    monkeypatch.setattr(core, "client", lambda: Closed())
+    monkeypatch.setattr(core, "client", lambda running=None: Closed())
     async with httpx.AsyncClient(timeout=30) as http:
         response = await post(http, market.url, make_token(PAYER), "the answer")
     assert response.status_code == 200 and "the answer" in response.text
@@ -307,7 +307,7 @@ async def test_an_unexpected_client_failure_at_settle_is_retried_then_queued(
     assert market.endpoint.stats.settle_queue == 1
     # still failing at the retry: the entry is kept, not dropped
     assert await drain(market) == 0 and market.endpoint.stats.settle_queue == 1
-    monkeypatch.setattr(core, "client", lambda: real)
+    monkeypatch.setattr(core, "client", lambda running=None: real)
     assert await drain(market) == 1
     assert market.stub.burned == 1
 

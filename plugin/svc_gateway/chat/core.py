@@ -278,9 +278,11 @@ class PluginCore:
         loop = caller_loop(self.runtime.loop)
         return loop is not None and self._loop_clients.admit(loop)
 
-    def client(self) -> ServiceClient:
+    def client(self, running: asyncio.AbstractEventLoop | None = None) -> ServiceClient:
         """The authenticated client for the running loop (the plugin's own, or a caller loop's
-        where a read-only tool runs); raises :class:`NotLoggedIn` when nobody is logged in."""
+        where a read-only tool runs); raises :class:`NotLoggedIn` when nobody is logged in.
+        ``running``: the running loop, where the caller has it (the paid flow, once a request:
+        asking asyncio costs a ``getpid`` system call)."""
         if self.session is None:
             if self.identity is not None:
                 raise NotLoggedIn(
@@ -288,7 +290,9 @@ class PluginCore:
                     hint=USER_LOGIN_HINT,
                 )
             raise NotLoggedIn()
-        if (loop := caller_loop(self.runtime.loop)) is not None:
+        own = self.runtime.loop
+        loop = caller_loop(own) if running is None else None if running is own else running
+        if loop is not None:
             return self._loop_clients.get(loop)
         if self._client is None:
             self._client = self._new_client(self.session.key)

@@ -23,6 +23,7 @@ from ..state.shared import StateUnavailable
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
+from .deadlines import Loop
 from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope, payment_deadline_secs
 from .refusals import Refusals, error_answer
 from .replay import Paid, ReplayCache
@@ -85,9 +86,15 @@ class Admitter:
         self._wires: dict[int, tuple[PaymentRequirement, bytes]] = {}
 
     async def admit(
-        self, plan_id: str, agent_id: str | None, request: PaidRequest, trace: NullTrace
+        self,
+        plan_id: str,
+        agent_id: str | None,
+        request: PaidRequest,
+        trace: NullTrace,
+        loop: Loop | None = None,
     ) -> PaidOutcome | PaidCall:
-        """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
+        """received → 402 / 503 / 502, or a verified call whose credits are claimed (``loop``:
+        the running loop, where the caller has it)."""
         refusals = self.refusals
         try:
             found = self.facts(plan_id)
@@ -134,7 +141,7 @@ class Admitter:
                 trace.set(credits_requested=amount)
             wire = self.wire_json(envelope)
             try:
-                client = self.core.client()
+                client = self.core.client(loop)
                 verdict = await client.verify(envelope, token, amount, envelope_json=wire)
             except errors.ServiceError as exc:
                 trace.fail(exc.code)

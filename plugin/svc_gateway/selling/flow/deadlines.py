@@ -24,12 +24,15 @@ from types import TracebackType
 
 ENTERED, EXITED, EXPIRING, EXPIRED = range(4)
 
+Loop = asyncio.AbstractEventLoop
+
 CLOCKS_KEPT = 16
 """(loop, length) clocks a :class:`Deadlines` keeps; more (loops come and go) starts afresh."""
 
 
 class Deadline:
-    """``with deadlines(secs):`` — one request's deadline (entered once, inside a task)."""
+    """``with deadlines(secs):`` — one request's deadline (entered once, inside a task on the
+    loop it was made for)."""
 
     __slots__ = ("_cancelling", "_clock", "_state", "_task", "when")
 
@@ -48,7 +51,7 @@ class Deadline:
     def __enter__(self) -> Deadline:
         if self._state != -1:
             raise RuntimeError("a Deadline is entered once")
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._clock.loop)  # the loop given: no pid check
         if task is None:
             raise RuntimeError("a Deadline is used inside a task")
         self._task = task
@@ -124,9 +127,11 @@ class Deadlines:
     def __init__(self) -> None:
         self._clocks: dict[tuple[asyncio.AbstractEventLoop, float], Clock] = {}
 
-    def __call__(self, secs: float) -> Deadline:
-        """A deadline ``secs`` from when it is entered, on the running loop."""
-        loop = asyncio.get_running_loop()
+    def __call__(self, secs: float, loop: Loop | None = None) -> Deadline:
+        """A deadline ``secs`` from when it is entered, on the running loop (``loop``, where
+        the caller has it: asking asyncio for it costs a ``getpid`` system call)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         clock = self._clocks.get((loop, secs))
         if clock is None:
             if len(self._clocks) >= CLOCKS_KEPT:

@@ -64,7 +64,7 @@ from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
-from .deadlines import Deadlines
+from .deadlines import Deadlines, Loop
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache, digest
@@ -203,27 +203,6 @@ class PaidFlow:
     def _envelopes(self) -> dict[tuple[Any, ...], PaymentRequirement]:
         return self.admitter.envelopes
 
-    def _envelope(
-        self,
-        facts: PlanFacts,
-        agent_id: str | None,
-        url: str,
-        *,
-        verb: str = "POST",
-        description: str | None = None,
-        mime_type: str | None = None,
-        amount: int,
-    ) -> PaymentRequirement:
-        return self.admitter.envelope(
-            facts,
-            agent_id,
-            url,
-            verb=verb,
-            description=description,
-            mime_type=mime_type,
-            amount=amount,
-        )
-
     def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
         return self.refusals.outage(exc, doing)
 
@@ -288,16 +267,20 @@ class PaidFlow:
         cannot receive)."""
         return (await self.handle(self.endpoint_request(prompt, token, url, connected))).answer
 
-    async def handle(self, request: PaidRequest, *, _span: NullTrace | None = None) -> PaidOutcome:
-        """Sell one request: admit → verify → work → settle → receipt or withhold. (With
-        tracing on, :meth:`_traced` opens the request's span and sells it through here again,
-        as ``_span``: the untraced path has no extra coroutine layer.)"""
+    async def handle(
+        self, request: PaidRequest, *, loop: Loop | None = None, _span: NullTrace | None = None
+    ) -> PaidOutcome:
+        """Sell one request: admit → verify → work → settle → receipt or withhold. ``loop``: the
+        running loop where the way in has it (asking asyncio costs a ``getpid`` system call;
+        the flow asks once a request). (With tracing on, :meth:`_traced` opens the request's
+        span and sells it through here again, as ``_span``: no extra coroutine layer untraced.)"""
+        loop = asyncio.get_running_loop() if loop is None else loop
         if _span is None:
             if self._in_flight >= self.max_in_flight:
                 return self.refusals.busy()
             trace = start_trace()
             if trace.enabled:
-                return await self._traced(request, trace)
+                return await self._traced(request, trace, loop)
             self._in_flight += 1
             self._stats.requests += 1
         else:
@@ -311,25 +294,25 @@ class PaidFlow:
                 return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
             if trace.enabled:
                 trace.set(plan_id=plan_id)
-            budget = self.deadlines(self.core.config.paid_budget_secs)
+            budget = self.deadlines(self.core.config.paid_budget_secs, loop)
             try:
                 with budget:
                     agent_id = (
                         self.agent_id() if request.agent_id is None else request.agent_id or None
                     )
-                    admitted = await self.admitter.admit(plan_id, agent_id, request, trace)
+                    admitted = await self.admitter.admit(plan_id, agent_id, request, trace, loop)
             except TimeoutError:
                 if not budget.expired():
                     raise
                 return self.refusals.unavailable(None, "verify a payment in time")
             if isinstance(admitted, PaidOutcome):
                 return admitted
-            return await self._work(admitted, request, trace)
+            return await self._work(admitted, request, trace, loop)
         finally:
             if _span is None:
                 self._in_flight -= 1
 
-    async def _traced(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+    async def _traced(self, request: PaidRequest, trace: NullTrace, loop: Loop) -> PaidOutcome:
         """:meth:`handle` inside the request's span (tracing on)."""
         self._in_flight += 1
         self._stats.requests += 1
@@ -337,7 +320,7 @@ class PaidFlow:
             with trace.request():
                 trace.set(route=request.route, http_verb=request.verb)
                 trace.set(token=abbreviate(request.token))
-                outcome = await self.handle(request, _span=trace)
+                outcome = await self.handle(request, loop=loop, _span=trace)
                 trace.set(outcome=outcome.kind.value)
                 if outcome.kind in _FAILED:
                     trace.fail(outcome.reason or outcome.kind.value)
@@ -345,13 +328,15 @@ class PaidFlow:
         finally:
             self._in_flight -= 1
 
-    async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+    async def _work(
+        self, call: PaidCall, request: PaidRequest, trace: NullTrace, loop: Loop
+    ) -> PaidOutcome:
         """verified → work done / work failed → settled / unsettled. The admission is closed on
         every path: by the settle's outcome once settling starts, else released here (also when
         the request is cancelled: a client gone, a host that cancels its handlers)."""
         settling = False
         try:
-            answer = await self.worker.run(request, call.payer)
+            answer = await self.worker.run(request, call.payer, loop)
             if not answer.ok:
                 return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
             if request.connected is not None and not request.connected():
@@ -364,9 +349,9 @@ class PaidFlow:
                 call = priced
             settling = True
             if trace.enabled:
-                outcome = await self._settle_traced(call, request, trace)
+                outcome = await self._settle_traced(call, request, trace, loop)
             else:  # no span to open: no context manager entered
-                outcome = await self.settler.settle(call, queue=request.deliver_unsettled)
+                outcome = await self.settler.settle(call, request.deliver_unsettled, loop)
         finally:
             if not settling:
                 await asyncio.shield(self.settler.release(call))
@@ -399,11 +384,11 @@ class PaidFlow:
         )
 
     async def _settle_traced(
-        self, call: PaidCall, request: PaidRequest, trace: NullTrace
+        self, call: PaidCall, request: PaidRequest, trace: NullTrace, loop: Loop
     ) -> SettleOutcome:
         """The settle inside its span, with the receipt's figures or the failure on it."""
         with trace.settlement():
-            outcome = await self.settler.settle(call, queue=request.deliver_unsettled)
+            outcome = await self.settler.settle(call, request.deliver_unsettled, loop)
             if outcome.kind is Settled.PAID:
                 assert outcome.receipt is not None
                 trace.set(

@@ -24,7 +24,8 @@ from ..state.protocols import AdmissionBook, SettleStore
 from ..state.settle_journal import SettleJournal, default_queue_path
 from ..state.settle_queue import PendingSettle
 from ..state.stats import PaidStats
-from .calls import PaidCall, Settled, SettleOutcome
+from .calls import PaidCall, Settled, SettleOutcome, answered, classify_settle_error, not_mine
+from .deadlines import Loop
 
 log = get_logger("svc_gateway.paid")
 
@@ -33,35 +34,6 @@ DRAIN_BATCH = 100
 REPLAYED_TOKEN = "BCK.X402.0059"
 #: why a settle that used up the paid budget is deferred (queued)
 OVER_BUDGET = "no answer within the paid budget"
-
-
-def classify_settle_error(exc: BaseException) -> Settled | None:
-    """What a settle exception means; ``None``: transient, worth another attempt."""
-    if isinstance(exc, errors.PaymentRequired) or (
-        isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
-    ):
-        return Settled.REFUSED
-    if isinstance(exc, errors.AuthenticationError | errors.NotLoggedIn):
-        return Settled.DEFERRED  # our own key: retried from the queue once the operator logs in
-    if isinstance(exc, errors.PermissionDenied | errors.NotFound | errors.InvalidRequest):
-        return Settled.LOST
-    return None
-
-
-def not_mine(exc: BaseException) -> bool:
-    """A 403 that is not the payer's refusal (``BCK.X402.*``): this key may not settle that
-    plan's requests ("only the owner"). A queued one stays for its owner: it is not lost."""
-    return isinstance(exc, errors.PermissionDenied) and not exc.code.startswith("BCK.X402.")
-
-
-def _answered(result: SettleResult) -> SettleOutcome:
-    """What a settle the service answered came to."""
-    if result.success:
-        return SettleOutcome(Settled.PAID, receipt=result.receipt(), result=result)
-    # the service answered and burned nothing: the payer did not pay
-    return SettleOutcome(
-        Settled.REFUSED, result.error_reason or "the service answered success: false"
-    )
 
 
 #: told how a queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``
@@ -104,7 +76,9 @@ class Settler:
         if call.admission is not None:
             await self.book.release(call.admission)
 
-    async def settle(self, call: PaidCall, *, queue: bool = True) -> SettleOutcome:
+    async def settle(
+        self, call: PaidCall, queue: bool = True, loop: Loop | None = None
+    ) -> SettleOutcome:
         """Settle within the budget; record the outcome in the stats, the book and (unless
         ``queue`` is False: the answer is then withheld) the queue.
 
@@ -118,11 +92,11 @@ class Settler:
         try:
             # the first attempt here (a coroutine layer less), its time left the whole budget
             try:
-                result = await self._send(call, budget if cap is None else min(cap, budget))
+                result = await self._send(call, budget if cap is None else min(cap, budget), loop)
             except Exception as exc:
                 outcome = await self._settle_attempts(call, cap, budget, first=exc, start=start)
             else:
-                outcome = _answered(result)
+                outcome = answered(result)
         except asyncio.CancelledError:
             # the request was cancelled with the settle sent: it may have burned, so it is
             # owed like an outage's (queued, retried on its agentRequestId), unless the answer
@@ -138,10 +112,12 @@ class Settler:
             await self._record(call, outcome, queue=queue)
         return outcome
 
-    def _send(self, call: PaidCall, within: float | None) -> Awaitable[SettleResult]:
+    def _send(
+        self, call: PaidCall, within: float | None, loop: Loop | None = None
+    ) -> Awaitable[SettleResult]:
         """One settle request for ``call``, bounded by ``within`` seconds: the client's
         coroutine itself (a plain method, so no coroutine layer of its own on the hot path)."""
-        return self.core.client().settle(
+        return self.core.client(loop).settle(
             call.envelope,
             call.token,
             call.amount,
@@ -185,7 +161,7 @@ class Settler:
                 except Exception as failed:  # a closed client, a bug: never the client's problem
                     exc = failed
                 else:
-                    return _answered(result)
+                    return answered(result)
             if isinstance(exc, errors.ServiceError):
                 reason = f"{exc.code}: {exc.message}"
                 kind = classify_settle_error(exc)

@@ -18,7 +18,7 @@ from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .deadlines import Deadlines
+from .deadlines import Deadlines, Loop
 from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
@@ -65,12 +65,14 @@ class Worker:
             amount = call.amount
         return replace(call, amount=amount)
 
-    async def run(self, request: PaidRequest, payer: str | None = None) -> Answer:
+    async def run(
+        self, request: PaidRequest, payer: str | None = None, loop: Loop | None = None
+    ) -> Answer:
         """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
         its failure gets. ``payer`` (verify's) counts against their fair share of a sync
         handler's threads; over it, 503. A cancellation from outside (the request is gone)
-        propagates."""
-        deadline = self.deadlines(self.core.config.handler_timeout_secs)
+        propagates. ``loop``: the running loop, where the caller has it."""
+        deadline = self.deadlines(self.core.config.handler_timeout_secs, loop)
         named = HANDLER_PAYER.set(payer)
         try:
             with deadline:

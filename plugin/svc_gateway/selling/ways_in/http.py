@@ -211,8 +211,9 @@ class PaidRoutes:
             connected = functools.partial(client_connected, request)
             paid = flow.endpoint_request(prompt, token, url, connected=connected)
             runtime = flow.core.runtime
-            if runtime.loop is asyncio.get_running_loop():  # the plugin's own server: no hop
-                return paid_response((await flow.handle(paid)).answer)
+            loop = asyncio.get_running_loop()  # asked once a request (a system call)
+            if runtime.loop is loop:  # the plugin's own server: no hop
+                return paid_response((await flow.handle(paid, loop=loop)).answer)
             try:
                 return paid_response(await runtime.run(self._sell(paid)))
             except RuntimeClosed:
