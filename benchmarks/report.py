@@ -59,7 +59,10 @@ class Target:
         if self.op == "abs<=" and figure.absolute:
             return f"{figure.absolute / self.bound:.1f}× over"
         if self.op == ">=" and figure.ratio:
-            return f"{self.bound / figure.ratio:.1f}× short"
+            factor = self.bound / figure.ratio
+            if factor < 1.1:  # close: "1.0× short" would say nothing
+                return f"{1 - figure.ratio / self.bound:.1%} short"
+            return f"{factor:.1f}× short"
         if self.op == "<=":
             return f"{figure.ratio / self.bound - 1:.0%} over"
         return f"off by {abs(figure.ratio - 1):.0%}"

@@ -81,12 +81,14 @@ def test_table_says_pass_or_by_how_much_a_target_is_missed() -> None:
     report.figure(Figure("fast", 600, 100), Target(">=", 3.0))
     report.figure(Figure("slow", 100, 100), Target(">=", 3.0))
     report.figure(Figure("hook", 60, 1000, absolute=60, unit="µs"), Target("abs<=", 20))
+    report.figure(Figure("close", 83.2, 100), Target(">=", 0.85))
     table = report.table()
     assert "| fast | 600.0 vs 100.0 | 6× | ≥ 3× | pass |" in table
     assert "| slow | 100.0 vs 100.0 | 1× | ≥ 3× | MISS (3.0× short) |" in table
     assert "| hook | 60.0 µs |" in table and "MISS (3.0× over)" in table
+    assert "| close | 83.2 vs 100.0 | 0.832× | ≥ 0.85× | MISS (2.1% short) |" in table
     figures = report.as_json()["figures"]
-    assert [f["pass"] for f in figures] == [True, False, False]
+    assert [f["pass"] for f in figures] == [True, False, False, False]
 
 
 def test_fake_key_is_accepted_by_the_plugin() -> None:
