@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 Closer = Callable[[], Awaitable[None]]
+#: an event loop (the plugin's own, or a caller's)
+Loop = asyncio.AbstractEventLoop
 
 log = logging.getLogger("svc_gateway.runtime")
 

@@ -290,9 +290,7 @@ class PluginCore:
                     hint=USER_LOGIN_HINT,
                 )
             raise NotLoggedIn()
-        own = self.runtime.loop
-        loop = caller_loop(own) if running is None else None if running is own else running
-        if loop is not None:
+        if (loop := caller_loop(self.runtime.loop, running)) is not None:
             return self._loop_clients.get(loop)
         if self._client is None:
             self._client = self._new_client(self.session.key)

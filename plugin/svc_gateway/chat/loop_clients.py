@@ -28,13 +28,12 @@ import weakref
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from ..runtime import RuntimeClosed
+from ..runtime import Loop, RuntimeClosed
 
 if TYPE_CHECKING:
     from ..service.client import ServiceClient
 
 S = TypeVar("S")
-Loop = asyncio.AbstractEventLoop
 
 #: Caller loops remembered at once (Hermes: one per worker thread that has called a tool).
 MAX_LOOPS = 32
@@ -206,7 +205,9 @@ def _running_loop() -> Loop | None:
         return None
 
 
-def caller_loop(plugin_loop: Loop) -> Loop | None:
-    """The running loop when it is a caller's own (not the plugin's), else ``None``."""
-    loop = _running_loop()
+def caller_loop(plugin_loop: Loop, running: Loop | None = None) -> Loop | None:
+    """The running loop when it is a caller's own (not the plugin's), else ``None``.
+    ``running``: the running loop, where the caller has it (asking asyncio for it costs a
+    ``getpid`` system call)."""
+    loop = _running_loop() if running is None else running
     return None if loop is plugin_loop else loop

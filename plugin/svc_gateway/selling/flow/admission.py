@@ -15,6 +15,7 @@ from typing import Any
 from ...chat.core import PluginCore
 from ...encoding import decode_access_token, decode_b64_json, token_authorization
 from ...redact import get_logger
+from ...runtime import Loop
 from ...service import errors
 from ...service.models import PaymentRequirement, VerifyResult
 from ..state.book import Admission, Refusal
@@ -23,7 +24,6 @@ from ..state.shared import StateUnavailable
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .deadlines import Loop
 from .plans import OUTAGE_ERRORS, PlanFacts, build_envelope, payment_deadline_secs
 from .refusals import Refusals, error_answer
 from .replay import Paid, ReplayCache

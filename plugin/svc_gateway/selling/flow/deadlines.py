@@ -22,9 +22,9 @@ import asyncio
 import collections
 from types import TracebackType
 
-ENTERED, EXITED, EXPIRING, EXPIRED = range(4)
+from ...runtime import Loop
 
-Loop = asyncio.AbstractEventLoop
+ENTERED, EXITED, EXPIRING, EXPIRED = range(4)
 
 CLOCKS_KEPT = 16
 """(loop, length) clocks a :class:`Deadlines` keeps; more (loops come and go) starts afresh."""

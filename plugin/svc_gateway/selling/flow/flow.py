@@ -47,6 +47,7 @@ from typing import Any
 
 from ...chat.core import PluginCore
 from ...encoding import b64_json, to_int
+from ...runtime import Loop
 from ...service import errors
 from ...service.models import PaymentRequirement
 from ..handlers import (
@@ -64,7 +65,7 @@ from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
-from .deadlines import Deadlines, Loop
+from .deadlines import Deadlines
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache, digest

@@ -17,6 +17,7 @@ from typing import Any
 from ...chat.core import PluginCore
 from ...encoding import to_int
 from ...redact import get_logger
+from ...runtime import Loop
 from ...service import errors
 from ...service.models import PaymentRequirement, SettleResult
 from ..state.book import Admission
@@ -25,7 +26,6 @@ from ..state.settle_journal import SettleJournal, default_queue_path
 from ..state.settle_queue import PendingSettle
 from ..state.stats import PaidStats
 from .calls import PaidCall, Settled, SettleOutcome, answered, classify_settle_error, not_mine
-from .deadlines import Loop
 
 log = get_logger("svc_gateway.paid")
 

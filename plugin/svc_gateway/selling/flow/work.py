@@ -14,11 +14,12 @@ from dataclasses import replace
 
 from ...chat.core import PluginCore
 from ...redact import get_logger
+from ...runtime import Loop
 from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .deadlines import Deadlines, Loop
+from .deadlines import Deadlines
 from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
