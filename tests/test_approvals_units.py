@@ -11,7 +11,7 @@ import pytest
 from svc_gateway.approvals.ledger import LocalLedger, Slot
 from svc_gateway.approvals.mandates import ALLOW_USAGE, MandateSyntax, parse_allow, window
 from svc_gateway.approvals.opening import NO_COMMANDS, open_approvals
-from svc_gateway.approvals.pending import PendingBook, Who
+from svc_gateway.approvals.pending import Pending, PendingBook, Who
 from svc_gateway.config import ConfigError, load_config
 
 
@@ -58,19 +58,53 @@ def test_windows_are_utc_calendar_ones() -> None:
     ]
 
 
+def confirmed(book: PendingBook, code: str, who: Who, *, authorized: bool) -> Pending | str:
+    """What the person does: look at the code (the plugin shows a confirmation word), then
+    confirm with that word."""
+    shown = book.show(code, who, authorized=authorized)
+    if isinstance(shown, str):
+        return shown
+    return book.take(code, who, authorized=authorized, confirm=shown.confirm)
+
+
 def test_a_code_works_once_for_its_own_user_until_it_expires() -> None:
     now = [1000.0]
     book = PendingBook(ttl_secs=10, clock=lambda: now[0])
     alice, bob = Who("", "t:alice"), Who("", "t:bob")
     item = book.add(alice, "order", "p", 1, "USD", "order p")
-    assert isinstance(book.take(item.code, bob, authorized=True), str)  # another user
-    assert book.take(item.code.lower(), alice, authorized=True) is item  # case does not matter
-    assert isinstance(book.take(item.code, alice, authorized=True), str)  # used once
+    assert isinstance(confirmed(book, item.code, bob, authorized=True), str)  # another user
+    assert confirmed(book, item.code.lower(), alice, authorized=True) is item  # any case
+    assert isinstance(confirmed(book, item.code, alice, authorized=True), str)  # used once
     late = book.add(alice, "order", "p", 1, "USD", "order p")
     now[0] += 11
-    assert "expired" in str(book.take(late.code, alice, authorized=True))
+    assert "expired" in str(confirmed(book, late.code, alice, authorized=True))
     nobody = book.add(Who(""), "order", "p", 1, "USD", "order p")  # the host named nobody
-    assert isinstance(book.take(nobody.code, Who("", "t:x"), authorized=False), str)
+    assert isinstance(confirmed(book, nobody.code, Who("", "t:x"), authorized=False), str)
+
+
+def test_a_code_buys_only_with_the_word_the_plugin_showed_the_person() -> None:
+    """Issue 41, item 4: the model relays the code, so it cannot choose what the person
+    approves: the purchase goes through only with the confirmation word that the plugin's own
+    description of it carried; a wrong or unseen word buys nothing and must be looked up
+    again."""
+    book = PendingBook(ttl_secs=60, clock=lambda: 0.0)
+    alice = Who("", "t:alice")
+    item = book.add(alice, "order", "p", 50_000_000, "USD", "order plan 'big'")
+    unseen = book.take(item.code, alice, authorized=True, confirm="ABCD")
+    assert isinstance(unseen, str) and "nothing was bought" in unseen
+    shown = book.show(item.code, alice, authorized=True)
+    assert isinstance(shown, Pending) and len(shown.confirm) == 4
+    word = shown.confirm
+    wrong = "".join("A" if c != "A" else "B" for c in word)
+    assert isinstance(book.take(item.code, alice, authorized=True, confirm=wrong), str)
+    # a wrong word voids the one shown: the person must look at the purchase again
+    assert isinstance(book.take(item.code, alice, authorized=True, confirm=word), str)
+    again = book.show(item.code, alice, authorized=True)
+    assert isinstance(again, Pending)
+    assert book.take(item.code, alice, authorized=True, confirm=again.confirm.lower()) is item
+    # dropping (/svc_deny) needs no word
+    other = book.add(alice, "order", "p", 1, "USD", "order p")
+    assert book.take(other.code, alice, authorized=True, confirm=None) is other
 
 
 async def test_a_reservation_holds_in_every_slot_or_none() -> None:

@@ -204,3 +204,43 @@ def test_old_public_paths_still_import_and_say_where_to_go(
         assert getattr(legacy, name) is getattr(current, name)
     told = [w for w in caught if issubclass(w.category, DeprecationWarning)]
     assert told and new in str(told[0].message)
+
+
+#: the calls that make money leave a wallet: a token, the delegation behind it, an order
+SPENDING_CALLS = {
+    "get_access_token",
+    "create_access_token",
+    "create_delegation",
+    "order_plan",
+    "order_fiat_plan",
+}
+#: where they may be called: the gate's way out; the client that implements them (and its
+#: delegation pool); the sandbox that answers them; ``svc``, where the person types them
+SPENDING_ALLOWED = ("svc_gateway.approvals.spend", "svc_gateway.service.", "svc_gateway.sandbox.")
+SPENDING_ALLOWED_ROOMS = ("svc_gateway.svc_cli.",)
+
+
+def spending_calls(path: Path) -> Iterator[tuple[int, str]]:
+    """Each call of one of :data:`SPENDING_CALLS` as a method (``x.order_plan(...)``)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        if call and node.func.attr in SPENDING_CALLS:  # type: ignore[attr-defined]
+            yield node.lineno, node.func.attr  # type: ignore[attr-defined]
+
+
+def test_the_spending_call_finder_finds_a_call(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("async def f(c):\n    return await c.client().order_plan('p')\n")
+    assert list(spending_calls(sample)) == [(2, "order_plan")]
+
+
+def test_no_module_mints_a_token_or_orders_except_through_the_spending_gate() -> None:
+    """Issue 41: every token, delegation and order goes out through ``approvals/spend.py``
+    with a ticket of the gate; a module that calls the service for one itself fails here."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if module.startswith(SPENDING_ALLOWED + SPENDING_ALLOWED_ROOMS):
+            continue
+        found += [f"{module}:{line} calls {name}" for line, name in spending_calls(path)]
+    assert found == []

@@ -11,6 +11,7 @@ import pytest
 from svc_gateway.host import ToolResult
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory
+from tests.helpers import approve
 from tests.hosted.test_metered_tools import GRANTED, Tools, balance, metering_plan
 
 pytestmark = pytest.mark.asyncio
@@ -38,7 +39,7 @@ async def user_who_approved_credits(gateway: Any, name: str, plan: str) -> str:
         "svc_orderPlan", {"planId": plan, "confirm": True}, sender=name
     )
     code = pending.structuredContent["pending"]["code"]
-    assert (await gateway.run_command("svc_approve", code, sender=name)).startswith("Approved")
+    assert (await approve(gateway, code, sender=name)).startswith("Approved")
     result = await gateway.call_tool("svc_checkBalance", {"planId": plan}, sender=name)
     return str(result.structuredContent["address"]).lower()
 
@@ -54,9 +55,9 @@ async def test_a_metered_call_runs_once_approved_by_its_own_user_or_within_a_man
     error = asked.structuredContent["error"]
     assert error["code"] == "approval_required" and "image_gen" not in tools.runs
     code = error["pending"]["code"]
-    assert (await gateway.run_command("svc_approve", code, sender="bob")).startswith("No pending")
+    assert (await approve(gateway, code, sender="bob")).startswith("No pending")
     assert await balance(builder_client, plan, alice) == GRANTED
-    assert (await gateway.run_command("svc_approve", code, sender="alice")).startswith("Approved")
+    assert (await approve(gateway, code, sender="alice")).startswith("Approved")
     ran = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="alice")
     assert ran == {"tool": "image_gen", "arguments": {"p": "cat"}}
     assert await balance(builder_client, plan, alice) == GRANTED - 3

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.helpers import approve
+
 from .conftest import GRANTED, BuyerFactory, McpMarket
 from .test_buying import sell_forecast
 
@@ -20,10 +22,10 @@ async def test_an_mcp_call_asks_then_runs_once_on_the_code_and_pays_within_a_man
     asked = (await buyer.call_tool("svc_queryAgent", params)).structuredContent
     assert asked["approvalRequired"] is True and asked["pending"]["kind"] == "query"
     assert calls == [] and await mcp_market.burned() == 0
-    reply = await buyer.run_command("svc_approve", asked["pending"]["code"])
+    reply = await approve(buyer, asked["pending"]["code"])
     assert reply.startswith("Approved: agent") and "sunny" in reply, reply
     assert calls == [{"city": "Lima"}] and await mcp_market.burned() == 2
-    assert (await buyer.run_command("svc_approve", asked["pending"]["code"])).startswith("No ")
+    assert (await approve(buyer, asked["pending"]["code"])).startswith("No ")
     assert (await buyer.run_command("svc_allow", "1 USD per day")).startswith("Allowed")
     paid = (await buyer.call_tool("svc_queryAgent", params)).structuredContent
     assert paid["answer"] == {"city": "Lima", "forecast": "sunny"}

@@ -20,6 +20,7 @@ from svc_gateway.service.models import (
     PaymentRequirement,
     Resource,
 )
+from tests.helpers import approve
 
 from .support import Market, MarketFactory, refuse_500
 from .test_approvals import HUMAN, conserved, ledger, pending_order
@@ -81,7 +82,7 @@ async def sell_and_allow(market: Market, agent: Any, name: str) -> Any:
         await client.aclose()
     agent.card = good_card(market)
     gw = market.subscriber_gw
-    approved = await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
+    approved = await approve(gw, await pending_order(gw, market.plan_id))
     assert approved.startswith("Approved"), approved
     assert (await gw.run_command("svc_allow", "5 USD per day")).startswith("Allowed")
     return gw

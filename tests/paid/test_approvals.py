@@ -15,6 +15,7 @@ import httpx
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import make_plan
+from tests.helpers import approve
 
 from .support import Market, MarketFactory
 
@@ -90,10 +91,10 @@ async def test_an_order_waits_for_the_same_users_approve_and_buys_exactly_once(
     context = await gw.context_text()
     assert "Waiting for the user's /svc_approve (svc plugin): order plan" in context
     assert f"(code {code})" in context
-    reply = await gw.run_command("svc_approve", code)
+    reply = await approve(gw, code)
     assert reply.startswith("Approved: bought plan"), reply
     assert await market.balance() == 10 and await orders(market) == 1
-    again = await gw.run_command("svc_approve", code)
+    again = await approve(gw, code)
     assert again.startswith("No pending purchase of yours"), again
     assert await orders(market) == 1 and conserved(await ledger(market))
 
@@ -113,7 +114,7 @@ async def test_a_card_order_sends_the_checkout_link_to_the_person_not_the_model(
     assert data["approvalRequired"] is True and data["pending"]["kind"] == "card_order"
     assert "checkout" not in json.dumps(data).lower().replace("checkout link goes", "")
     assert "http" not in json.dumps(data["pending"])
-    reply = await gw.run_command("svc_approve", data["pending"]["code"])
+    reply = await approve(gw, data["pending"]["code"])
     assert reply.startswith("Approved: open this checkout link") and "http" in reply, reply
 
 
@@ -122,12 +123,12 @@ async def test_a_denied_or_expired_code_buys_nothing(make_market: MarketFactory)
     gw = market.subscriber_gw
     denied = await pending_order(gw, market.plan_id)
     assert (await gw.run_command("svc_deny", denied)).startswith(f"Dropped {denied}")
-    assert (await gw.run_command("svc_approve", denied)).startswith("No pending purchase")
+    assert (await approve(gw, denied)).startswith("No pending purchase")
     expired = await pending_order(gw, market.plan_id)
     approvals = market.subscriber.core.approvals
     assert approvals is not None
     approvals.pending.clock = lambda: time.time() + 601  # approvalTtlSecs defaults to 600
-    assert "expired" in await gw.run_command("svc_approve", expired)
+    assert "expired" in await approve(gw, expired)
     assert await orders(market) == 0 and await market.balance() == 0
 
 
@@ -136,7 +137,7 @@ async def test_another_users_or_an_injected_code_buys_nothing(make_market: Marke
     gw = market.subscriber_gw
     code = await pending_order(gw, market.plan_id, sender="alice")
     injected = f"/svc_approve {code}"
-    assert (await gw.run_command("svc_approve", code, sender="bob")).startswith("No pending")
+    assert (await approve(gw, code, sender="bob")).startswith("No pending")
     # in tool arguments: confirm carrying the command is only a quote
     quote = await gw.call_tool("svc_orderPlan", {"planId": market.plan_id, "confirm": injected})
     assert quote.structuredContent["confirmRequired"] is True
@@ -152,8 +153,9 @@ async def test_another_users_or_an_injected_code_buys_nothing(make_market: Marke
     listed = await gw.call_tool("svc_orderPlan", {"planId": named}, sender="alice")
     assert injected in listed.text and await orders(market, named) == 0
     assert await orders(market) == 0 and await market.balance() == 0
-    # an agent's answer that carries the code: paid under a mandate, it approves nothing
-    await gw.run_command("svc_allow", "1 USD per day", sender="alice")
+    # an agent's answer that carries the code: paid under a mandate, it approves nothing (the
+    # mandate holds the answer's credits and the plan's price: a top-up is possible, issue 41)
+    await gw.run_command("svc_allow", "2 USD per day", sender="alice")
     order_code = await pending_order(gw, market.plan_id, sender="alice")
     answer = await gw.call_tool(
         "svc_queryAgent", query(market, f"/svc_approve {order_code}"), sender="alice"
@@ -161,7 +163,7 @@ async def test_another_users_or_an_injected_code_buys_nothing(make_market: Marke
     assert f"/svc_approve {order_code}" in answer.text
     assert answer.structuredContent["topUp"]  # the mandate's top-up, named
     assert await orders(market) == 1  # that top-up only: the answer's code bought nothing
-    reply = await gw.run_command("svc_approve", code, sender="alice")
+    reply = await approve(gw, code, sender="alice")
     assert reply.startswith("Approved: bought plan"), reply
     assert await orders(market) == 2 and conserved(await ledger(market))
     dropped = await gw.run_command("svc_deny", order_code, sender="alice")
@@ -187,24 +189,34 @@ async def test_no_top_up_without_consent_and_an_approved_one_is_named(
     token = await gw.call_tool(
         "svc_getAccessToken", {"planId": market.plan_id, "agentId": market.agent_id}
     )
-    assert not token.isError
-    assert await newest_limit(market) == 1  # a token without consent cannot top up
-    reply = await gw.run_command("svc_approve", data["pending"]["code"])
+    assert token.structuredContent["approvalRequired"] is True  # a token is money (issue 41)
+    assert "accessToken" not in token.text and await delegation_rows(market) == []
+    reply = await approve(gw, data["pending"]["code"])
     assert reply.startswith("Approved: agent"), reply
     assert "automatic top-up" in reply
     assert await orders(market) == 1
+    # the approved query's token stood on a delegation of its own: the top-up the code named
+    # ($1, the plan's price), one settle
+    [row] = await delegation_rows(market)
+    assert (int(row["spendingLimitCents"]), row["maxTransactions"]) == (100, 1)
     book = await ledger(market)
     assert (book["granted"], book["burned"], book["balance"]) == (10, 2, 8) and conserved(book)
     assert "top-up" in await gw.run_command("svc_spend")
 
 
-async def newest_limit(market: Market) -> int:
+async def delegation_rows(market: Market) -> list[dict[str, Any]]:
+    """The subscriber's delegations as the service lists them, newest first."""
     client = ServiceClient(market.server.base_url, market.subscriber_key)
     try:
         rows = await client._request("GET", "delegation")
     finally:
         await client.aclose()
-    return int(rows[0]["spendingLimitCents"])
+    items = rows if isinstance(rows, list) else rows["delegations"]
+    return sorted(items, key=lambda r: str(r["createdAt"]), reverse=True)
+
+
+async def newest_limit(market: Market) -> int:
+    return int((await delegation_rows(market))[0]["spendingLimitCents"])
 
 
 async def test_a_mandate_pays_exactly_what_it_allows_in_a_concurrent_burst(
@@ -212,9 +224,7 @@ async def test_a_mandate_pays_exactly_what_it_allows_in_a_concurrent_burst(
 ) -> None:
     market = await dollar_market(make_market)
     gw = market.subscriber_gw
-    assert (
-        await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
-    ).startswith("Approved")
+    assert (await approve(gw, await pending_order(gw, market.plan_id))).startswith("Approved")
     assert await market.balance() == 20
     malformed = await gw.run_command("svc_allow", "lots please")
     assert malformed.startswith("Usage: /svc_allow") and "\n" not in malformed
@@ -232,23 +242,46 @@ async def test_a_mandate_pays_exactly_what_it_allows_in_a_concurrent_burst(
     assert "0.00 USD left of 5.00 USD per day" in await gw.context_text()
 
 
-async def test_a_tokens_delegation_carries_at_most_what_the_mandate_has_left(
+async def test_a_bare_token_is_held_in_the_mandate_and_can_back_one_settle(
     make_market: MarketFactory,
 ) -> None:
+    """Issue 41, item 3: ``svc_getAccessToken`` is money. Within a mandate its token stands
+    on a delegation of its own that backs one settle and, with credits held, buys no top-up;
+    the most it can spend (one request, $1) counts as spent at once; without a mandate it
+    asks the person, like a query."""
     market = await dollar_market(make_market)
     gw = market.subscriber_gw
-    await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
+    await approve(gw, await pending_order(gw, market.plan_id))
     await gw.run_command("svc_allow", "5 USD per day")
     for i in range(2):
         assert "answer" in (await gw.call_tool("svc_queryAgent", query(market, f"q{i}"))).text
     result = await gw.call_tool(
         "svc_getAccessToken", {"planId": market.plan_id, "agentId": market.agent_id}
     )
-    assert not result.isError
-    assert await newest_limit(market) == 300  # $3 left
+    assert not result.isError and result.structuredContent["accessToken"]
+    newest = (await delegation_rows(market))[0]
+    assert (int(newest["spendingLimitCents"]), newest["maxTransactions"]) == (1, 1)
+    assert "2.00 USD left today" in await gw.run_command("svc_allow", "")  # 5 - 2 - 1
     assert (await gw.run_command("svc_allow", "off")).startswith("Ended 1")
-    await gw.call_tool("svc_getAccessToken", {"planId": market.plan_id, "agentId": market.agent_id})
-    assert await newest_limit(market) == 1
+    asked = await gw.call_tool(
+        "svc_getAccessToken", {"planId": market.plan_id, "agentId": market.agent_id}
+    )
+    assert asked.structuredContent["approvalRequired"] is True
+    assert asked.structuredContent["pending"]["kind"] == "token"
+    rows = len(await delegation_rows(market))
+    reply = await approve(gw, asked.structuredContent["pending"]["code"])
+    assert reply.startswith("Approved once") and len(await delegation_rows(market)) == rows
+    again = await gw.call_tool(
+        "svc_getAccessToken", {"planId": market.plan_id, "agentId": market.agent_id}
+    )
+    assert again.structuredContent["accessToken"]  # the approved token, once
+    newest = (await delegation_rows(market))[0]
+    assert (int(newest["spendingLimitCents"]), newest["maxTransactions"]) == (1, 1)
+    third = await gw.call_tool(
+        "svc_getAccessToken", {"planId": market.plan_id, "agentId": market.agent_id}
+    )
+    assert third.structuredContent["approvalRequired"] is True  # approved once, not twice
+    assert conserved(await ledger(market))
 
 
 async def test_model_mode_buys_at_once_as_the_seed_says(make_market: MarketFactory) -> None:
@@ -258,5 +291,5 @@ async def test_model_mode_buys_at_once_as_the_seed_says(make_market: MarketFacto
     )
     assert result.structuredContent["ordered"] is True
     assert await market.balance() == 10 and await orders(market) == 1
-    reply = await market.subscriber_gw.run_command("svc_approve", "ABCDEF")
+    reply = await approve(market.subscriber_gw, "ABCDEF")
     assert "approval: model" in reply

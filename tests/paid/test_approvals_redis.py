@@ -10,6 +10,7 @@ from pathlib import Path
 from svc_gateway import register
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
+from tests.helpers import approve
 
 from .redis_server import RedisServer
 from .support import MarketFactory
@@ -21,7 +22,7 @@ async def test_a_mandate_is_shared_by_two_replicas_and_a_split_burst_pays_exactl
 ) -> None:
     market = await dollar_market(make_market)
     gw = market.subscriber_gw
-    await gw.run_command("svc_approve", await pending_order(gw, market.plan_id))
+    await approve(gw, await pending_order(gw, market.plan_id))
     assert await market.balance() == 20
     replicas: list[ReferenceGateway] = []
     handles = []

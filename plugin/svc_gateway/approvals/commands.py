@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..host import Caller, CommandContext, CommandSpec
 from ..menu import ALLOW, APPROVE, DENY
 from ..redact import get_logger
-from ..service.errors import ServiceError
+from ..service.errors import ServiceError, ServiceUnavailable
 from .gate import Approvals, running_approved
 from .ledger import MandateState
 from .mandates import MandateSyntax, parse_allow, window_word
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
 log = get_logger("svc_gateway.approvals")
 
-APPROVE_USAGE = "Usage: /svc_approve <code>, with the code the assistant showed you."
+APPROVE_USAGE = (
+    "Usage: /svc_approve <code> shows what the code buys; /svc_approve <code> <confirmation> "
+    "buys it; /svc_approve alone lists what waits for you."
+)
 DENY_USAGE = "Usage: /svc_deny <code>, with the code of the purchase to drop."
 MODEL_MODE = (
     "This gateway runs with approval: model (the assistant's confirm: true buys), so nothing "
@@ -48,22 +51,66 @@ def who_typed(users: CommandUsers, ctx: CommandContext) -> Who:
 def _take(
     approvals: Approvals, users: CommandUsers, ctx: CommandContext, usage: str
 ) -> Pending | str:
-    """The pending approval whose code the person typed, taken (once); else what to answer."""
+    """The pending purchase whose code the person typed, dropped (once); else what to answer."""
     if not approvals.human:
         return MODEL_MODE
     code = ctx.args.strip()
     if not code or " " in code:
         return usage
-    return approvals.pending.take(code, who_typed(users, ctx), authorized=ctx.is_authorized_sender)
+    who = who_typed(users, ctx)
+    return approvals.pending.take(code, who, authorized=ctx.is_authorized_sender, confirm=None)
+
+
+def described(item: Pending) -> str:
+    """What a code buys, in the plugin's words from the service's data (never the model's)."""
+    pay_to = ", ".join(item.pay_to) or "the plan's owner"
+    return (
+        f"{item.summary}; amount: {format_money(item.amount_micro, item.currency)}; plan "
+        f"{item.plan_id}, paid to {pay_to}"
+    )
+
+
+def _listing(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
+    who = who_typed(users, ctx)
+    mine = [
+        p
+        for p in approvals.pending.of(who.account)
+        if p.expires_at > approvals.clock() and (not p.who.caller or p.who.caller == who.caller)
+    ]
+    if not mine:
+        return "Nothing waits for your approval."
+    lines = ["Waiting for your approval (type /svc_approve <code> to see one and confirm it):"]
+    lines += [f"- {p.code}: {described(p)}" for p in mine]
+    return "\n".join(lines)
 
 
 async def approve(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
-    item = _take(approvals, users, ctx, APPROVE_USAGE)
+    """``/svc_approve`` lists; ``/svc_approve CODE`` shows what it buys, from the plugin, with
+    a fresh confirmation word; ``/svc_approve CODE WORD`` buys it. The person sees what a code
+    buys before money moves, whatever the model told them it was."""
+    if not approvals.human:
+        return MODEL_MODE
+    words = ctx.args.split()
+    if not words:
+        return _listing(approvals, users, ctx)
+    if len(words) > 2:
+        return APPROVE_USAGE
+    who, authorized = who_typed(users, ctx), ctx.is_authorized_sender
+    if len(words) == 1:
+        shown = approvals.pending.show(words[0], who, authorized=authorized)
+        if isinstance(shown, str):
+            return shown
+        return (
+            f"Code {shown.code} would {described(shown)}. Nothing is paid yet. To pay, type "
+            f"/svc_approve {shown.code} {shown.confirm} ; to drop it, /svc_deny {shown.code}."
+        )
+    item = approvals.pending.take(words[0], who, authorized=authorized, confirm=words[1])
     if isinstance(item, str):
         return item
-    if item.kind == "tool":
+    if item.kind in ("tool", "token"):
         approvals.grant(item)
-        return f"Approved once: {item.summary}. Ask the assistant to run it again."
+        again = "get the token" if item.kind == "token" else "run it"
+        return f"Approved once: {item.summary}. Ask the assistant to {again} again."
     assert item.action is not None
     try:
         with running_approved(item):
@@ -91,6 +138,18 @@ def _state_line(state: MandateState) -> str:
 
 
 async def allow(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
+    """``/svc_allow``: set, list or end mandates; in words when they cannot be reached."""
+    try:
+        return await _allow(approvals, users, ctx)
+    except ServiceUnavailable as exc:
+        return (
+            f"Spending limits are unavailable ({exc.message}); nothing was changed and nothing "
+            "was paid. Purchases that need them are refused until they are back: try again in "
+            "a minute."
+        )
+
+
+async def _allow(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:
     if not approvals.human:
         return MODEL_MODE
     who = who_typed(users, ctx)

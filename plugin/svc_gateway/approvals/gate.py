@@ -1,10 +1,14 @@
-"""What every way of spending consults: approval mode, mandates, codes, token limits.
+"""The one spending gate: every way money can leave a person's wallet asks it for a ticket.
 
-In ``"model"`` mode nothing changes (``confirm: true`` buys, tokens carry the configured
-delegation). In ``"human"`` mode an order waits for the person's code; a paid query or metered
-call goes through only within a mandate (reserved before the token is minted, settled or
-released after) or once the person approved it; and every delegation minted carries at most
-what the person approved (a mandate's remainder, the approved top-up, else 1 cent).
+A token (for a query, a metered call or the model's own ``svc_getAccessToken``), the delegation
+behind it, an order (crypto or card) and the top-up a delegation may pay: each is allowed by a
+:class:`Ticket` this gate hands out, and goes out only through :mod:`.spend` with it. In
+``"model"`` mode a ticket carries the configured delegation (``confirm: true`` buys). In
+``"human"`` mode a ticket comes from the person: their code for that purchase, or a reservation
+in their mandates of the most the token behind it could ever spend (its credits at the plan's
+price, plus the plan's price when a top-up is possible), settled with what it did spend or
+released when nothing went out. Such a ticket's token stands on a delegation of its own that can
+back one settle and pay at most the top-up reserved, so no token outspends its ticket.
 """
 
 from __future__ import annotations
@@ -20,19 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import PluginConfig
 from ..redact import get_logger
-from ..safe_text import NAME_LIMIT, one_line
-from ..service.errors import ServiceError
+from ..service.errors import ServiceError, ServiceUnavailable
 from .ledger import CAP_ID, MandateLedger, MandateState, Slot, states
 from .mandates import window
-from .money import (
-    PlanValue,
-    cents_ceiling,
-    cents_floor,
-    format_money,
-    per_request_credits,
-    plan_value,
-    to_micro,
-)
+from .money import PlanValue, cents_ceiling, format_money, per_request_credits, plan_value, to_micro
 from .pending import Pending, PendingBook, Who
 
 if TYPE_CHECKING:
@@ -53,14 +48,14 @@ log = get_logger("svc_gateway.approvals")
 
 #: the chat user behind the tool call being run (``channel:sender``; ``""``: nobody named)
 CALLER: ContextVar[str] = ContextVar("svc_approval_caller", default="")
-#: the delegation limit (cents) of tokens minted by the purchase being run, when it has one
-TOKEN_LIMIT: ContextVar[int | None] = ContextVar("svc_token_limit", default=None)
 #: a purchase the person approved with a code, being run now
 APPROVED: ContextVar[Pending | None] = ContextVar("svc_approved", default=None)
 #: a delegation that cannot pay for any top-up
 NO_TOP_UP_CENTS = 1
 #: a reservation not finished within this many seconds (its process died) counts as spent
 RESERVATION_TTL_SECS = 3600.0
+#: the settles a ticket's own delegation backs (``"human"`` mode): the one purchase approved
+ONE_SETTLE = 1
 
 
 class ApprovalNeeded(Exception):
@@ -72,44 +67,82 @@ class ApprovalNeeded(Exception):
         self.pending = pending
 
 
+class NotApproved(Exception):
+    """A purchase reached the gate's way out without the ticket that allows it (a bug)."""
+
+
+def ledger_unavailable(exc: ServiceError) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"Spending limits are unavailable ({exc.message}); nothing was paid",
+        code="approvals_unavailable",
+        hint="Try again in a minute; purchases that need the person's mandates wait until "
+        "they can be checked.",
+    )
+
+
 @dataclass
 class Ticket:
-    """A paid query or metered call allowed to go ahead: within a mandate (``rid`` set), or
-    approved with a code. ``limit_cents`` bounds the delegation of its token."""
+    """One purchase allowed to go ahead. ``limit_cents`` bounds its token's delegation;
+    ``max_transactions`` is the settles that delegation backs (``None``: the gateway's pooled
+    delegation, ``"model"`` mode); ``amount_micro`` is what it holds in the person's mandates
+    (``rid`` set) or what the person approved, ``top_up_micro`` the part of it that buys the
+    plan again."""
 
-    gate: Approvals
+    gate: Approvals | None
     who: Who
-    value: PlanValue
-    amount_micro: int
+    kind: str
+    plan_id: str
     limit_cents: int
+    duration_secs: int
+    max_transactions: int | None = None
+    value: PlanValue | None = None
+    amount_micro: int = 0
+    top_up_micro: int = 0
     rid: str = ""
     done: bool = False
 
-    @contextlib.contextmanager
-    def minting(self) -> Iterator[None]:
-        """Tokens minted inside carry this ticket's delegation limit."""
-        token = TOKEN_LIMIT.set(self.limit_cents)
-        try:
-            yield
-        finally:
-            TOKEN_LIMIT.reset(token)
+    @property
+    def by_person(self) -> bool:
+        """Allowed by the person (a code or a mandate), not by ``"model"`` mode."""
+        return self.max_transactions is not None
 
-    async def settle(self, credits: int | None) -> None:
-        """What it cost: ``credits`` redeemed, or ``None`` when not known (the reserved
-        amount then counts as spent)."""
-        if self.done or not self.rid:
-            self.done = True
+    def spent_micro(self, credits: int | None, topped_up: bool | None) -> int:
+        """What the purchase cost in money: ``credits`` at the plan's price plus the top-up
+        when one happened; the whole reservation when either is not known."""
+        if credits is None or self.value is None:
+            return self.amount_micro
+        top_up = self.top_up_micro if topped_up is not False else 0
+        return min(self.value.credits_micro(credits) + top_up, self.amount_micro)
+
+    async def settle(self, credits: int | None, *, topped_up: bool | None = None) -> None:
+        """What it cost: ``credits`` redeemed (``None``: not known) and whether a top-up
+        happened (``None``: not known, counted); the rest of the reservation is freed."""
+        if self.done:
             return
         self.done = True
-        spent = self.amount_micro if credits is None else self.value.credits_micro(credits)
+        if self.gate is None or not self.rid:
+            return
+        spent = self.spent_micro(credits, topped_up)
         await self.gate.ledger.finish(self.who.account, self.rid, spent)
         await self.gate.mandates(self.who.account)  # what is left, for the balance context
 
     async def release(self) -> None:
         """Nothing was paid (the token never went out)."""
-        if not self.done and self.rid:
+        if not self.done and self.rid and self.gate is not None:
             await self.gate.ledger.finish(self.who.account, self.rid, 0)
         self.done = True
+
+
+def model_ticket(config: PluginConfig, kind: str, plan_id: str, who: Who | None = None) -> Ticket:
+    """A ``"model"``-mode ticket: the gateway's configured delegation, nothing reserved."""
+    return Ticket(
+        None,
+        who or Who(""),
+        kind,
+        plan_id,
+        config.default_spending_limit_cents,
+        config.default_delegation_duration_secs,
+    )
 
 
 class Approvals:
@@ -128,7 +161,7 @@ class Approvals:
         self.human = human
         self.clock = clock
         self.pending = PendingBook(config.approval_ttl_secs, clock)
-        #: metered calls approved once: key -> the pending purchase that approved it
+        #: metered calls and tokens approved once: key -> the pending purchase that approved it
         self._grants: dict[str, Pending] = {}
         #: the mandates each account had when last read (the balance context's lines)
         self._seen: dict[str, list[MandateState]] = {}
@@ -202,26 +235,7 @@ class Approvals:
             found.append(Slot(CAP_ID, window("day", now), cap, must_exist=False))
         return found
 
-    async def token_limit_cents(self, core: Account, plan_id: str, agent_id: str | None) -> int:
-        """The spending limit of a token's delegation: the configured one in ``"model"`` mode;
-        in ``"human"`` mode at most what the person approved."""
-        configured = self.config.default_spending_limit_cents
-        if not self.human:
-            return configured
-        bound = TOKEN_LIMIT.get()
-        if bound is None:  # a bare token (svc_getAccessToken): what the mandates have left
-            left = [
-                s.left_micro
-                for s in await self.mandates(core.identity or "")
-                if s.mandate.agent_id in (None, agent_id) and s.mandate.plan_id in (None, plan_id)
-            ]
-            cap = await self.cap_left(core.identity or "")
-            if left and cap is not None:
-                left.append(cap)
-            bound = cents_floor(min(left)) if left else NO_TOP_UP_CENTS
-        return max(min(configured, bound), NO_TOP_UP_CENTS)
-
-    # -- paid queries and metered calls ------------------------------------------------------
+    # -- tickets -----------------------------------------------------------------------------
 
     async def ticket(
         self,
@@ -230,38 +244,79 @@ class Approvals:
         agent_id: str | None,
         credits: int | None = None,
         *,
-        ask: Callable[[PlanValue, int], Awaitable[ApprovalNeeded]],
+        kind: str,
+        ask: Callable[[PlanValue, int, bool], Awaitable[ApprovalNeeded]],
         caller: str | None = None,
-    ) -> Ticket | None:
-        """``None`` in ``"model"`` mode; else a ticket to pay ``credits`` (the plan's most per
-        request by default) within a mandate or an approval, or :class:`ApprovalNeeded` raised
-        with what ``ask(value, amount)`` makes of it."""
-        if not self.human:
-            return None
-        value = plan_value(plan)
-        amount = value.credits_micro(credits if credits is not None else per_request_credits(plan))
-        if value.is_time:
-            amount = value.price_micro
+    ) -> Ticket:
+        """A ticket to spend ``credits`` (the plan's most per request by default) of ``plan``
+        on ``agent_id``'s behalf: the configured delegation in ``"model"`` mode; else within
+        the code the person approved for it, or a reservation in their mandates; else
+        :class:`ApprovalNeeded` raised with what ``ask(value, amount, top_up)`` makes of it."""
         who = self.who(core, caller)
+        if not self.human:
+            return model_ticket(self.config, kind, plan.id, who)
+        value = plan_value(plan)
+        duration = self.config.default_delegation_duration_secs
         approved = APPROVED.get()
-        if approved is not None and approved.plan_id == plan.id:
-            limit = approved_limit(approved)
-            return Ticket(self, who, value, amount, limit)
-        slots = await self._slots(who, agent_id, plan.id, value.currency)
-        if not slots:
-            raise await ask(value, amount)
+        if approved is not None and approved.plan_id == plan.id and approved.kind == kind:
+            return self.approved_ticket(approved, value, who)
+        credits = credits if credits is not None else per_request_credits(plan)
+        held = await read_credits(core, plan.id)
+        short = held is None or (held <= 0 if value.is_time else held < credits)
+        top_up = cents_ceiling(value.price_micro) * 10_000 if short else 0
+        amount = value.credits_micro(credits) + top_up
         rid = secrets.token_hex(8)
-        reserved = await self.ledger.reserve(
-            who.account, rid, amount, slots, RESERVATION_TTL_SECS, self.clock()
-        )
+        try:
+            slots = await self._slots(who, agent_id, plan.id, value.currency)
+            reserved = (
+                await self.ledger.reserve(
+                    who.account, rid, amount, slots, RESERVATION_TTL_SECS, self.clock()
+                )
+                if slots
+                else None
+            )
+        except ServiceUnavailable as exc:  # the mandates cannot be read: nothing is allowed
+            raise ledger_unavailable(exc) from None
+        if reserved is None:
+            raise await ask(value, amount, short)
         if not reserved.ok:
             log.info("a payment beyond the mandate asks the person (%s)", reserved.refused_by)
-            raise await ask(value, amount)
-        limit = cents_floor(reserved.left_micro + amount)
-        return Ticket(self, who, value, amount, max(limit, NO_TOP_UP_CENTS), rid)
+            raise await ask(value, amount, short)
+        limit = top_up // 10_000 if short else NO_TOP_UP_CENTS
+        return Ticket(
+            self, who, kind, plan.id, max(limit, NO_TOP_UP_CENTS), duration, ONE_SETTLE, value,
+            amount, top_up, rid,
+        )  # fmt: skip
+
+    def approved_ticket(self, approved: Pending, value: PlanValue, who: Who) -> Ticket:
+        """The ticket of a purchase the person approved with a code: its delegation can pay
+        the top-up the code named (when it named one), nothing more, for one settle."""
+        top_up = cents_ceiling(value.price_micro) if approved.top_up else NO_TOP_UP_CENTS
+        return Ticket(
+            self,
+            who,
+            approved.kind,
+            approved.plan_id,
+            max(top_up, NO_TOP_UP_CENTS),
+            self.config.default_delegation_duration_secs,
+            ONE_SETTLE,
+            value,
+            approved.amount_micro,
+        )
+
+    def order_ticket(self, core: Account, plan_id: str, kind: str) -> Ticket:
+        """An order of ``plan_id`` (``order`` or ``card_order``): in ``"human"`` mode only while
+        the person's code for exactly that order runs; :class:`NotApproved` otherwise."""
+        who = self.who(core)
+        if not self.human:
+            return model_ticket(self.config, kind, plan_id, who)
+        approved = APPROVED.get()
+        if approved is None or approved.plan_id != plan_id or approved.kind != kind:
+            raise NotApproved(f"an order of plan {plan_id} without the person's code")
+        return Ticket(self, who, kind, plan_id, NO_TOP_UP_CENTS, 0, ONE_SETTLE)
 
     def grant(self, pending: Pending) -> None:
-        """A metered call the person approved: the same call goes through once."""
+        """A metered call or a token the person approved: the same call goes through once."""
         self._grants[pending.grant_key] = pending
 
     def take_grant(self, key: str) -> Pending | None:
@@ -279,6 +334,7 @@ class Approvals:
         action: Callable[[], Awaitable[str]] | None = None,
         grant_key: str = "",
         caller: str | None = None,
+        top_up: bool = False,
     ) -> Pending:
         return self.pending.add(
             self.who(core, caller),
@@ -289,23 +345,9 @@ class Approvals:
             summary,
             action=action,
             grant_key=grant_key,
+            top_up=top_up,
+            pay_to=tuple(sorted(set(plan.registry.price.receivers))),
         )
-
-
-@contextlib.contextmanager
-def limited(ticket: Ticket | None) -> Iterator[None]:
-    """Tokens minted inside carry the ticket's delegation limit (none: the gateway's own)."""
-    if ticket is None:
-        yield
-        return
-    with ticket.minting():
-        yield
-
-
-def approved_limit(pending: Pending) -> int:
-    """The delegation limit of a purchase approved with a code: the top-up it named (its
-    amount, when it named one), else a delegation that buys nothing."""
-    return max(cents_ceiling(pending.amount_micro), NO_TOP_UP_CENTS)
 
 
 @contextlib.contextmanager
@@ -315,53 +357,6 @@ def running_approved(pending: Pending) -> Iterator[None]:
         yield
     finally:
         APPROVED.reset(token)
-
-
-def quote_of(plan: Plan) -> dict[str, Any]:
-    """The plan as the plugin renders it from the service's data: name, price, what it grants,
-    who is paid."""
-    from ..service.pricing import format_price  # pricing loads the wire models
-
-    price = plan.registry.price
-    credits = plan.registry.credits
-    return {
-        "planId": plan.id,
-        "planName": one_line(plan.name, NAME_LIMIT),
-        "price": format_price(
-            list(price.amounts),
-            is_crypto=plan.is_crypto,
-            token_address=price.token_address,
-            currency=plan.metadata.plan.currency,
-        ),
-        "grants": (
-            f"access for {credits.duration_secs} s"
-            if plan.is_time_plan
-            else f"{credits.amount} credits"
-        ),
-        "payTo": sorted({one_line(r, 64) for r in price.receivers}),
-    }
-
-
-def pending_result(pending: Pending, quote: dict[str, Any], message: str) -> dict[str, Any]:
-    """What the model is shown instead of a purchase: the quote, the code and the person's
-    line. The model cannot approve it: only the person's own command does."""
-    return {
-        "approvalRequired": True,
-        "pending": {
-            "code": pending.code,
-            "kind": pending.kind,
-            "amount": format_money(pending.amount_micro, pending.currency),
-            "expiresInSecs": max(int(pending.expires_at - pending.created), 0),
-            **quote,
-        },
-        "approveWith": pending.line(),
-        "denyWith": f"/svc_deny {pending.code}",
-        "message": message
-        + f" The user approves it by typing {pending.line()} themselves (or /svc_deny "
-        f"{pending.code}); the code expires in {int(pending.expires_at - pending.created)} s. "
-        "You cannot approve it: a code in a tool argument, a prompt or any text approves "
-        "nothing.",
-    }
 
 
 async def read_credits(core: Account, plan_id: str) -> int | None:

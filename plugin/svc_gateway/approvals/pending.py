@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 #: no 0/O, 1/I/L: a code read aloud or retyped from a phone stays the same code
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 6
+#: the confirmation word the plugin shows the person with what a code buys
+CONFIRM_LENGTH = 4
 #: pending purchases one account may have at once (the oldest is dropped past it)
 MAX_PER_ACCOUNT = 50
 
@@ -38,16 +40,22 @@ class Pending:
 
     code: str
     who: Who
-    kind: str  # order | card_order | query | tool
+    kind: str  # order | card_order | query | tool | token
     plan_id: str
     amount_micro: int
     currency: str
     summary: str
     expires_at: float
     action: Action | None = None
-    #: a metered call approved once: the key of the call it lets through
+    #: a metered call or a token approved once: the key of the call it lets through
     grant_key: str = ""
     created: float = field(default_factory=time.time)
+    #: the amount includes buying the plan again (a top-up its delegation may pay)
+    top_up: bool = False
+    #: who is paid, from the service's record of the plan
+    pay_to: tuple[str, ...] = ()
+    #: the word the plugin last showed the person to confirm with (``""``: not shown yet)
+    confirm: str = ""
 
     def line(self) -> str:
         return f"/svc_approve {self.code}"
@@ -73,6 +81,8 @@ class PendingBook:
         *,
         action: Action | None = None,
         grant_key: str = "",
+        top_up: bool = False,
+        pay_to: tuple[str, ...] = (),
     ) -> Pending:
         with self._lock:
             self._expire()
@@ -91,18 +101,43 @@ class PendingBook:
                 self.clock() + self.ttl_secs,
                 action,
                 grant_key,
+                top_up=top_up,
+                pay_to=pay_to,
             )
             self._items[code] = item
             return item
 
-    def take(self, code: str, who: Who, *, authorized: bool) -> Pending | str:
-        """The pending purchase ``code`` names, removed (it works once); or why not, as the
-        reply. Another user's code is answered as an unknown one."""
+    def show(self, code: str, who: Who, *, authorized: bool) -> Pending | str:
+        """The pending purchase ``code`` names, kept, with a fresh confirmation word for the
+        person (shown by the plugin, never by the model); or why not, as the reply."""
         code = code.strip().upper()
         with self._lock:
             item = self._items.get(code)
             if item is None or not self._is_theirs(item, who, authorized):
                 return f"No pending purchase of yours has the code {code[:12] or '(none)'}."
+            if item.expires_at <= self.clock():
+                del self._items[code]
+                return f"The code {code} expired; nothing was bought. Ask again for a new code."
+            item.confirm = "".join(secrets.choice(ALPHABET) for _ in range(CONFIRM_LENGTH))
+            return item
+
+    def take(self, code: str, who: Who, *, authorized: bool, confirm: str | None) -> Pending | str:
+        """The pending purchase ``code`` names, removed (it works once); or why not, as the
+        reply. Another user's code is answered as an unknown one. ``confirm``: the word the
+        plugin showed with :meth:`show` (``None``: dropping it, as ``/svc_deny`` does)."""
+        code = code.strip().upper()
+        with self._lock:
+            item = self._items.get(code)
+            if item is None or not self._is_theirs(item, who, authorized):
+                return f"No pending purchase of yours has the code {code[:12] or '(none)'}."
+            if confirm is not None and (
+                not item.confirm or not secrets.compare_digest(item.confirm, confirm.upper())
+            ):
+                item.confirm = ""  # a wrong word: the person must look at the purchase again
+                return (
+                    f"That is not the confirmation the plugin showed for {code}; nothing was "
+                    f"bought. Type /svc_approve {code} to see what it buys and its confirmation."
+                )
             del self._items[code]
         if item.expires_at <= self.clock():
             return f"The code {code} expired; nothing was bought. Ask again for a new code."

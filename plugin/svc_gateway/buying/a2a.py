@@ -39,6 +39,7 @@ from ..redact import get_logger
 from ..safe_text import one_line, quoted
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, Purchase, check_receipt
+from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .capped import capped_transport, too_large_failure
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
@@ -150,7 +151,7 @@ async def query_a2a_agent(
     shared with the HTTP path that follows a :class:`NotA2A` (default: requestTimeoutSecs
     from now)."""
     check_agent_url(p.agent_url)
-    client = core.client()  # NotLoggedIn before any traffic
+    core.client()  # NotLoggedIn before any traffic
     deadline = core.config.request_timeout_secs
     if until is None:
         until = asyncio.get_running_loop().time() + deadline
@@ -158,6 +159,20 @@ async def query_a2a_agent(
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     step = Step()
+    try:
+        answer = await _query(core, p, step, until)
+    except BaseException:
+        await finish_ticket(core, step, None)
+        raise
+    await finish_ticket(core, step, redeemed(answer), topped_up(answer))
+    return answer
+
+
+async def _query(core: PluginCore, p: AgentQuery, step: Step, until: float) -> dict[str, Any]:
+    """The query once the probe found an A2A interface: what its docstring says, paid through
+    the gate's ticket."""
+    client = core.client()
+    deadline = core.config.request_timeout_secs
     scope = asyncio.timeout_at(until)  # ONE deadline: the probe, DNS, the card, service, send
     try:
         async with scope:
@@ -230,8 +245,11 @@ async def _buy(
         step.waiting = "service"
         purchase = await _decide(core, p, card)
         step.plan_id = purchase.plan_id
+        step.ticket = ticket = await query_ticket(
+            core, purchase.plan_id, purchase.agent_id, lambda: query_a2a_agent(core, p)
+        )
         token, step.balance_before = await asyncio.gather(
-            mint(core, p, purchase), read_balance(core, purchase.plan_id)
+            mint(core, p, purchase, ticket), read_balance(core, purchase.plan_id)
         )
         step.waiting, step.token_sent = "agent", True
         reply = await _send(sdk, http, card, p, token, scope)

@@ -13,15 +13,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..approvals.gate import (
-    ApprovalNeeded,
-    Approvals,
-    Ticket,
-    pending_result,
-    quote_of,
-    read_credits,
-)
+from ..approvals.gate import ApprovalNeeded, Approvals, Ticket, model_ticket, read_credits
 from ..approvals.money import PlanValue, format_money, per_request_credits
+from ..approvals.quotes import pending_result, quote_of
 from ..chat.core import PluginCore
 from ..safe_text import NAME_LIMIT, one_line, quoted
 from ..service.models import Plan
@@ -36,18 +30,19 @@ async def query_ticket(
     plan_id: str,
     agent_id: str | None,
     rerun: Callable[[], Awaitable[dict[str, Any]]],
-) -> Ticket | None:
-    """``None`` in ``"model"`` mode; a ticket within a mandate or an approved code; else
-    :class:`ApprovalNeeded` (nothing minted, nothing paid)."""
+) -> Ticket:
+    """The gate's ticket for one paid query: the configured delegation in ``"model"`` mode;
+    else within a mandate or an approved code, or :class:`ApprovalNeeded` (nothing minted,
+    nothing paid)."""
     approvals: Approvals | None = getattr(core, "approvals", None)  # a bare test core: none
     if approvals is None or not approvals.human:
-        return None
+        return model_ticket(core.config, "query", plan_id)
     plan = await core.public_client().get_plan(plan_id)
 
-    async def ask(value: PlanValue, amount: int) -> ApprovalNeeded:
-        return await _ask(core, plan, agent_id, value, amount, rerun)
+    async def ask(value: PlanValue, amount: int, top_up: bool) -> ApprovalNeeded:
+        return await _ask(core, plan, agent_id, value, amount, top_up, rerun)
 
-    return await approvals.ticket(core, plan, agent_id, ask=ask)
+    return await approvals.ticket(core, plan, agent_id, kind="query", ask=ask)
 
 
 async def _ask(
@@ -56,13 +51,13 @@ async def _ask(
     agent_id: str | None,
     value: PlanValue,
     amount: int,
+    short: bool,
     rerun: Callable[[], Awaitable[dict[str, Any]]],
 ) -> ApprovalNeeded:
     assert core.approvals is not None
     quote = quote_of(plan)
     per = per_request_credits(plan)
     held = await read_credits(core, plan.id)
-    short = held is None or held < per or (plan.is_time_plan and held <= 0)
     name = quoted(plan.name, NAME_LIMIT)
     cost = (
         f"access on plan {name}"
@@ -71,9 +66,7 @@ async def _ask(
         f"({format_money(amount, value.currency)})"
     )
     summary = f"pay agent {one_line(agent_id or '?', 100)} {cost}"
-    approve_micro = amount
     if short:
-        approve_micro = value.price_micro
         summary += f", buying the plan first for {quote['price']} ({quote['grants']})"
     quote = {**quote, "creditsPerRequest": per, "balanceHeld": None if held is None else str(held)}
 
@@ -81,7 +74,7 @@ async def _ask(
         return answer_text(await rerun())
 
     pending = core.approvals.add_pending(
-        core, "query", plan, approve_micro, value.currency, summary, action=approved
+        core, "query", plan, amount, value.currency, summary, action=approved, top_up=short
     )
     message = (
         "Nothing was paid and the agent was not asked: on this gateway a paid query needs the "
@@ -119,17 +112,28 @@ def redeemed(result: dict[str, Any]) -> int | None:
         return None
 
 
-async def finish_ticket(core: PluginCore, step: Step, credits: int | None) -> None:
-    """Settle the query's reservation with what it cost; release it when the token never
-    went out; count all of it when the cost is not known."""
+def topped_up(result: dict[str, Any]) -> bool | None:
+    """Whether the balance read back after the answer shows a top-up (``None``: not read)."""
+    return None if result.get("balanceAfter") is None else "topUp" in result
+
+
+async def finish_ticket(
+    core: PluginCore, step: Step, credits: int | None, topped_up: bool | None = None
+) -> None:
+    """Settle the query's ticket with what it cost; release it when the token never went
+    out; count all of it when the cost is not known. ``topped_up``: whether the balance shows
+    a top-up (``None``: read it back here)."""
     ticket = step.ticket
-    if ticket is None:
+    if ticket is None or not ticket.by_person:
         return
     if not step.token_sent:
         await ticket.release()
         return
-    if credits is None and step.balance_before is not None:  # failed: what the service shows
+    if topped_up is None or credits is None:
         after = await read_balance(core, step.plan_id)
-        if after is not None and after <= step.balance_before:
-            credits = step.balance_before - after
-    await ticket.settle(credits)
+        before = step.balance_before
+        if after is not None and before is not None:
+            topped_up = after > before
+            if credits is None and after <= before:  # failed: what the service shows
+                credits = before - after
+    await ticket.settle(credits, topped_up=topped_up)

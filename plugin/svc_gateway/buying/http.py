@@ -28,14 +28,13 @@ import functools
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from ..approvals.gate import limited
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
 from ..redact import get_logger
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
-from .approval import finish_ticket, query_ticket, redeemed
+from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import HTTP_VERB, decide_purchase
 from .request import AgentQuery
@@ -132,7 +131,7 @@ async def query_http_agent(
     except BaseException:
         await finish_ticket(core, step, None)
         raise
-    await finish_ticket(core, step, redeemed(result))
+    await finish_ticket(core, step, redeemed(result), topped_up(result))
     return result
 
 
@@ -203,14 +202,13 @@ async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, i
         await check_answer_size(http, p.agent_url, found)
         step.waiting = "service"
         step.plan_id = purchase.plan_id
-        step.ticket = await query_ticket(
+        step.ticket = ticket = await query_ticket(
             core, purchase.plan_id, purchase.agent_id, lambda: query_http_agent(core, p)
         )
-        with limited(step.ticket):
-            # the balance before paying, read while the token is minted (minting burns nothing)
-            token, step.balance_before = await asyncio.gather(
-                mint(core, p, purchase), read_balance(core, purchase.plan_id)
-            )
+        # the balance before paying, read while the token is minted (minting burns nothing)
+        token, step.balance_before = await asyncio.gather(
+            mint(core, p, purchase, ticket), read_balance(core, purchase.plan_id)
+        )
         step.waiting, step.token_sent = "agent", True
         try:
             reply = await post_prompt_once_more(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..approvals.gate import limited
+from ..approvals import spend
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
@@ -43,7 +43,7 @@ from ..redact import get_logger
 from ..safe_text import TooBig, clean_json, one_line, quoted
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, check_receipt
-from .approval import finish_ticket, query_ticket, redeemed
+from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, registered_endpoints, registered_tools
 from .request import AgentQuery
@@ -264,7 +264,7 @@ async def query_mcp_agent(core: PluginCore, p: AgentQuery) -> dict[str, Any]:
     except BaseException:
         await finish_ticket(core, step, None)
         raise
-    await finish_ticket(core, step, redeemed(result))
+    await finish_ticket(core, step, redeemed(result), topped_up(result))
     return result
 
 
@@ -338,21 +338,21 @@ async def _query(
         )
     payment_type = await plan_payment_type(core, plan_id, p.payment_type)
     step.plan_id = plan_id
-    if not p.list_tools and p.tool_name is not None:  # a listing is never settled
-        step.ticket = await query_ticket(core, plan_id, agent_id, lambda: query_mcp_agent(core, p))
-    with limited(step.ticket):
-        # the balance before paying, read while the token is minted (minting burns nothing)
-        token, step.balance_before = await asyncio.gather(
-            core.access_token(
-                plan_id,
-                agent_id=agent_id,
-                payment_type=payment_type,
-                payment_method_id=p.payment_method_id,
-                resource_url=uri,
-                http_verb="POST",
-            ),
-            read_balance(core, plan_id),
-        )
+    # a listing too: its token is the session's bearer, which a server could settle once
+    step.ticket = await query_ticket(core, plan_id, agent_id, lambda: query_mcp_agent(core, p))
+    # the balance before paying, read while the token is minted (minting burns nothing)
+    token, step.balance_before = await asyncio.gather(
+        spend.token(
+            core.client(),
+            step.ticket,
+            agent_id=agent_id,
+            payment_type=payment_type,
+            payment_method_id=p.payment_method_id,
+            resource_url=uri,
+            http_verb="POST",
+        ),
+        read_balance(core, plan_id),
+    )
     base = {"agentId": agent_id, "planId": plan_id, "agentUrl": p.agent_url, "serverName": server}
     # the token is the session's bearer: from here on the agent holds it
     step.waiting, step.token_sent = "agent", True

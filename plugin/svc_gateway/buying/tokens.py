@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..approvals import spend
+from ..approvals.gate import Ticket
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..encoding import decode_access_token, token_authorization
@@ -17,12 +19,14 @@ def token_version(token: str) -> int:
     return 3 if isinstance(nonce, str) and nonce.strip() else 2
 
 
-async def mint(core: PluginCore, p: AgentQuery, purchase: Purchase) -> str:
-    """A token for ``purchase``, bound to ``agentUrl`` and the POST verb; a URL the service
-    says the agent never registered is refused as such (nothing was paid)."""
+async def mint(core: PluginCore, p: AgentQuery, purchase: Purchase, ticket: Ticket) -> str:
+    """A token for ``purchase`` through the spending gate with its ``ticket``, bound to
+    ``agentUrl`` and the POST verb; a URL the service says the agent never registered is
+    refused as such (nothing was paid)."""
     try:
-        return await core.access_token(
-            purchase.plan_id,
+        return await spend.token(
+            core.client(),
+            ticket,
             agent_id=purchase.agent_id,
             payment_type=purchase.payment_type,
             payment_method_id=p.payment_method_id,

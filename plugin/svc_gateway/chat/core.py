@@ -296,34 +296,6 @@ class PluginCore:
             self._client = self._new_client(self.session.key)
         return self._client
 
-    async def access_token(
-        self,
-        plan_id: str,
-        *,
-        agent_id: str | None = None,
-        payment_type: str = "crypto",
-        payment_method_id: str | None = None,
-        resource_url: str | None = None,
-        http_verb: str = "POST",
-    ) -> str:
-        """An access token for ``plan_id``, backed by a delegation lasting this gateway's
-        ``defaultDelegationDurationSecs`` (every token the plugin mints, for any tool, goes
-        through here). Its spending limit is ``defaultSpendingLimitCents`` with approval
-        ``"model"``; with ``"human"``, at most what the person approved (:mod:`..approvals`)."""
-        limit = self.config.default_spending_limit_cents
-        if self.approvals is not None:
-            limit = await self.approvals.token_limit_cents(self, plan_id, agent_id)
-        return await self.client().get_access_token(
-            plan_id,
-            agent_id=agent_id,
-            payment_type=payment_type,
-            payment_method_id=payment_method_id,
-            spending_limit_cents=limit,
-            duration_secs=self.config.default_delegation_duration_secs,
-            resource_url=resource_url,
-            http_verb=http_verb,
-        )
-
     def public_client(self) -> ServiceClient:
         """A client for public reads (plans, balances of an address) that needs no key."""
         if self.session is not None:

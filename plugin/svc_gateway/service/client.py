@@ -370,9 +370,10 @@ class ServiceClient(ApiTransport):
         duration_secs: int = 7 * 24 * 3600,
         resource_url: str | None = None,
         http_verb: str = "POST",
+        max_transactions: int | None = None,
     ) -> str:
-        """The create-first flow: reuse (or create) a delegation, then mint a token (a v3 token
-        bound to ``resource_url`` and ``http_verb`` when a URL is given)."""
+        """The create-first flow (a v3 token bound to ``resource_url`` and ``http_verb`` when a
+        URL is given); with ``max_transactions``, on a delegation of its own (WIRE.md §6)."""
         fiat = payment_type == "fiat"
         scheme: Scheme = SCHEME_CARD if fiat else SCHEME_CRYPTO
         network: str | None = None
@@ -383,6 +384,7 @@ class ServiceClient(ApiTransport):
             provider, currency, card_id = network, "usd", card.id
         else:
             provider, currency, card_id = "erc4337", "usdc", None
+        limit, most = spending_limit_cents, max_transactions
 
         async def mint(delegation: Delegation) -> str:
             return await self.create_access_token(
@@ -395,9 +397,8 @@ class ServiceClient(ApiTransport):
                 http_verb=http_verb,
             )
 
-        return await self._delegations.mint(
-            provider, currency, card_id, spending_limit_cents, duration_secs, mint
-        )
+        pool = self._delegations
+        return await pool.mint(provider, currency, card_id, limit, duration_secs, mint, most)
 
     @staticmethod
     def decode_access_token(token: str) -> dict[str, Any] | None:

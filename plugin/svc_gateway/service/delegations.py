@@ -32,6 +32,7 @@ class CreateDelegation(Protocol):
         currency: str,
         *,
         payment_method_id: str | None = None,
+        max_transactions: int | None = None,
     ) -> Awaitable[Delegation]: ...
 
 
@@ -71,9 +72,22 @@ class DelegationPool:
         limit: int,
         duration: int,
         mint: Callable[[Delegation], Awaitable[str]],
+        max_transactions: int | None = None,
     ) -> str:
         """``mint`` against the pooled delegation (created first when there is none fresh);
-        when the service says that one can pay no more, once more against a new one."""
+        when the service says that one can pay no more, once more against a new one. With
+        ``max_transactions``: against a delegation of its own, created for this token and
+        never reused, that backs at most that many settles (what a person approved)."""
+        if max_transactions is not None:
+            own = await self._create(
+                provider,
+                limit,
+                duration,
+                currency,
+                payment_method_id=card_id,
+                max_transactions=max_transactions,
+            )
+            return await mint(own)
         for attempt in (1, 2):
             delegation = await self._delegation(provider, currency, card_id, limit, duration)
             try:

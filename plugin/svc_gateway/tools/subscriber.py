@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
+from ..approvals import spend
 from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type, require_agent, require_plan
@@ -15,7 +16,7 @@ from ..safe_text import NAME_LIMIT, one_line, plural, quoted
 from ..service.errors import ServiceError
 from ..service.models import Plan
 from ..service.pricing import format_price
-from .approval import ask_to_order, person_approves
+from .approval import ask_to_order, order_ticket, person_approves, token_ticket
 from .base import Params, tool
 
 PLAN_ID = Field(default=None, description="Plan id; defaults to the configured planId")
@@ -91,14 +92,22 @@ class AccessTokenParams(Params):
 async def get_access_token(core: PluginCore, p: AccessTokenParams) -> dict[str, Any]:
     plan_id = require_plan(core, p.plan_id)
     agent_id = require_agent(core, p.agent_id)
-    core.client()  # NotLoggedIn before any traffic
+    client = core.client()  # NotLoggedIn before any traffic
     payment_type = await plan_payment_type(core, plan_id, p.payment_type)
-    token = await core.access_token(
-        plan_id,
-        agent_id=agent_id,
-        payment_type=payment_type,
-        payment_method_id=p.payment_method_id,
-    )
+    plan = await core.public_client().get_plan(plan_id)
+    ticket = await token_ticket(core, plan, agent_id, payment_type)
+    try:
+        token = await spend.token(
+            client,
+            ticket,
+            agent_id=agent_id,
+            payment_type=payment_type,
+            payment_method_id=p.payment_method_id,
+        )
+    except BaseException:
+        await ticket.release()
+        raise
+    await ticket.settle(None)  # when it is spent is not seen here: all it can spend counts
     decoded = decode_access_token(token) or {}
     accepted = decoded.get("accepted") if isinstance(decoded.get("accepted"), dict) else {}
     assert isinstance(accepted, dict)
@@ -259,7 +268,7 @@ async def place_order(core: PluginCore, plan: Plan) -> dict[str, Any]:
     """Buy ``plan`` now (``"model"`` approval, or the person's approved code)."""
     plan_id = plan.id
     client = core.client()
-    result = await client.order_plan(plan_id)
+    result = await spend.order(client, order_ticket(core, plan_id, by_card=False))
     core.spent(plan_id)
     balance = await client.get_plan_balance(plan_id)
     return {
@@ -290,7 +299,8 @@ async def order_fiat_plan(core: PluginCore, p: OrderParams) -> dict[str, Any]:
 async def place_fiat_order(core: PluginCore, plan: Plan) -> dict[str, Any]:
     """The checkout of a card plan (``"model"`` approval, or the person's approved code)."""
     plan_id = plan.id
-    checkout = await core.client().order_fiat_plan(plan_id)
+    ticket = order_ticket(core, plan_id, by_card=True)
+    checkout = await spend.fiat_order(core.client(), ticket)
     core.spent(plan_id)
     return {
         "checkoutUrl": checkout.checkout_url,

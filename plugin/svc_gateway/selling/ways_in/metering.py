@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...approvals.gate import ApprovalNeeded, limited
+from ...approvals import spend
+from ...approvals.gate import ApprovalNeeded, Ticket
 from ...chat.receipts import ReceiptBook
 from ...host import Caller, CallNext, ToolCallContext, ToolResult
 from ...redact import get_logger
@@ -233,8 +234,11 @@ class ToolMeter:
             facts = await self.flow.facts(plan_id)
             price = facts.clamp(credits)
             ticket = await metered_ticket(payer, ctx, plan_id, price)
-            with limited(ticket):  # the person's approval bounds the token's delegation
-                token = await self._mint(payer, plan_id, facts.scheme)
+            try:
+                token = await self._mint(payer, ticket, facts.scheme)
+            except BaseException:
+                await ticket.release()  # no token went out
+                raise
         except ApprovalNeeded as asked:
             return block(
                 "approval_required",
@@ -275,12 +279,10 @@ class ToolMeter:
         try:
             outcome = await self.flow.handle(request)
         except BaseException:
-            if ticket is not None:
-                await ticket.settle(None)  # not known: the reservation counts as spent
+            await ticket.settle(None)  # not known: the reservation counts as spent
             raise
-        if ticket is not None:
-            charged = outcome.kind in (Outcome.PAID, Outcome.DEFERRED)
-            await (ticket.settle(price) if charged else ticket.release())
+        charged = outcome.kind in (Outcome.PAID, Outcome.DEFERRED)
+        await (ticket.settle(price) if charged else ticket.release())
         self._record(ctx, payer, plan_id, price, outcome)
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
             return call.result
@@ -324,10 +326,10 @@ class ToolMeter:
             raise ValueError("a metered tool's price function must return a positive int")
         return value
 
-    async def _mint(self, payer: PluginCore, plan_id: str, scheme: str) -> str:
-        return await payer.access_token(
-            plan_id, payment_type="fiat" if scheme == SCHEME_CARD else "crypto"
-        )
+    async def _mint(self, payer: PluginCore, ticket: Ticket, scheme: str) -> str:
+        """The call's token, through the spending gate with its ticket."""
+        kind = "fiat" if scheme == SCHEME_CARD else "crypto"
+        return await spend.token(payer.client(), ticket, payment_type=kind)
 
     async def _short(
         self, ctx: ToolCallContext, payer: PluginCore, plan_id: str, price: int, reason: str
