@@ -8,18 +8,22 @@ from pathlib import Path
 import svc_gateway
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
+from tests.helpers import approve
 
 from .conftest import GRANTED, A2AMarket, MarketFactory
 
 
 async def buyer_of(
-    market: A2AMarket, tmp_path: Path
+    market: A2AMarket, tmp_path: Path, approval: str = "model"
 ) -> tuple[ReferenceGateway, svc_gateway.PluginHandle]:
+    """A second gateway paying as the subscriber; ``approval: model`` unless a test is about
+    the person's approval (issue 41: A2A queries go through the spending gate)."""
     gateway = ReferenceGateway(
         {
             "environment": "local",
             "baseUrl": market.sandbox.base_url,
             "svcApiKey": market.subscriber_key,
+            "approval": approval,
         }
     )
     store = CredentialStore(tmp_path / "buyer", use_keyring=False)
@@ -141,3 +145,30 @@ async def test_a_chunked_reply_without_a_length_is_cut_at_the_answer_cap() -> No
             assert refused.value.code == "answer_too_large"
     finally:
         await runner.cleanup()
+
+
+async def test_an_a2a_query_asks_the_person_or_draws_on_their_mandate(
+    market: A2AMarket, tmp_path: Path
+) -> None:
+    """Issue 41, item 1: A2A goes through the spending gate like HTTP and MCP. Without a
+    mandate a query gives a code and pays nothing; a mandate of 2 cents a day (an answer is 1
+    credit of a 100-credit, 1 USDC plan: 1 cent) pays exactly two answers and says it has
+    nothing left; the person's own code pays one more; granted = balance + burned."""
+    buyer, handle = await buyer_of(market, tmp_path, approval="human")
+    ask = {"agentUrl": market.url, "prompt": "three little words"}
+    try:
+        asked = (await buyer.call_tool("svc_queryAgent", ask)).structuredContent
+        assert asked["approvalRequired"] is True and asked["pending"]["kind"] == "query"
+        assert await market.burned() == 0
+        assert (await buyer.run_command("svc_allow", "0.02 USD per day")).startswith("Allowed")
+        results = [(await buyer.call_tool("svc_queryAgent", ask)).structuredContent for _ in "abc"]
+        assert ["answer" in r for r in results] == [True, True, False], results
+        assert results[2]["approvalRequired"] is True
+        assert "0.00 USD left today" in await buyer.run_command("svc_allow", "")
+        assert await market.burned() == 2
+        reply = await approve(buyer, results[2]["pending"]["code"])
+        assert reply.startswith("Approved: agent"), reply
+    finally:
+        await asyncio.to_thread(handle.close)
+    assert await market.burned() == 3
+    assert await market.balance() + await market.burned() == GRANTED

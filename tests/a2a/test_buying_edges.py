@@ -113,6 +113,7 @@ async def buyer(market: A2AMarket, tmp_path: Path) -> AsyncIterator[Any]:
             "environment": "local",
             "baseUrl": market.sandbox.base_url,
             "svcApiKey": market.subscriber_key,
+            "approval": "model",  # the A2A path's edges; the person's approval: test_buying.py
         }
     )
     store = CredentialStore(tmp_path / "buyer", use_keyring=False)

@@ -12,6 +12,7 @@ import calendar
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -192,10 +193,15 @@ def test_a_code_caused_by_Alice_is_not_approved_by_alice() -> None:
     upper = Who("", Caller("Alice", "telegram").identity)
     lower = Who("", Caller("alice", "telegram").identity)
     item = book.add(upper, "order", "p", 1_000_000, "USD", "order p")
-    assert book.take(item.code, lower, authorized=True) == (
+    assert book.show(item.code, lower, authorized=True) == (
         f"No pending purchase of yours has the code {item.code}."
     )
-    assert book.take(item.code, upper, authorized=True) is item  # still there for Alice
+    shown = book.show(item.code, upper, authorized=True)  # still there for Alice
+    assert shown is item
+    assert book.take(item.code, lower, authorized=True, confirm=item.confirm) == (
+        f"No pending purchase of yours has the code {item.code}."
+    )  # not with the word either
+    assert book.take(item.code, upper, authorized=True, confirm=item.confirm) is item
 
 
 # -- what a mandate covers --------------------------------------------------------------------
@@ -228,13 +234,21 @@ def dollar_plan(plan_id: str = "P", token: str = USDC) -> Plan:
 
 
 @dataclass
+class Holding:
+    """The one service read the gate makes to decide: the payer's balance (credits held, so no
+    top-up is reserved and a query holds one request's worth)."""
+
+    async def get_plan_balance(self, plan_id: str) -> Any:
+        return SimpleNamespace(balance=1_000_000)
+
+
 class GatewaysOwn:
     """The core of a single-account gateway (its own account, ``""``)."""
 
     identity: str | None = None
 
     def client(self) -> Any:
-        raise AssertionError("no service call is made to decide whether to ask")
+        return Holding()
 
 
 async def asks_for_code(approvals: Approvals, plan: Plan, agent_id: str | None) -> bool:
@@ -242,11 +256,13 @@ async def asks_for_code(approvals: Approvals, plan: Plan, agent_id: str | None) 
     one request of ``plan`` from ``agent_id`` asks the person for a code; when it does not, what
     the mandate reserved is released again."""
 
-    async def ask(_value: PlanValue, _amount: int) -> ApprovalNeeded:
+    async def ask(_value: PlanValue, _amount: int, _top_up: bool) -> ApprovalNeeded:
         return ApprovalNeeded({}, None)  # type: ignore[arg-type]
 
     try:
-        ticket = await approvals.ticket(GatewaysOwn(), plan, agent_id, ask=ask, caller="")
+        ticket = await approvals.ticket(
+            GatewaysOwn(), plan, agent_id, kind="query", ask=ask, caller=""
+        )
     except ApprovalNeeded:
         return True
     assert ticket is not None and ticket.rid  # within a mandate
