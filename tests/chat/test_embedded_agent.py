@@ -42,11 +42,11 @@ async def test_a_piped_chat_session_buys_from_the_embedded_agent(tmp_path: Path)
     assert params["agentUrl"].startswith("http://127.0.0.1:")
     assert params["agentUrl"].endswith("/svc/agent")
     assert any(params["agentUrl"] in line and "sells answers" in line for line in banner)
-    assert any("/svc_allow 1 USD per day" in line for line in banner)
+    assert any("/svc_allow 2 USD per day" in line for line in banner)
     script = [
         "svc_orderPlan {}",
         'svc_orderPlan {"confirm": true}',
-        "/svc_allow 1 USD per day",
+        "/svc_allow 2 USD per day",
         try_line.removeprefix("Try: "),
         "svc_checkBalance {}",
     ]

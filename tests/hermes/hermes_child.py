@@ -392,7 +392,7 @@ def scenario_commands(params: dict[str, Any], report: dict[str, Any]) -> None:
         steps["gateway_login"] = gateway_command(f"/svc_login {key}")
         steps["after_gateway_login"] = balance()
         # the person's own commands (issue 25) reach the plugin through the gateway too
-        steps["gateway_allow"] = gateway_command("/svc_allow 1 USD per day")
+        steps["gateway_allow"] = gateway_command("/svc_allow 2 USD per day")
         steps["gateway_approve"] = gateway_command("/svc_approve NOCODE")
         steps["gateway_logout"] = gateway_command("/svc_logout")
         steps["after_gateway_logout"] = balance()

@@ -26,7 +26,7 @@ CREDITS_GRANTED = 10
 CREDITS_PER_REQUEST = 2
 PLAN_PRICE = 1_000_000  # 1 USDC-like token (6 decimals)
 #: what the person lets paid answers spend without a code (3 answers x 0.20 USD here)
-ALLOWANCE = "1 USD per day"
+ALLOWANCE = "2 USD per day"
 QUESTIONS = (
     "What does an x402 access token prove?",
     "Summarise verify, work and settle in one line.",

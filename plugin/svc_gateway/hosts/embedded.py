@@ -118,7 +118,7 @@ async def embedded_session(config: dict[str, Any], enabled: bool) -> AsyncIterat
             "for 1 USDC, 1 credit per answer.\n"
             "You approve what is bought, not the assistant: svc_orderPlan {} quotes, with "
             '{"confirm": true} it gives you a code to type, /svc_approve <code>.\n'
-            "First: /context, then /svc_allow 1 USD per day (paid answers then go through "
+            "First: /context, then /svc_allow 2 USD per day (paid answers then go through "
             "without a code, up to that), then:\n"
             f"{try_line(url)}"
         )
