@@ -52,6 +52,8 @@ class ImageGen(Star):
         RUNS.append({"sender": event.get_sender_id(), "prompt": prompt})
         if prompt == "fail":
             raise RuntimeError("the image service is down")
+        if prompt == "exit":  # failed after producing its answer (in the exception's text)
+            raise RuntimeError("exit status 1\\nthe answer is 42")
         return json.dumps({"image": f"img-{len(RUNS)}", "prompt": prompt})
 '''
 

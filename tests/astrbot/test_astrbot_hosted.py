@@ -144,13 +144,28 @@ def test_a_metered_astrbot_tool_is_charged_once_per_successful_call(
     answer = astrbot.send('CALL image_gen {"prompt": "a dog"}', ALICE)
     assert len(answer["runs"]) == 1
     assert balance_of(astr_sandbox, astr_plan, user) == before - 2
-    # a call that fails is not charged, and the model sees AstrBot's own error text
+    # a call that fails is not charged, and the model sees the failure with its error's text
     answer = astrbot.send('CALL image_gen {"prompt": "fail"}', ALICE)
     assert len(answer["runs"]) == 1
     assert "the image service is down" in tool_message(model)
     assert balance_of(astr_sandbox, astr_plan, user) == before - 2
     spend = astrbot.send("/svc_spend", ALICE)["replies"][0]
     assert "tool image_gen" in spend and "2 call" in spend
+
+
+def test_a_failed_metered_astrbot_tool_gives_the_model_its_failure_never_its_output(
+    astrbot: AstrBotChild, astr_sandbox: Sandbox, astr_plan: str, model: ScriptedModel
+) -> None:
+    login(astrbot, ALICE, astr_sandbox.subscriber.api_key)
+    user = astr_sandbox.subscriber.address
+    before = balance_of(astr_sandbox, astr_plan, user)
+    answer = astrbot.send('CALL image_gen {"prompt": "exit"}', ALICE)  # raises after its answer
+    assert len(answer["runs"]) == 1
+    message = tool_message(model)
+    assert "the answer is 42" not in message  # the failure reaches the model, not the output
+    error = json.loads(message)["error"]
+    assert error["code"] == "tool_failed" and "RuntimeError: exit status 1" in error["message"]
+    assert balance_of(astr_sandbox, astr_plan, user) == before  # nothing charged
 
 
 def test_a_sender_short_of_credits_is_blocked_with_the_price_and_the_tool_never_runs(

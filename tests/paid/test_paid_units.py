@@ -359,6 +359,7 @@ def test_a_request_never_costs_negative_credits_even_if_the_plan_says_so() -> No
         ("Private", "Private"),
         ("public, max-age=60", "max-age=60, private"),  # public gives way to private
         ("public", "private"),
+        ("public, s-maxage=600, max-age=60", "max-age=60, private"),  # s-maxage: shared caches
     ],
 )
 def test_a_paid_answers_own_cache_control_stays_private(own: str, sent: str) -> None:

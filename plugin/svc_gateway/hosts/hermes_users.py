@@ -72,7 +72,7 @@ _GATEWAY_MESSAGE: contextvars.ContextVar[GatewayMessage | None] = contextvars.Co
 #: where Hermes's tool registry logs the exception of a tool it ran (``registry.dispatch``)
 REGISTRY_LOGGER = "tools.registry"
 #: the errors Hermes's registry logged for the metered call running in this context
-_TOOL_ERRORS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+_TOOL_ERRORS: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
     "svc_tool_errors", default=None
 )
 
@@ -84,8 +84,9 @@ class _RegistryErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         seen = _TOOL_ERRORS.get()
         if seen is not None and record.levelno >= logging.ERROR:
-            kind = record.exc_info[0] if record.exc_info else None
-            seen.append(kind.__name__ if kind is not None else "error")
+            kind, error = record.exc_info[:2] if record.exc_info else (None, None)
+            name = kind.__name__ if kind is not None else "error"
+            seen.append((name, f"{name}: {error}" if error is not None else name))
         return True
 
 
@@ -103,15 +104,16 @@ def run_watched(next_call: Callable[..., Any], args: Any) -> Any:
     when Hermes's registry caught the tool's exception on the way."""
     from ..selling.ways_in.tool_results import HostToolError
 
-    seen: list[str] = []
+    seen: list[tuple[str, str]] = []
     token = _TOOL_ERRORS.set(seen)
     try:
         result = next_call(args)
     finally:
         _TOOL_ERRORS.reset(token)
     if seen:
-        log.info("svc: Hermes's registry caught %s from the metered tool; not charged", seen[0])
-        return HostToolError(result)
+        kind, detail = seen[0]
+        log.info("svc: Hermes's registry caught %s from the metered tool; not charged", kind)
+        return HostToolError(result, detail)  # the model gets the failure, not ``result``
     return result
 
 
@@ -201,8 +203,9 @@ def make_tool_middleware(
 ) -> Callable[..., Any]:
     """A synchronous ``tool_execution`` middleware: meters the host's tools named in
     ``meteredTools`` through the paid flow on the plugin loop. It never raises (Hermes would
-    run the tool anyway): every failure blocks the tool with a result of its own. A tool's own
-    exception is re-raised as Hermes raised it."""
+    run the tool anyway): every failure blocks the tool with a result of its own. A tool that
+    failed (raised, or its exception caught by Hermes's registry) answers with the failure
+    only: neither the tool's output nor the registry's full error text."""
     config = meter.operator.config
     wait = config.handler_timeout_secs + 3 * config.paid_budget_secs + 5
     _watch_registry()
@@ -219,7 +222,7 @@ def make_tool_middleware(
         name = tool_name if isinstance(tool_name, str) else ""
         if meter.price_of(name) is None:
             return next_call(args)
-        from ..selling.ways_in.tool_results import ToolFailed, block, delivered
+        from ..selling.ways_in.tool_results import block, delivered
 
         if senders.unidentified(session_id):
             return render(block(*NO_SENDER))
@@ -240,8 +243,6 @@ def make_tool_middleware(
                 f"{name} could not be metered; it did not run and nothing was charged",
                 "Try again; if it keeps failing, tell the gateway's operator.",
             )
-        if isinstance(result, ToolFailed):
-            raise result.error
         result = delivered(result)
         return render(result) if isinstance(result, ToolResult) else result
 

@@ -13,7 +13,8 @@ plugin is terminated.
 The wrapper never sees the model's tool-call id, so each call gets an id of its own. The metering
 runs on the plugin loop in its own task, shielded from AstrBot's: a user's ``/stop`` cancels the
 tool (an unfinished call is not charged) but never a settle under way. A tool whose result is an
-error (it raised, or an MCP result with ``isError``) is not charged.
+error (it raised, or an MCP result with ``isError``) is not charged, and the model gets that
+failure only (the error's type and short message), never what the tool produced.
 """
 
 from __future__ import annotations
@@ -50,14 +51,6 @@ MARK = "__svc_metering__"
 
 class ExecutorShapeError(RuntimeError):
     """AstrBot's tool executor is not the shape this adapter wraps: metering refuses to start."""
-
-
-class ToolErrored(Exception):
-    """The tool answered with an error result: passed on to the model, not charged."""
-
-    def __init__(self, items: list[Any]) -> None:
-        super().__init__("the tool answered with an error")
-        self.items = items
 
 
 class ToolStopped(Exception):
@@ -170,20 +163,22 @@ class ExecutorWrap:
     async def _metered(
         self, name: str, run_context: Any, tool_args: dict[str, Any], run: Any
     ) -> AsyncIterator[Any]:
+        from ...selling.ways_in.tool_results import HostToolError
+
         event = getattr(getattr(run_context, "context", None), "event", None)
         caller = self.caller_of(event) if event is not None else None
         ctx = ToolCallContext(name, dict(tool_args), f"astrbot-{uuid.uuid4().hex}", caller)
         host_loop = asyncio.get_running_loop()
-        started: list[concurrent.futures.Future[list[Any]]] = []
+        started: list[concurrent.futures.Future[Any]] = []
 
-        async def run_original() -> list[Any]:  # on AstrBot's loop
+        async def run_original() -> Any:  # on AstrBot's loop
             async with aclosing(run) as gen:
                 items = [item async for item in gen]
             if any(_is_error(item) for item in items):
-                raise ToolErrored(items)
+                return HostToolError(items)  # failed: not charged, and not shown the model
             return items
 
-        async def run_tool() -> list[Any]:  # on the plugin loop, inside the paid flow
+        async def run_tool() -> Any:  # on the plugin loop, inside the paid flow
             future = asyncio.run_coroutine_threadsafe(run_original(), host_loop)
             started.append(future)
             try:
@@ -205,15 +200,7 @@ class ExecutorWrap:
             for future in started:
                 future.cancel()  # the tool stops; the meter records it as failed, uncharged
             raise
-        from ...selling.ways_in.tool_results import ToolFailed
-
-        if isinstance(result, ToolFailed):
-            if isinstance(result.error, ToolErrored):
-                for item in result.error.items:
-                    yield item
-                return
-            raise result.error
-        if isinstance(result, ToolResult):  # blocked: the price, the balance, how to buy
+        if isinstance(result, ToolResult):  # blocked (price, balance, how to buy), or failed
             yield tool_text(result_json(result))
             return
         for item in result if isinstance(result, list) else [result]:

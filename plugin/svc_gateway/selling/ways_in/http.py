@@ -49,30 +49,49 @@ def to_response(answer: Answer) -> web.Response:
     return response
 
 
+#: headers that tell a shared cache to store an answer, beside ``Cache-Control``: ``Expires``
+#: (an HTTP/1.0 cache reads it, not ``private``), ``Edge-Control`` and nginx's
+#: ``X-Accel-Expires``; :func:`shared_cache_header` adds any ``*Cache-Control`` (RFC 9213's
+#: ``CDN-Cache-Control``, ``Cloudflare-CDN-Cache-Control``...) and ``Surrogate-*``
+SHARED_CACHE_HEADERS = frozenset({"expires", "edge-control", "x-accel-expires"})
+#: ``Cache-Control`` directives a paid answer never keeps: they let a shared cache store it
+SHARED_DIRECTIVES = ("public", "s-maxage")
+
+
+def shared_cache_header(lowered: str) -> bool:
+    """Whether a (lower-case) header name instructs a shared cache or CDN (not Cache-Control)."""
+    return lowered in SHARED_CACHE_HEADERS or (
+        lowered != "cache-control"
+        and (lowered.endswith("cache-control") or "surrogate-" in lowered)
+    )
+
+
 def paid_response(answer: Answer) -> web.Response:
     """A paid route's answer, cached as x402's reference servers say: a 402 ``no-store``, any
-    other answer ``private`` (a shared cache or CDN never serves one payer's answer to another;
-    the handler's own directives are kept, but ``public`` gives way)."""
-    if answer.status != 402:
-        # to_response's headers, built once rather than set one by one on a response
-        headers: CIMultiDict[str] = CIMultiDict({hdrs.CONTENT_TYPE: answer.content_type})
-        for name, value in answer.headers:
-            if name.lower() == "cache-control":
-                break  # the handler's own directives: kept below
+    other answer ``private``, so a shared cache or CDN never serves one payer's answer to
+    another (or to someone who never paid). The handler's own ``Cache-Control`` directives are
+    kept but ``public`` and ``s-maxage``; every header that instructs a shared cache
+    (:func:`shared_cache_header`: ``CDN-Cache-Control``, ``Surrogate-Control``, ``Expires``...)
+    is dropped, whatever the status."""
+    headers: CIMultiDict[str] = CIMultiDict({hdrs.CONTENT_TYPE: answer.content_type})
+    own = ""
+    for name, value in answer.headers:
+        lowered = name.lower()
+        if lowered == "cache-control":
+            own = value  # the handler's own directives: kept below
+        elif not shared_cache_header(lowered):
             headers[name] = value
-        else:
-            headers[hdrs.CACHE_CONTROL] = "private"
-            return web.Response(status=answer.status, body=answer.body, headers=headers)
-    response = to_response(answer)
     if answer.status == 402:
-        response.headers["Cache-Control"] = "no-store"
-        return response
-    own = [d.strip() for d in response.headers.get("Cache-Control", "").split(",") if d.strip()]
-    kept = [d for d in own if d.lower() != "public"]
-    if "private" not in (d.lower() for d in kept):
-        kept.append("private")
-    response.headers["Cache-Control"] = ", ".join(kept)
-    return response
+        headers[hdrs.CACHE_CONTROL] = "no-store"
+    elif not own:
+        headers[hdrs.CACHE_CONTROL] = "private"
+    else:
+        kept = [d.strip() for d in own.split(",") if d.strip()]
+        kept = [d for d in kept if d.split("=", 1)[0].strip().lower() not in SHARED_DIRECTIVES]
+        if "private" not in (d.lower() for d in kept):
+            kept.append("private")
+        headers[hdrs.CACHE_CONTROL] = ", ".join(kept)
+    return web.Response(status=answer.status, body=answer.body, headers=headers)
 
 
 def client_connected(request: web.Request) -> bool:

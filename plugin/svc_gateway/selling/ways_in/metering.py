@@ -8,10 +8,12 @@ parallel calls with credits for M run exactly M), verifies, runs the tool, and s
 the operator's key on the verify's ``agentRequestId``. A tool that fails is not charged; a
 failure comes only from the host's error channel (the tool raised, an error ``ToolResult``, a
 result the host adapter marks :class:`HostToolError`), never from parsing what the tool returned:
-its output may be the user's own text. A payer who is short gets a block result (price,
-balance, how to buy) and the tool does not run;
-a settle outage is queued like the endpoint's. The svc tools are never metered. A call id seen
-before is answered from its first run: the same call is never run or charged twice.
+its output may be the user's own text. A failed call gives the model its failure (the error's
+type or code and short message, nothing was charged), never its output: a program that prints
+the answer and exits 1 would otherwise answer for free. A payer who is short gets a block result
+(price, balance, how to buy) and the tool does not run; a settle outage is queued like the
+endpoint's. The svc tools are never metered. A call id seen before is answered from its first
+run: the same call is never run or charged twice.
 
 The host's tools are the operator's, not the paid endpoint's agent: tokens are minted for no
 agent and the envelope names none, so metering works the same with and without ``agentId``
@@ -45,7 +47,14 @@ from ..state.book import IN_PROGRESS_NOTE
 from ..state.settle_journal import SettleJournal
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .metered_approval import approval_block, metered_ticket
-from .tool_results import FailedFn, ToolFailed, block, default_failed, delivered
+from .tool_results import (
+    FailedFn,
+    ToolFailed,
+    block,
+    default_failed,
+    delivered,
+    failed_result,
+)
 
 if TYPE_CHECKING:
     from ...chat.accounts import UserAccounts
@@ -159,17 +168,14 @@ class ToolMeter:
             future = asyncio.run_coroutine_threadsafe(_await(call_next), host_loop)
             return await asyncio.wrap_future(future)
 
-        result = await runtime.run(self.meter(ctx, run_tool))
-        if isinstance(result, ToolFailed):
-            raise result.error
-        return delivered(result)
+        return delivered(await runtime.run(self.meter(ctx, run_tool)))
 
     # -- one call (plugin loop) --------------------------------------------------------------
 
     async def meter(self, ctx: ToolCallContext, run_tool: Callable[[], Awaitable[Any]]) -> Any:
-        """The tool's result (a :class:`HostToolError` as ``run_tool`` returned it: the host
-        unwraps it with :func:`delivered`), the block result, or :class:`ToolFailed` (never
-        raises)."""
+        """The tool's result when charged (the host unwraps it with :func:`delivered`), else a
+        block or failure :class:`ToolResult` (never raises; never the output of a failed
+        call)."""
         key = _call_key(ctx)
         while key and (seen := self._calls.get(key)) is not None:
             log.info("tool call %s was already handled; not run or charged again", ctx.call_id)
@@ -287,7 +293,8 @@ class ToolMeter:
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
             return call.result
         if outcome.kind is Outcome.WORK_FAILED and call.finished:
-            return call.result  # the tool's own failure, uncharged
+            log.info("%s failed; not charged, its output withheld", name)
+            return failed_result(name, call.result)  # the failure, never the tool's output
         if outcome.kind is Outcome.WORK_FAILED and call.ran:
             return block(
                 "tool_timeout",
