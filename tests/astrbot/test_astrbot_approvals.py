@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import confirmation
 from tests.hermes.hermes_support import Sandbox
 
 from .support import AstrBotChild, ScriptedModel, balance_of, login, new_account, tool_message
@@ -60,6 +61,17 @@ def pending_of(model: ScriptedModel) -> dict[str, Any]:
     return pending
 
 
+def approve_in(astrbot: AstrBotChild, code: str, sender: str) -> list[str]:
+    """The person approves in AstrBot as the plugin asks (issue 41): ``/svc_approve CODE``
+    shows what it buys with a confirmation word, ``/svc_approve CODE WORD`` buys it."""
+    shown: list[str] = astrbot.send(f"/svc_approve {code}", sender)["replies"]
+    confirm = confirmation(shown[0]) if len(shown) == 1 else None
+    if confirm is None:
+        return shown
+    replies: list[str] = astrbot.send(f"/svc_approve {confirm}", sender)["replies"]
+    return replies
+
+
 def test_the_approval_commands_are_astrbot_commands_of_the_plugin(
     astrbot: AstrBotChild, model: ScriptedModel
 ) -> None:
@@ -100,7 +112,7 @@ def test_an_order_the_model_asks_for_waits_for_the_senders_own_approval_and_comp
 
     # the person's own command, typed through AstrBot's pipeline, buys it
     asked = len(model.requests)
-    approved = astrbot.send(f"/svc_approve {code.lower()}", ALICE)["replies"]
+    approved = approve_in(astrbot, code.lower(), ALICE)
     assert len(approved) == 1 and approved[0].startswith("Approved: bought plan"), approved
     assert balance_of(astr_sandbox, astr_plan, holder) == before + PLAN_CREDITS
     # once: the code is spent
@@ -147,7 +159,7 @@ def test_a_metered_astrbot_tool_runs_once_the_sender_approved_that_call(
     if balance_of(astr_sandbox, astr_plan, holder) < 1:  # run alone: buy credits first
         order = json.dumps({"planId": astr_plan, "confirm": True})
         astrbot.send(f"CALL svc_orderPlan {order}", ALICE)
-        astrbot.send(f"/svc_approve {pending_of(model)['code']}", ALICE)
+        approve_in(astrbot, pending_of(model)["code"], ALICE)
     before = balance_of(astr_sandbox, astr_plan, holder)
     call = 'CALL image_gen {"prompt": "a cat"}'
     answer = astrbot.send(call, ALICE)
@@ -156,7 +168,7 @@ def test_a_metered_astrbot_tool_runs_once_the_sender_approved_that_call(
     assert blocked["code"] == "approval_required"
     code = blocked["pending"]["code"]
     assert astrbot.send(f"/svc_approve {code}", BOB)["replies"][0].startswith("No pending")
-    approved = astrbot.send(f"/svc_approve {code}", ALICE)["replies"]
+    approved = approve_in(astrbot, code, ALICE)
     assert approved and approved[0].startswith("Approved once"), approved
     assert balance_of(astr_sandbox, astr_plan, holder) == before  # approving runs nothing
     answer = astrbot.send(call, ALICE)  # the same call again: it runs, charged once

@@ -75,3 +75,26 @@ async def test_a_metered_call_runs_once_approved_by_its_own_user_or_within_a_man
     assert tools.runs["image_gen"] == 2
     meter = handle.extras["meter"]
     assert await balance(builder_client, plan, alice) + meter.flow.stats.credits_settled == GRANTED
+
+
+async def test_an_approved_metered_call_runs_only_with_the_arguments_approved(
+    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+) -> None:
+    """Issue 41: the person approved ``image_gen {"p": "cat"}``; the model calling it with
+    other arguments gets a new code and runs nothing; the approved call then runs once."""
+    gateway, handle, tools, plan = await hosted_human(make_host, builder, builder_client)
+    alice = await user_who_approved_credits(gateway, "alice", plan)
+    asked = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="alice")
+    assert isinstance(asked, ToolResult)
+    code = asked.structuredContent["error"]["pending"]["code"]
+    assert (await approve(gateway, code, sender="alice")).startswith("Approved once")
+    other = await gateway.call_host_tool("image_gen", {"p": "a whole zoo"}, sender="alice")
+    assert isinstance(other, ToolResult)
+    assert other.structuredContent["error"]["code"] == "approval_required"
+    assert other.structuredContent["error"]["pending"]["code"] != code
+    assert "image_gen" not in tools.runs and await balance(builder_client, plan, alice) == GRANTED
+    ran = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="alice")
+    assert ran == {"tool": "image_gen", "arguments": {"p": "cat"}}
+    meter = handle.extras["meter"]
+    assert await balance(builder_client, plan, alice) == GRANTED - 3
+    assert await balance(builder_client, plan, alice) + meter.flow.stats.credits_settled == GRANTED
