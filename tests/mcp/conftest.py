@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("mcp")
@@ -149,6 +150,20 @@ async def make_mcp_market(
         server = create_server(handle.core, server_name=SERVER_NAME)
         server.flow.settle_backoff = (0.0, 0.0)  # no real sleeps between settle attempts
         running = await handle.runtime.run(serve(server, host="127.0.0.1", port=0))
+        # The server's own URL is an endpoint too: the OAuth server issues tokens only for a
+        # resource registered to the agent its metadata names (RFC 8707).
+        async with httpx.AsyncClient(base_url=sandbox.base_url, timeout=30) as http:
+            updated = await http.put(
+                f"/protocol/agents/{agent_id}",
+                json={
+                    "metadataAttributes": {"name": "Weather MCP"},
+                    "agentApiAttributes": {
+                        "endpoints": [{"POST": uri} for uri in [*uris, running.url]]
+                    },
+                },
+                headers={"Authorization": f"Bearer {builder['apiKey']}"},
+            )
+        assert updated.status_code == 200, updated.text
         market = McpMarket(
             sandbox,
             builder_client,

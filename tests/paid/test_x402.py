@@ -13,8 +13,11 @@ from aiohttp import web
 
 from svc_gateway.config import load_config
 from svc_gateway.encoding import decode_b64_json
+from svc_gateway.hosts.embedded import DEMO_TOKEN
 from svc_gateway.selling import RouteConfig, build_payment_app
 from svc_gateway.selling.flow.plans import payment_deadline_secs
+from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+from svc_gateway.service.pricing import erc20_price, fixed_credits
 
 from .middleware_support import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 from .support import Market
@@ -165,3 +168,34 @@ async def test_a_settle_refusal_is_402_with_a_failed_x402_payment_response(
     assert failed.error_reason and failed.error_reason == required.error
     assert failed.transaction == ""
     assert failed.network == "eip155:84532"
+
+
+async def test_the_402_deadline_counts_settle_and_pays_the_plans_receiver_not_its_owner(
+    make_seller: SellerFactory,
+) -> None:
+    """``maxTimeoutSeconds`` is verify's budget + the handler's deadline + settle's budget
+    (7 + 11 + 7 s here, written out, not recomputed by the code under test); ``payTo`` is the
+    plan's first price receiver, which here is not the plan's owner."""
+    seller = await make_seller()
+    receiver = "0x" + "5e" * 20
+    assert receiver != (seller.builder.address or "").lower()
+    ids = await seller.builder.register_agent_and_plan(
+        AgentMetadata(name="Paid elsewhere"),
+        AgentApi(endpoints=None),
+        PlanMetadata(name="Receiver plan"),
+        erc20_price([1_000_000], [receiver], DEMO_TOKEN),
+        fixed_credits(10, 2),
+    )
+    plan = await seller.builder.get_plan(ids.plan_id)
+    assert (plan.registry.owner or plan.owner or "").lower() == seller.builder.address.lower()
+    routes = {"POST /ask": RouteConfig(plan_id=ids.plan_id, agent_id=ids.agent_id)}
+    app = build_payment_app(routes, seller.settings(paidBudgetSecs=7, handlerTimeoutSecs=11))
+    app.router.add_post("/ask", ask)
+    await seller.serve(app)
+    async with httpx.AsyncClient(base_url=seller.origin, timeout=30) as http:
+        unpaid = await http.post("/ask", json={"q": 1})
+    assert unpaid.status_code == 402 and calls == []
+    required = x402_http.decode_payment_required_header(unpaid.headers["payment-required"])
+    (accept,) = required.accepts
+    assert accept.max_timeout_seconds == 7 + 11 + 7
+    assert accept.pay_to.lower() == receiver

@@ -2,12 +2,12 @@
 
 What a standard MCP client needs to pay a paid MCP server offline: RFC 7591 registration
 (``redirect_uris`` checked and kept), the authorization-code grant with PKCE S256 required
-(RFC 7636; no ``plain``, no PKCE-less flow), RFC 8707 ``resource`` required and bound to the
-code, codes single use and short lived, bound to the client and the redirect URI. The access
-token is a service access token (:mod:`.permissions`) for the agent's plan, backed by a
-delegation the subscriber approved on the consent page (:mod:`.routes_oauth`). Errors are
-RFC 6749 §5.2 JSON (``error``, ``error_description``); an unregistered redirect URI is never
-redirected to.
+(RFC 7636; no ``plain``, no PKCE-less flow), RFC 8707 ``resource`` required, bound to the code
+and one of the named agent's registered endpoints (at authorize and again at token), codes
+single use and short lived, bound to the client and the redirect URI. The access token is a
+service access token (:mod:`.permissions`) for the agent's plan, backed by a delegation the
+subscriber approved on the consent page (:mod:`.routes_oauth`). Errors are RFC 6749 §5.2
+JSON (``error``, ``error_description``); an unregistered redirect URI is never redirected to.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .accounts import card_id
+from .agents import get_agent
 from .db import Store
 from .delegations import create_delegation
 from .errors import ApiError
@@ -156,7 +157,9 @@ def register_client(store: Store, body: dict[str, Any]) -> dict[str, Any]:
             f"token_endpoint_auth_method must be one of {', '.join(AUTH_METHODS)}",
         )
     grants = body.get("grant_types") or ["authorization_code"]
-    if not isinstance(grants, list) or not set(grants) <= {"authorization_code", "refresh_token"}:
+    if not isinstance(grants, list) or not all(
+        grant in ("authorization_code", "refresh_token") for grant in grants
+    ):
         raise OAuthError(
             "invalid_client_metadata", "grant_types: this server grants authorization_code only"
         )
@@ -224,6 +227,18 @@ def client_and_redirect(store: Store, query: dict[str, str]) -> tuple[Client, st
     return client, given, True
 
 
+def _absolute_url(value: str) -> bool:
+    """An http(s) URL with a host and no fragment; a malformed one (``http://[::1/mcp``, a
+    port that is no number) is refused, not raised."""
+    try:
+        parts = urlsplit(value)
+        port_valid = parts.port is None or parts.port >= 0
+    except ValueError:
+        return False
+    usable = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.fragment
+    return port_valid and usable
+
+
 def check_request(query: dict[str, str]) -> tuple[str, str, str]:
     """``(code_challenge, resource, scope)`` of an authorization request; errors here are
     redirected to the (already checked) redirect URI."""
@@ -241,11 +256,22 @@ def check_request(query: dict[str, str]) -> tuple[str, str, str]:
         raise OAuthError(
             "invalid_target", "resource is required: the URL of the MCP server (RFC 8707)"
         )
-    parts = urlsplit(resource)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
+    if not _absolute_url(resource):
         raise OAuthError("invalid_target", "resource must be an absolute URL without fragment")
     scope = query.get("scope") or " ".join(SCOPES)
     return challenge, resource, scope[:500]
+
+
+def check_resource(store: Store, agent_id: str, resource: str) -> None:
+    """RFC 8707: the agent's token pays only at one of its registered endpoints. A resource
+    naming an agent it is not registered for (a server anyone runs may publish any agent's id)
+    is refused, with the facilitator's own endpoint match (:meth:`.agents.Agent.match`)."""
+    agent = get_agent(store, agent_id)
+    if agent is None or agent.match(resource, None) is None:
+        raise OAuthError(
+            "invalid_target",
+            "the resource is not an endpoint registered for the agent its metadata names",
+        )
 
 
 def _delegation_body(store: Store, payer: str, plan: Plan) -> dict[str, Any]:
@@ -350,6 +376,7 @@ def exchange(
     if resource is not None and resource != code.resource:
         raise OAuthError("invalid_target", "resource differs from the authorization request")
     code.used = True  # spent by any well-formed attempt that reached this far
+    check_resource(store, code.agent_id, code.resource)  # the agent may have dropped it since
     try:
         token = issue_token(
             store,

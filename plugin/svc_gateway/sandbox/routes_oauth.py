@@ -182,6 +182,7 @@ async def _agent_and_plan(request: web.Request, resource: str) -> tuple[str, Pla
     agent = get_agent(store, agent_id) if isinstance(agent_id, str) and agent_id else None
     if agent is None:
         raise OAuthError("invalid_target", "the resource names no agent known to this service")
+    oauth.check_resource(store, agent.id, resource)
     wanted = document.get("plan_id")
     plan_id = wanted if isinstance(wanted, str) and is_associated(store, agent.id, wanted) else None
     plan_id = plan_id or next(iter(plan_ids_of(store, agent.id)), None)
@@ -260,11 +261,24 @@ async def authorize(request: web.Request) -> web.Response:
     return _consent(pending, agent.name if agent else agent_id)
 
 
+_UNREADABLE = OAuthError("invalid_request", "the form body is not UTF-8 form data")
+
+
+async def _form(request: web.Request) -> dict[str, str] | None:
+    """The posted form's fields as text; ``None`` when it cannot be read (not UTF-8)."""
+    try:
+        return {k: str(v) for k, v in (await request.post()).items()}
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
 @routes.post(AUTHORIZE)
 async def decide(request: web.Request) -> web.Response:
     """The consent form: approve (with the subscriber's API key) or deny."""
     store, issuer = store_of(request), origin_of(request)
-    form = await request.post()
+    form = await _form(request)
+    if form is None:
+        return _json(_UNREADABLE.body(), 400)
     oauth_state = request.app[OAUTH]
     oauth_state.forget_expired(store.now())
     pending = oauth_state.pending.get(str(form.get("request") or ""))
@@ -311,7 +325,9 @@ async def token(request: web.Request) -> web.Response:
     if request.content_type != "application/x-www-form-urlencoded":
         error = OAuthError("invalid_request", "send application/x-www-form-urlencoded")
         return _json(error.body(), 400)
-    form = {k: str(v) for k, v in (await request.post()).items()}
+    form = await _form(request)
+    if form is None:
+        return _json(_UNREADABLE.body(), 400)
     basic = _basic(request.headers.get("Authorization"))
     try:
         answer = oauth.exchange(store_of(request), request.app[OAUTH], form, basic)

@@ -16,7 +16,7 @@ import click
 from ..api_keys import ApiKey
 from .errors import BadUsage
 from .options import global_options, settings_of
-from .output import Output
+from .output import Output, echo
 from .profiles import (
     ENVIRONMENT_VARIABLE,
     KEY_VARIABLE,
@@ -34,6 +34,8 @@ from .profiles import (
 
 KEY_NAMES = ("api-key", "apiKey", "svcApiKey")
 SET_KEYS = (*SETTINGS, "baseUrl", "apiVersion", *KEY_NAMES)
+#: ``describe``'s key, already masked (``local:eyJhbG…x9Qk``): printed as it is
+MASKED = ("apiKey",)
 
 
 def read_key(value: str | None, where: str) -> ApiKey:
@@ -43,7 +45,7 @@ def read_key(value: str | None, where: str) -> ApiKey:
     elif value is None or value.strip() == "-":
         value = sys.stdin.readline()
     else:
-        click.echo(
+        echo(
             "Note: a key typed on the command line may stay in your shell history; "
             "'-' reads it from stdin instead.",
             err=True,
@@ -89,7 +91,7 @@ def show(ctx: click.Context) -> None:
     """Show the profile: environment, base URL, version, the key masked."""
     book = ProfileBook()
     name = profile_name(book, settings_of(ctx).profile)
-    _output(ctx).result(describe(book, name))
+    _output(ctx).result(describe(book, name), verbatim=MASKED)
 
 
 @config.command("init")
@@ -123,8 +125,8 @@ def init(
     store.delete_all()
     if key is not None:
         where = stored_where(store, store.save(env, key.secret))
-        click.echo(f"Stored the key of profile '{name}' in {where}.", err=True)
-    _output(ctx).result(describe(book, name))
+        echo(f"Stored the key of profile '{name}' in {where}.", err=True)
+    _output(ctx).result(describe(book, name), verbatim=MASKED)
 
 
 @config.command("set")
@@ -152,11 +154,11 @@ def set_(ctx: click.Context, setting: str, value: str) -> None:
         store = book.store(name, for_writing=True)
         where = stored_where(store, store.save(env, key.secret))
         book.update(name, environment=env)
-        click.echo(f"Stored the key of profile '{name}' in {where}.", err=True)
+        echo(f"Stored the key of profile '{name}' in {where}.", err=True)
     elif field == "environment":
         env = check_environment(value, "environment")
         if current.get("baseUrl") and current.get("environment") not in (None, env):
-            click.echo(
+            echo(
                 f"Note: the base URL of profile '{name}' was for {current['environment']}; it "
                 "was removed. Set the new one with 'svc config set base-url <URL>'.",
                 err=True,
@@ -169,7 +171,7 @@ def set_(ctx: click.Context, setting: str, value: str) -> None:
     else:
         version = check_api_version(value, "api-version") if value.strip() else None
         book.update(name, apiVersion=version)
-    _output(ctx).result(describe(book, name))
+    _output(ctx).result(describe(book, name), verbatim=MASKED)
 
 
 @config.command("use")
@@ -183,7 +185,7 @@ def use(ctx: click.Context, name: str) -> None:
         known = ", ".join(book.names()) or "none yet"
         raise BadUsage(f"No profile '{name}' (profiles: {known}); create it with 'config init'")
     book.update(name, activate=True)
-    _output(ctx).result(describe(book, name))
+    _output(ctx).result(describe(book, name), verbatim=MASKED)
 
 
 @click.command("login")
@@ -207,14 +209,14 @@ def login(ctx: click.Context, api_key: str | None) -> None:
     book.update(name, activate=not book.active(), environment=env)
     output = _output(ctx)
     if output.json:
-        output.result(describe(book, name))
+        output.result(describe(book, name), verbatim=MASKED)
     else:
         output.result(
             None,
             text=f"Logged in to {env} as {key.address} (profile '{name}'; key in {where}).",
         )
     if os.environ.get(KEY_VARIABLE):
-        click.echo(f"Note: {KEY_VARIABLE} is set and overrides the stored key.", err=True)
+        echo(f"Note: {KEY_VARIABLE} is set and overrides the stored key.", err=True)
 
 
 @click.command("logout")

@@ -92,7 +92,7 @@ def create_delegation(
         )
 
     _, answer = session.call(operation)
-    session.output().result(answer)
+    session.output().result(answer, verbatim=("delegationToken",))  # the command's product
 
 
 @delegation.command("list-delegations")

@@ -2,14 +2,16 @@
 
 0: success. 1: the service refused (or could not be reached): its error code and message on
 stderr, stdout empty. 2: bad usage, refused locally before anything was sent, naming the flag.
+What is printed is masked as the plugin's logs are (a service message may quote a key).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
+
+from .output import echo
 
 if TYPE_CHECKING:
     from ..service.errors import ServiceError
@@ -42,23 +44,23 @@ class Refused(click.ClickException):
 
 def report_refusal(code: str, message: str, hint: str | None) -> None:
     """``Error: <code>: <message>`` (and the hint) on stderr, the one place a failure is told."""
-    click.echo(f"Error: {code}: {message}", err=True)
+    echo(f"Error: {code}: {message}", err=True)
     if hint:
-        click.echo(f"Hint: {hint}", err=True)
+        echo(f"Hint: {hint}", err=True)
 
 
 def report_service_error(error: ServiceError) -> int:
     """Print a service failure; its exit code (2 when the client refused before sending)."""
     status = f" (HTTP {error.status})" if error.status is not None else ""
-    click.echo(f"Error: {error.code}{status}: {error.message}", err=True)
+    echo(f"Error: {error.code}{status}: {error.message}", err=True)
     if error.code == "not_logged_in":
-        click.echo(
+        echo(
             "Hint: log in with 'svc login <env>:<API_KEY>' (or 'svc config init --api-key ...'), "
             "choose a profile with --profile, or set SVC_API_KEY.",
             err=True,
         )
     elif error.hint:
-        click.echo(f"Hint: {error.hint}", err=True)
+        echo(f"Hint: {error.hint}", err=True)
     return EXIT_USAGE if error.code in LOCAL_CODES else EXIT_REFUSED
 
 
@@ -66,5 +68,5 @@ def report_unexpected(error: BaseException) -> int:
     """A bug or an unforeseen failure: one line naming it, no traceback, exit 1."""
     text = str(error).splitlines()[0][:300] if str(error) else ""
     detail = f": {text}" if text else ""
-    print(f"Error: unexpected {type(error).__name__}{detail}", file=sys.stderr)
+    echo(f"Error: unexpected {type(error).__name__}{detail}", err=True)
     return EXIT_REFUSED

@@ -20,6 +20,7 @@ from .facilitator import facilitator
 from .helpers import HELPERS
 from .options import global_options
 from .organizations import organizations
+from .output import MaskedStderr
 from .plans import plans
 from .x402token import x402token
 
@@ -56,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
             args=argv, prog_name="svc", complete_var="_SVC_COMPLETE", standalone_mode=False
         )
     except click.UsageError as error:  # bad flags, bad values, local refusals
-        error.show()
+        error.show(file=MaskedStderr())  # type: ignore[arg-type]  # a writer is all it needs
         return errors.EXIT_USAGE
     except click.ClickException as error:
-        error.show()
+        error.show(file=MaskedStderr())  # type: ignore[arg-type]
         return error.exit_code
     except ServiceError as error:
         return errors.report_service_error(error)

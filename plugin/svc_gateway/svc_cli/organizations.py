@@ -31,6 +31,8 @@ ACTIVITY_COLUMNS: list[Column] = [
 ]
 #: answer fields that carry a new account's API key (in any form): hidden in table mode
 KEY_FIELDS = ("hash", "nvmApiKey", "apiKey")
+#: the new account's key, printed whole with --format json (the command's product)
+ISSUED = tuple(f"walletResult.{name}" for name in KEY_FIELDS)
 
 
 @click.group()
@@ -137,7 +139,7 @@ def create_member(
         lambda c: c.create_member(user_id, email=user_email, role=user_role, org_id=org_id)
     )
     output = session.output()
-    output.result(answer if output.json else _masked(answer))
+    output.result(answer if output.json else _masked(answer), verbatim=ISSUED)
 
 
 @organizations.command("onboard-customer")
@@ -149,4 +151,4 @@ def onboard_customer(session: Session, email: str, org_id: str | None) -> None:
     """Open a white-label customer account; its API key is printed only with --format json."""
     _, answer = session.call(lambda c: c.onboard_customer(email, org_id))
     output = session.output()
-    output.result(answer if output.json else _masked(answer))
+    output.result(answer if output.json else _masked(answer), verbatim=ISSUED)

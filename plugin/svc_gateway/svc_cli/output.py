@@ -3,19 +3,65 @@
 JSON mode writes exactly one JSON document to stdout and nothing else; notes go to stderr in
 both modes. Tables flatten nested objects into dotted keys (``metadata.main.name``), so the
 default output never shows raw JSON.
+
+Everything printed passes the plugin logs' redaction (:func:`..redact.redact`): a service
+message that quotes a key (a 401 echoing the ``Authorization`` header) is masked. The one
+exception is what a result names ``verbatim``: the credential a command was asked for (the
+access token of ``get-x402-access-token``, a new member's key) or a key it already masked.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
+from ..redact import redact
+
 FORMATS = ("table", "json")
 Column = tuple[str, str]
 """A table column: its header and the dotted path of the value in each row."""
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """Print one message (stderr with ``err``), secrets masked."""
+    click.echo(redact(text), err=err)
+
+
+class MaskedStderr:
+    """stderr for click's own messages (a usage error quotes the value given): masked."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(redact(text))
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _placeholder(index: int) -> str:
+    """Text the redaction leaves alone (short, letters and ``@`` only) and no answer has."""
+    return f"ISSUED@{chr(65 + index % 26) * (1 + index // 26)}@"
+
+
+def hold(data: Any, keep: frozenset[str], held: list[str], path: str = "") -> Any:
+    """``data`` with the text values at the dotted paths in ``keep`` set aside in ``held``
+    (a placeholder stands in), so the rendered output can be masked whole."""
+    if isinstance(data, dict):
+        out: dict[Any, Any] = {}
+        for key, value in data.items():
+            at = f"{path}.{key}" if path else str(key)
+            if at in keep and isinstance(value, str):
+                out[key] = _placeholder(len(held))
+                held.append(value)
+            else:
+                out[key] = hold(value, keep, held, at)
+        return out
+    if isinstance(data, list):
+        return [hold(item, keep, held, path) for item in data]
+    return data
 
 
 def to_json(data: Any) -> str:
@@ -102,26 +148,33 @@ class Output:
         items: str | None = None,
         columns: Sequence[Column] = (),
         text: str | None = None,
+        verbatim: Sequence[str] = (),
     ) -> None:
         """Print a result: JSON as is, else ``text``, else a table of ``data[items]`` with
-        ``columns`` (plus the other top-level fields), else a key/value table."""
+        ``columns`` (plus the other top-level fields), else a key/value table. Secrets are
+        masked but for the text values at the dotted paths ``verbatim``."""
+        held: list[str] = []
+        shown = redact(self.render(hold(data, frozenset(verbatim), held), items, columns, text))
+        for index, value in enumerate(held):
+            value = to_json(value)[1:-1] if self.json else value
+            shown = shown.replace(_placeholder(index), value, 1)
+        click.echo(shown)
+
+    def render(
+        self, data: Any, items: str | None, columns: Sequence[Column], text: str | None
+    ) -> str:
         if self.json:
-            click.echo(to_json(data))
-            return
+            return to_json(data)
         if text is not None:
-            click.echo(text)
-            return
+            return text
         if items is not None and isinstance(data, dict | list):
             listed = data if isinstance(data, list) else data.get(items)
             rest = {k: v for k, v in data.items() if k != items} if isinstance(data, dict) else {}
-            click.echo(list_table(listed if isinstance(listed, list) else [], columns))
-            if rest:
-                click.echo("")
-                click.echo(key_value_table(rest))
-            return
-        click.echo(key_value_table(data))
+            table = list_table(listed if isinstance(listed, list) else [], columns)
+            return f"{table}\n\n{key_value_table(rest)}" if rest else table
+        return key_value_table(data)
 
     @staticmethod
     def note(text: str) -> None:
         """Progress and notes: stderr, in every format."""
-        click.echo(text, err=True)
+        echo(text, err=True)

@@ -130,7 +130,7 @@ def get_x402_access_token(
         )
 
     _, answer = session.call(operation)
-    output.result(answer)
+    output.result(answer, verbatim=("accessToken",))  # the token asked for, printed whole
 
 
 @x402token.command("build-payment-required")
