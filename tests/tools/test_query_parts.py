@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
-from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
 import pytest
 
+from svc_gateway.approvals.gate import model_ticket
 from svc_gateway.buying import addresses as qd
 from svc_gateway.buying import answers as qa
 from svc_gateway.buying import charges as qo
@@ -244,7 +244,6 @@ class _Client:
 def stub_core(error: ServiceError) -> PluginCore:
     client = _Client(error)
     core = SimpleNamespace(client=lambda: client, config=PluginConfig(), approvals=None)
-    core.access_token = partial(PluginCore.access_token, core)  # the real one, over the stub
     return cast(PluginCore, core)
 
 
@@ -259,11 +258,15 @@ async def test_a_mint_refused_for_the_url_says_so() -> None:
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
     refused = ServiceError("no", status=400, code="BCK.PROTOCOL.0031")
     with pytest.raises(ToolFailure) as failure:
-        await qt.mint(stub_core(refused), params, purchase())
+        await qt.mint(
+            stub_core(refused), params, purchase(), model_ticket(PluginConfig(), "query", "p1")
+        )
     assert failure.value.code == "agent_url_not_registered"
     other = ServiceError("budget", status=403, code="BCK.X402.0023")
     with pytest.raises(ServiceError):
-        await qt.mint(stub_core(other), params, purchase())
+        await qt.mint(
+            stub_core(other), params, purchase(), model_ticket(PluginConfig(), "query", "p1")
+        )
 
 
 def test_token_version_from_the_nonce() -> None:
