@@ -4,13 +4,13 @@ decoding, the request it sends and the token it asks for (issue 11, mutation run
 
 from __future__ import annotations
 
-from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
 import pytest
 
+from svc_gateway.approvals.gate import model_ticket
 from svc_gateway.buying import addresses as qd
 from svc_gateway.buying import answers as qa
 from svc_gateway.buying import charges as qo
@@ -287,15 +287,16 @@ async def test_the_token_asked_for_is_bound_to_the_url_and_verb_with_the_configu
 ):
     minter = _Minter()
     config = PluginConfig(defaultDelegationDurationSecs=1234)
-    stub = SimpleNamespace(client=lambda: minter, config=config, approvals=None)
-    stub.access_token = partial(PluginCore.access_token, stub)  # the real one, over the minter
-    core = cast(PluginCore, stub)
+    core = cast(PluginCore, SimpleNamespace(client=lambda: minter, config=config, approvals=None))
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
-    assert await qt.mint(core, params, purchase()) == "tok"
+    ticket = model_ticket(config, "query", "p1")  # "model" mode: the gateway's own delegation
+    assert await qt.mint(core, params, purchase(), ticket) == "tok"
     (call,) = minter.calls
     assert call["plan_id"] == "p1" and call["agent_id"] == "a1"
     assert call["resource_url"] == "https://a.example/x" and call["http_verb"] == "POST"
     assert call["duration_secs"] == 1234
+    assert call["spending_limit_cents"] == config.default_spending_limit_cents
+    assert call["max_transactions"] is None  # pooled, as in "model" mode
 
 
 async def test_a_failed_balance_read_says_so_word_for_word() -> None:
@@ -311,7 +312,8 @@ async def test_a_refused_mint_says_which_url_and_what_to_use() -> None:
 
     params = q.QueryAgentParams.model_validate({"agentUrl": "https://a.example/x", "prompt": "p"})
     refused = ServiceError("no", status=400, code="BCK.PROTOCOL.0031")
-    failure = await async_refusal(qt.mint, stub_core(refused), params, purchase())
+    ticket = model_ticket(PluginConfig(), "query", "p1")
+    failure = await async_refusal(qt.mint, stub_core(refused), params, purchase(), ticket)
     assert failure.message == (
         "The service refused a token for https://a.example/x: it is not a registered endpoint "
         "of agent a1; nothing was paid"

@@ -221,7 +221,12 @@ class Demo:
         if not code:
             raise DemoFailed(f"svc_orderPlan bought without the person's approval: {pending}")
         self.line("subscriber", "svc_orderPlan", f"pending: the person types /svc_approve {code}")
-        reply = await subscriber.run_command("svc_approve", code)
+        self.line(
+            "subscriber", "/svc_approve", "the plugin shows what it buys; the person confirms"
+        )
+        shown = await subscriber.run_command("svc_approve", code)  # what it buys, and a word
+        word = shown.split(f"/svc_approve {code} ", 1)[-1].split(" ", 1)[0]
+        reply = await subscriber.run_command("svc_approve", f"{code} {word}")
         if not reply.startswith("Approved"):
             raise DemoFailed(f"/svc_approve failed: {reply}")
         data = await _tool(subscriber, "svc_checkBalance", {"planId": plan_id})
