@@ -59,3 +59,25 @@ def test_mutation_script_runs_without_a_bare_python_on_path(tmp_path: Path) -> N
     )
     assert run.returncode == 0, run.stderr
     assert "--group" in run.stdout
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    """Issue 42: CI's main test step is the README's test command, read from the README by
+    scripts/readme_command.py and run as it is, so the two cannot drift apart."""
+    printed = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "readme_command.py"), "tests"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert printed == SET_UP_TESTS
+    demo = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "readme_command.py"), "demo"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert demo == SET_UP_DEMO
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'README_TESTS="$(python3 scripts/readme_command.py tests)"' in ci
+    assert 'eval "$README_TESTS"' in ci
