@@ -93,5 +93,5 @@ def test_the_docs_time_the_tests_as_ci_measures_them() -> None:
         text = " ".join(page.read_text(encoding="utf-8").split())
         # CI's tests step took 9 min 36 s and 9 min 44 s on 2026-11-27; its fresh venv about 2
         assert "about 8 minutes" not in text and "about 4.5" not in text, page
-        assert "CI's `.ci/run` times each step on 2 cores: the tests take about 10 minutes" in text
-        assert "the install into a fresh venv before them about 2;" in text
+        assert "CI's `.ci/run` runs this very command, read from" in text  # verbatim (issue 42)
+        assert "under coverage: about 2 minutes of install and 10 of tests on 2 cores;" in text
