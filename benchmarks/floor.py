@@ -222,7 +222,7 @@ def case_chain(
             up("paid endpoint (stub, tracing on)", [*serve, "paid", *service, "--tracing"]),
         ]
         for side in sides:  # warm every pool and cache
-            load.load(side.url, side.token, 4, 1, force_aiohttp=force_aiohttp)
+            load.load(side.url, side.token, 4, min(1.0, duration), force_aiohttp=force_aiohttp)
         got = medians(sides, HEADLINE_C, rounds, duration, force_aiohttp=force_aiohttp, stub=stub)
     where = f"server on CPU {sorted(split[0])}, load on {sorted(split[1])}" if split else "no"
     print(f"  pinned: {where}; {rounds} rounds of {duration:g} s")
