@@ -7,7 +7,7 @@ tracing, no receipt, no replay cache, no deadlines, no retries. The paid endpoin
 middleware are reported as a ratio of it (``python -m benchmarks --only chain``). With
 ``--middleware`` the same two calls are made by an aiohttp middleware around the bare route
 (aiohttp's own cost of running any middleware included): the floor of a gating middleware,
-counted beside the route middleware by ``python -m benchmarks.instructions``.
+counted beside the route middleware by ``python -m benchmarks --only instructions``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Instructions per answered request, counted: ``python -m benchmarks.instructions``.
+"""Instructions per answered request, counted: ``python -m benchmarks --only instructions``.
 
 The load runs measure time, and on this shared 2-core machine a round's rate moves by ±30%
 with the neighbours (the same tree measured the Redis book at 1.08× and 1.45× the in-process
@@ -20,7 +20,6 @@ Needs ``valgrind`` (Debian's package of that name).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import subprocess
@@ -31,26 +30,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import load, procs
+from .report import Figure, Report, Target
 
 #: the servers it can count, and how each is started (``{stub}``, ``{state}``: URLs)
 KINDS: dict[str, list[str]] = {
     "chain": ["-m", "benchmarks.chain", "--service", "{stub}"],
     "chain-mw": ["-m", "benchmarks.chain", "--middleware", "--service", "{stub}"],
-    "flat": ["-m", "benchmarks.flat", "--serve", "--service", "{stub}"],
     "paid": ["-m", "benchmarks.serve", "paid", "--service", "{stub}"],
     "route": ["-m", "benchmarks.serve", "route", "--service", "{stub}"],
     "redis": ["-m", "benchmarks.serve", "paid", "--service", "{stub}", "--state-url", "{state}"],
 }
-#: the ratios printed, when both sides were counted: (label, side, base)
+#: the ratios reported, when both sides were counted: (label, side, base)
 RATIOS = (
     ("paid endpoint / the chain", "paid", "chain"),
     ("middleware route / the chain", "route", "chain"),
     ("the chain as a middleware / the chain", "chain-mw", "chain"),
     ("middleware route / the chain as a middleware", "route", "chain-mw"),
-    ("the rules, flat / the chain", "flat", "chain"),
-    ("paid endpoint / the rules, flat", "paid", "flat"),
     ("stateUrl (Redis) / in-process book", "redis", "paid"),
 )
+#: the bounds judged (issue 42: the paid endpoint at most 1.20× the chain's instructions)
+TARGETS = {"paid endpoint / the chain": Target("<=", 1.20)}
 TOKEN = "bench-token"
 CLIENTS = 32
 #: coverage.py's variables that switch its tracer on in a child (``patch = ["subprocess"]``):
@@ -122,7 +121,7 @@ def start(kind: str, stack: ExitStack, folder: Path, stub: str, state: str | Non
 def measure(kinds: list[str], rounds: int, secs: float) -> dict[str, Counted]:
     """Each kind's Ir per answered request in ``rounds`` alternating rounds of ``secs``."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+        raise RuntimeError("valgrind is not installed (Debian: apt-get install valgrind)")
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="svc-ir-") as tmp:
         stub = str(stack.enter_context(procs.spawn(["-m", "benchmarks.chain", "--stub"]))["url"])
         state = stack.enter_context(procs.redis_server()) if "redis" in kinds else None
@@ -141,24 +140,24 @@ def ratios(counted: dict[str, Counted]) -> Iterator[tuple[str, float, float, flo
             yield label, statistics.median(pairs), min(pairs), max(pairs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
-    parser.add_argument("kinds", nargs="*", default=list(KINDS), help=f"of {list(KINDS)}")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--secs", type=float, default=20.0, help="load per round, counted")
-    args = parser.parse_args(argv)
-    unknown = sorted(set(args.kinds) - set(KINDS))
-    if unknown:
-        parser.error(f"unknown kind(s) {unknown}: choose from {list(KINDS)}")
-    counted = measure(args.kinds, args.rounds, args.secs)
+def case(report: Report, rounds: int, secs: float, kinds: list[str] | None = None) -> None:
+    """Instructions per answered request under callgrind: the paid endpoint, the route
+    middleware and the Redis book against the chain (and the chain as a middleware)."""
+    counted = measure(kinds or list(KINDS), rounds, secs)
     for kind, server in counted.items():
         shown = ", ".join(f"{v / 1e6:.3f}" for v in server.rounds)
-        median = statistics.median(server.rounds) / 1e6
-        print(f"  {kind:<8} {median:6.3f} M instructions a request (rounds: {shown})")
+        median = statistics.median(server.rounds)
+        print(f"  {kind:<8} {median / 1e6:6.3f} M instructions a request (rounds: {shown})")
+        report.rows.append(
+            {"case": f"instructions: {kind}", "ir_per_request": median, "rounds": server.rounds}
+        )
     for label, median, low, high in ratios(counted):
         print(f"  {label:<46} {median:.3f}x ({low:.3f}-{high:.3f}x)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        side, base = next((s, b) for name, s, b in RATIOS if name == label)
+        figure = Figure(
+            f"instructions: {label}",
+            statistics.median(counted[side].rounds),
+            statistics.median(counted[base].rounds),
+            f"rounds {low:.3f}–{high:.3f}×",
+        )
+        report.figure(figure, TARGETS.get(label))

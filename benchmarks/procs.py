@@ -119,14 +119,6 @@ def spawn(
             stop(proc)
 
 
-def signal_pid(pid: int, signum: int) -> None:
-    """Signal one server we started (by the pid its ready line gave), if it still runs."""
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        return
-
-
 @contextmanager
 def server(kind: str, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """A ``benchmarks.serve`` server; yields its URL."""

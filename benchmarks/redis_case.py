@@ -83,7 +83,7 @@ def case_redis(
         local = up("paid endpoint, in-process book", [])
         shared = up("paid endpoint, stateUrl (Redis)", ["--state-url", state_url])
         for side in (local, shared):
-            load.load(side.url, TOKEN, 4, 1, force_aiohttp=force_aiohttp)
+            load.load(side.url, TOKEN, 4, min(1.0, duration), force_aiohttp=force_aiohttp)
         rpid = redis_pid(state_url)
         before = floor.cpu_seconds(rpid) if rpid else 0.0
         got = floor.medians([local, shared], c, rounds, duration, force_aiohttp=force_aiohttp)
@@ -138,7 +138,7 @@ def case_redis(
             for i in (1, 2)
         )
         for side in (first, second):
-            load.load(side.url, TOKEN, 4, 1, force_aiohttp=force_aiohttp)
+            load.load(side.url, TOKEN, 4, min(1.0, replica_secs), force_aiohttp=force_aiohttp)
         for round_ in range(replica_rounds):  # interleaved, best of each
             for pair in (True, False) if round_ % 2 == 0 else (False, True):
                 if pair:

@@ -348,11 +348,17 @@ def serve_sdk(key: str, plan_id: str) -> None:
 # -- our payment middleware on a route ------------------------------------------------------
 
 
-def route_app(service: str, key: str, plan_id: str) -> web.Application:
-    """The bare handler's app with ``POST /agent`` sold by ``build_payment_app``."""
+def route_app(service: str, key: str, plan_id: str, queue: Path) -> web.Application:
+    """The bare handler's app with ``POST /agent`` sold by ``build_payment_app``, its settle
+    queue in ``queue`` (not the default file a concurrent run's route server may hold)."""
     from svc_gateway.selling import RouteConfig, build_payment_app
 
-    settings = {"environment": "local", "baseUrl": service, "svcApiKey": key}
+    settings = {
+        "environment": "local",
+        "baseUrl": service,
+        "svcApiKey": key,
+        "settleQueuePath": str(queue),
+    }
     app = build_payment_app({f"POST {AGENT_PATH}": RouteConfig(plan_id=plan_id)}, settings)
     app.router.add_post(AGENT_PATH, bare_handler())
     return app
@@ -462,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.kind == "route":
         if not args.service:
             parser.error("route needs --service")
-        asyncio.run(serve_app(route_app(args.service, key, args.plan), AGENT_PATH))
+        with tempfile.TemporaryDirectory(prefix="svc-bench-route-") as tmp:
+            app = route_app(args.service, key, args.plan, Path(tmp) / "settle-queue.json")
+            asyncio.run(serve_app(app, AGENT_PATH))
     elif args.kind == "x402":
         if not args.facilitator:
             parser.error("x402 needs --facilitator")

@@ -1,12 +1,12 @@
-"""The benchmark suite's own logic: reading wrk, judging targets, the stub facilitator.
+"""The benchmark suite's own logic: reading wrk, judging targets, the stub facilitator; and
+every case of ``python -m benchmarks`` run once, briefly, as the command runs it.
 
 No timing is asserted here (speed belongs in ``python -m benchmarks``); these check that a
-figure is computed and judged the way the table claims.
+figure is computed and judged the way the table claims, and that each case gives its figures.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import shutil
@@ -17,14 +17,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
+from benchmarks.__main__ import CASES, main
 from benchmarks.chain import COUNTS_PATH, chain_app, counted_stub_app
-from benchmarks.flat import COUNTS, flat_app
 from benchmarks.floor import Calls, Measured, per_round, spread
 from benchmarks.load import parse_wrk
-from benchmarks.memory import GROWTH_BOUND_MB, measure, payer, single_use_token
+from benchmarks.memory import GROWTH_BOUND_MB, payer, single_use_token
 from benchmarks.micro import top_imports
 from benchmarks.procs import cpu_split
-from benchmarks.profile import read_collapsed
 from benchmarks.report import Figure, Report, Target
 from benchmarks.serve import fake_key, stub_app
 from svc_gateway.api_keys import parse_api_key
@@ -142,27 +141,6 @@ async def test_the_chain_makes_exactly_one_verify_and_one_settle_per_request(
     assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 3
 
 
-async def test_the_flat_rules_charge_like_the_paid_endpoint() -> None:
-    """The measuring stick keeps the rules it claims to: no token, no call; one verify and one
-    settle per answer; the receipt and ``private`` on the answer; every request counted."""
-    stub, seen = path_counting_stub()
-    async with TestServer(stub, host="127.0.0.1") as facilitator:
-        flat = flat_app(str(facilitator.make_url("/api/v1")), "1001")
-        async with TestClient(TestServer(flat, host="127.0.0.1")) as client:
-            refused = await client.post("/agent", json={"prompt": "hi"})
-            assert refused.status == 402 and seen == []
-            for _ in range(2):
-                answer = await client.post(
-                    "/agent", json={"prompt": "hi"}, headers={"payment-signature": "t"}
-                )
-                assert answer.status == 200
-                assert answer.headers["Cache-Control"] == "private"
-                receipt = json.loads(base64.b64decode(answer.headers["payment-response"]))
-                assert receipt["success"] is True and receipt["creditsRedeemed"] == "1"
-    assert seen == ["/api/v1/x402/verify", "/api/v1/x402/settle"] * 2
-    assert flat[COUNTS] == {"verified": 2, "settled": 2, "answered": 2, "refused": 1}
-
-
 async def test_counting_stub_tallies_each_sides_facilitator_calls_and_bytes() -> None:
     facilitator = TestServer(counted_stub_app(), host="127.0.0.1")
     async with TestClient(facilitator) as stub:
@@ -203,38 +181,6 @@ async def test_stub_verify_names_the_payer_of_a_v3_token() -> None:
         assert (await verdict.json())["payer"] == payer(7)
 
 
-def test_profile_reads_own_time_and_our_inclusive_time_from_collapsed_stacks() -> None:
-    stacks = "\n".join(
-        [
-            "main (x.py:1);_run_once (base_events.py:9);agent (svc_gateway/http.py:3);"
-            "dumps (json/__init__.py:4) 30",
-            "main (x.py:1);_run_once (base_events.py:9);agent (svc_gateway/http.py:5) 10",
-            "main (x.py:1);import_module (importlib.py:2) 99",  # start-up: not counted
-        ]
-    )
-    costs = read_collapsed(stacks)
-    assert costs.samples == 40
-    assert costs.own[0] == ("__init__.py:dumps", 30)
-    assert costs.ours == [("http.py:agent", 40)]
-
-
-def test_memory_of_many_paid_requests_stays_bounded() -> None:
-    """The short CI run of the memory case: single-use tokens from many payers (no timing)."""
-    result = measure(400)
-    assert result.errors == 0
-    assert result.growth_mb <= GROWTH_BOUND_MB
-
-
-def test_mcp_case_pays_a_tool_call_and_gives_both_timings() -> None:
-    """The mcp case runs as ``--only mcp`` does (its imports, the paid server, the official
-    client), a few rounds: a paid call that failed would raise; no time is judged."""
-    from benchmarks.mcp_case import measure as measure_mcp
-
-    timings = measure_mcp(3)
-    assert set(timings) == {"unpaid MCP tools/call", "paid MCP tools/call"}
-    assert all(t.median_us > 0 for t in timings.values())
-
-
 def test_import_costs_are_read_after_aiohttp_largest_first() -> None:
     importtime = "\n".join(
         [
@@ -273,7 +219,7 @@ def test_redis_case_runs_pinned_and_gives_redis_servers_own_cpu() -> None:
     from benchmarks.redis_case import case_redis
 
     report = Report(meta={})
-    case_redis(report, rounds=1, duration=0.5, replica_secs=0.5, replica_rounds=1)
+    case_redis(report, rounds=1, duration=0.3, replica_secs=0.3, replica_rounds=1)
     names = [f.name for f, _ in report.figures]
     assert "stateUrl cost / in-process (time per request)" in names
     assert "two replicas / one (stateUrl)" in names
@@ -283,18 +229,6 @@ def test_redis_case_runs_pinned_and_gives_redis_servers_own_cpu() -> None:
     assert len(per_round_row["time_ratios"]) == 1
     assert math.isfinite(per_round_row["redis_server_cpu_us_per_request"])
     assert per_round_row["redis_server_cpu_us_per_request"] > 0
-
-
-def test_book_cost_runs_both_books_and_gives_each_its_rounds() -> None:
-    """``python -m benchmarks.book_cost`` as it runs, one short round: every admission on both
-    books is admitted (an assertion in the workers) and each side has its CPU figure."""
-    import asyncio
-
-    from benchmarks.book_cost import measure as measure_books
-
-    spent = asyncio.run(measure_books(1, 2))
-    assert set(spent) == {"in-process", "redis"}
-    assert all(len(v) == 1 and v[0] >= 0 for v in spent.values())
 
 
 def test_instructions_read_callgrinds_totals_and_its_newest_dump(tmp_path: Path) -> None:
@@ -332,13 +266,56 @@ def test_instructions_ratios_pair_the_rounds_and_skip_sides_not_counted() -> Non
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
-def test_instructions_counts_a_server_under_callgrind() -> None:
-    """One short round of the chain under callgrind: counted, and per request, not per run."""
-    from benchmarks.instructions import measure as count_instructions
+def test_instructions_case_counts_a_server_under_callgrind_per_request() -> None:
+    """The instructions case, one short round of the chain: counted per request, not per run
+    (its ratios are paired round by round: the test above)."""
+    from benchmarks.instructions import case
 
-    (chain,) = count_instructions(["chain"], rounds=1, secs=3.0).values()
-    assert len(chain.rounds) == 1
-    assert 1e5 < chain.rounds[0] < 1e8  # about 1.5 million a request here
+    report = Report(meta={})
+    case(report, rounds=1, secs=5.0, kinds=["chain"])
+    ((row,),) = [[r for r in report.rows if r["case"] == "instructions: chain"]]
+    assert 1e5 < row["ir_per_request"] < 1e8  # about 1.5 million a request here
+    assert report.figures == []  # a ratio needs both of its sides counted
+
+
+#: each case's headline figure (the instructions case has its own test: it needs valgrind,
+#: the redis case too: it needs redis-server and checks its rows)
+HEADLINES = {
+    "chain": "paid endpoint / the chain",
+    "stub": "paid endpoint / SDK middleware, c=32",
+    "middleware": "middleware route / x402 middleware",
+    "sandbox": "paid endpoint (sandbox) / bare handler",
+    "ledger": "sandbox rate after 200 settles / fresh",
+    "micro": "tool call / bare client call",
+    "queue": "journal add at 10k / at 10",
+    "memory": "RSS growth over 400 paid requests (MB) [end / warm]",
+    "mcp": "paid MCP tools/call / unpaid (rate)",
+}
+
+
+def test_every_case_is_run_by_a_test() -> None:
+    assert set(CASES) == {*HEADLINES, "redis", "instructions"}
+
+
+@pytest.mark.parametrize("name", sorted(HEADLINES))
+def test_each_case_runs_as_the_command_runs_it_and_gives_its_ratios(
+    name: str, tmp_path: Path
+) -> None:
+    """``python -m benchmarks --quick --only NAME`` with the shortest settings: the case
+    succeeds and writes its figures, each a positive ratio, its headline a finite one (no time
+    is judged, except the memory case's bound, which is in megabytes)."""
+    short = ["--duration", "0.5", "--chain-duration", "0.3", "--seed", "200"]
+    argv = ["--quick", "--only", name, "--out", str(tmp_path), "--memory-requests", "400"]
+    assert main([*argv, *short]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    figures = {f["name"]: f for f in results["figures"]}
+    assert HEADLINES[name] in figures
+    assert 0 < figures[HEADLINES[name]]["ratio"] < math.inf
+    # a side that answered nothing in so short a run gives an infinite ratio, never none
+    assert all(f["ratio"] > 0 for f in figures.values()), figures
+    assert results["meta"]["quick"] is True and results["rows"]
+    if name == "memory":
+        assert figures[HEADLINES[name]]["absolute"] <= GROWTH_BOUND_MB
 
 
 def test_a_child_can_start_without_named_variables(monkeypatch: pytest.MonkeyPatch) -> None:

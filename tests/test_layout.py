@@ -1,6 +1,6 @@
 """The package's shape: no import circle (between modules or between rooms), no module importing
 another module's ``_private`` name, no module past the length a reader takes in, and the old
-public import paths still working.
+public import paths (removed in 0.x) gone.
 
 Every import counts, those inside functions and under ``TYPE_CHECKING`` included: a lazy import
 that closes a circle is still a circle a reader has to untangle. A room is a top-level folder of
@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,33 +176,14 @@ def test_every_module_says_what_it_is_for() -> None:
     assert silent == []
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "names"),
-    [
-        (
-            "svc_gateway.paid",
-            "svc_gateway.selling",
-            ("RouteConfig", "build_payment_app", "payment_middleware", "PaidEndpoint"),
-        ),
-        (
-            "svc_gateway.paid_mcp",
-            "svc_gateway.selling.ways_in.mcp",
-            ("Options", "create_server", "serve", "PaidMcpServer"),
-        ),
-    ],
-)
-def test_old_public_paths_still_import_and_say_where_to_go(
-    old: str, new: str, names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("old", ["svc_gateway.paid", "svc_gateway.paid_mcp"])
+def test_the_removed_import_paths_are_gone(old: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``svc_gateway.paid`` and ``svc_gateway.paid_mcp`` were removed (CHANGELOG.md): the names
+    live in ``svc_gateway.selling`` and ``svc_gateway.selling.ways_in.mcp``."""
     monkeypatch.delitem(sys.modules, old, raising=False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        legacy = importlib.import_module(old)
-    current = importlib.import_module(new)
-    for name in names:
-        assert getattr(legacy, name) is getattr(current, name)
-    told = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert told and new in str(told[0].message)
+    assert not (PACKAGE / old.rpartition(".")[2]).exists()
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 #: the calls that make money leave a wallet: a token, the delegation behind it, an order
