@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
+    from .account.core import PluginCore
+    from .account.credentials import CredentialStore
     from .chat.accounts import UserAccounts
     from .chat.commands import Commands
     from .chat.context import BalanceContext
-    from .chat.core import PluginCore
-    from .chat.credentials import CredentialStore
     from .config import PluginConfig
     from .host import GatewayAPI, PromptContext
     from .runtime import PluginRuntime
@@ -262,11 +262,11 @@ def _build(
     clock: Callable[[], float] | None,
 ) -> LivePlugin:
     """The plugin of a validated config: core, approvals, context, accounts, commands, tools."""
+    from .account.core import PluginCore
     from .approvals.opening import open_approvals
     from .chat.accounts import UserAccounts
     from .chat.commands import Commands
     from .chat.context import BalanceCache, BalanceContext
-    from .chat.core import PluginCore
     from .startup import LivePlugin
     from .tools.catalogue import TOOL_NAMES, lazy_spec
 

@@ -5,7 +5,7 @@ synchronous and its commands run on the gateway loop. Loop-bound objects (the ht
 aiohttp servers) therefore live on one loop the plugin owns, in a daemon thread; every entry
 point submits its coroutine there. One model for every host and one place to shut down. The one
 exception: a read-only tool of a single-operator gateway runs on its caller's loop, with a
-client for that loop (``chat/loop_clients.py``), sparing the two thread hand-offs.
+client for that loop (``account/loop_clients.py``), sparing the two thread hand-offs.
 """
 
 from __future__ import annotations

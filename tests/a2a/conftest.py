@@ -22,7 +22,7 @@ from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientF
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop import a2a_x402 as x402

@@ -13,8 +13,8 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import TaskState
 
 import svc_gateway
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.buying.purchase import registered_endpoints
-from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.chat.seller_notes import a2a_notes
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.sandbox import SandboxServer

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("mcp")
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop.mcp_client import ClientSession

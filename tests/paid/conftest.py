@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway import PluginHandle, register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling import PaidEndpoint

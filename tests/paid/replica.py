@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import svc_gateway
-    from svc_gateway.chat.credentials import CredentialStore
+    from svc_gateway.account.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
     from svc_gateway.selling.handlers import default_handler
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.handlers import default_handler

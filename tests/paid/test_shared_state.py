@@ -89,7 +89,7 @@ def test_a_seller_without_state_url_imports_nothing_of_redis(tmp_path: Path) -> 
         from pathlib import Path
         import svc_gateway
         from svc_gateway.hosts.reference import ReferenceGateway
-        from svc_gateway.chat.credentials import CredentialStore
+        from svc_gateway.account.credentials import CredentialStore
 
         gateway = ReferenceGateway({{
             "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1",

@@ -17,7 +17,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.handlers import HandlerError, load_handler, to_answer

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from svc_gateway.chat.loop_clients import MAX_LOOPS, LoopClients
+from svc_gateway.account.loop_clients import MAX_LOOPS, LoopClients
 from svc_gateway.host import ToolResult
 from svc_gateway.runtime import RuntimeClosed
 from svc_gateway.sandbox import SandboxServer

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..account.core import PluginCore
 from ..approvals.gate import CALLER, ApprovalNeeded
-from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..config import ConfigError
 from ..host import Caller, ToolHandler, ToolResult, ToolSpec

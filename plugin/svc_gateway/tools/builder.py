@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..chat.core import PluginCore
+from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.seller_notes import a2a_registered, keep_selling, registered_endpoints
 from ..safe_text import NAME_LIMIT, one_line

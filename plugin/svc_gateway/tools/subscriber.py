@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
+from ..account.core import PluginCore
 from ..approvals import spend
-from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type, require_agent, require_plan
 from ..encoding import decode_access_token, token_authorization

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from ...chat.core import PluginCore
+from ...account.core import PluginCore
 from ...encoding import decode_access_token, decode_b64_json, token_authorization
 from ...redact import get_logger
 from ...runtime import Loop

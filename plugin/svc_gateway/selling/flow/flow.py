@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ...chat.core import PluginCore
+from ...account.core import PluginCore
 from ...encoding import b64_json, to_int
 from ...runtime import Loop
 from ...service import errors

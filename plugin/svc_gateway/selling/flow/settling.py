@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...chat.core import PluginCore
+from ...account.core import PluginCore
 from ...encoding import to_int
 from ...redact import get_logger
 from ...runtime import Loop

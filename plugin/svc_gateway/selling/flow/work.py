@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from ...chat.core import PluginCore
+from ...account.core import PluginCore
 from ...redact import get_logger
 from ...runtime import Loop
 from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare

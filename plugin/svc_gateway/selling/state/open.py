@@ -16,7 +16,7 @@ from .book import BalanceRead
 from .settle_journal import default_queue_path
 
 if TYPE_CHECKING:
-    from ...chat.core import PluginCore
+    from ...account.core import PluginCore
     from .redis_store import RedisState
 
 log = get_logger("svc_gateway.paid")

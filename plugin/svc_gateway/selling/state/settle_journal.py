@@ -45,7 +45,7 @@ from .settle_queue import (
 )
 
 if TYPE_CHECKING:
-    from ...chat.core import PluginCore
+    from ...account.core import PluginCore
     from .protocols import SettleStore
 
 log = get_logger("svc_gateway.paid")

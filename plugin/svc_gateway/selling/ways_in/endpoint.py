@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ...chat.core import PluginCore
+from ...account.core import PluginCore
 from ...config import ConfigError, PluginConfig
 from ...host import GatewayAPI, host_http_app
 from ...redact import get_logger

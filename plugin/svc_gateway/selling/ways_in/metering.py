@@ -57,8 +57,8 @@ from .tool_results import (
 )
 
 if TYPE_CHECKING:
+    from ...account.core import PluginCore
     from ...chat.accounts import UserAccounts
-    from ...chat.core import PluginCore
     from ..flow.flow import PaidFlow
 
 log = get_logger("svc_gateway.metering")

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ...chat.core import PluginCore
-from ...chat.credentials import CredentialStore, default_config_dir
+from ...account.core import PluginCore
+from ...account.credentials import CredentialStore, default_config_dir
 from ...config import ConfigError, load_config
 from ...redact import get_logger, install
 from ...runtime import PluginRuntime

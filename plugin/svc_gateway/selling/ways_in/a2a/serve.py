@@ -31,7 +31,7 @@ from a2a.utils.errors import InternalError, UnsupportedOperationError
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ....chat.core import PluginCore
+from ....account.core import PluginCore
 from ....config import ConfigError
 from ....encoding import is_address
 from ....host import GatewayAPI

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ....chat.core import PluginCore
+from ....account.core import PluginCore
 from ....config import ConfigError
 from ....host import GatewayAPI, host_http_app
 from ....interop import mcp_sdk as sdk
