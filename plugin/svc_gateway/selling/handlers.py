@@ -22,12 +22,12 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from ..config import ConfigError
-from ..records import record
 
 #: ``{"prompt": str}`` → JSON-able | ``(status, body)`` | ``web.Response`` (or an awaitable of one)
 AgentHandler = Callable[[dict[str, Any]], Any]
@@ -45,7 +45,7 @@ class HandlerError(Exception):
     """The handler broke its contract (bad status, unserialisable body); answered as 500."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A handler's answer as plain data, so it can cross from the plugin loop to the host's."""
 
