@@ -94,7 +94,7 @@ def _serve(kind: str, service: str, out: Path) -> None:
         from .serve import STUB_PLAN_ID, announce, paid_gateway
 
         with paid_gateway(service, fake_key(), STUB_PLAN_ID) as handle:
-            loop_holder.append(handle.extras["paid_endpoint"].flow.core.runtime.loop)
+            loop_holder.append(handle.extras["paid_endpoint"].flow.seller.runtime.loop)
             stopped = threading.Event()
             signal.signal(signal.SIGUSR1, lambda *_: on_loop(profiler.enable))
             signal.signal(signal.SIGUSR2, lambda *_: on_loop(dump))

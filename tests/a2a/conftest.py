@@ -165,7 +165,7 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
             svc_gateway.register, gateway, store=store, session_factory=transport
         )
         agent: PaidA2A = handle.extras["paid_a2a"]
-        agent.flow.settle_backoff = (0.0, 0.0)
+        agent.flow.settler.backoff = (0.0, 0.0)
         endpoints = [{"POST": agent.url}, {"POST": agent.rest_url}]
         if "paid_endpoint" in handle.extras:
             endpoints.append({"POST": handle.extras["paid_endpoint"].url})

@@ -46,7 +46,7 @@ async def test_svc_register_agent_registers_the_a2a_cards_interface_urls(
     buyer = ServiceClient(sandbox.base_url, subscriber["apiKey"])
     try:
         agent: PaidA2A = handle.extras["paid_a2a"]
-        agent.flow.settle_backoff = (0.0, 0.0)
+        agent.flow.settler.backoff = (0.0, 0.0)
         endpoint_url = handle.extras["paid_endpoint"].url
         interfaces = [agent.url, agent.rest_url]
         assert handle.core.paid_a2a_urls == interfaces

@@ -286,7 +286,6 @@ class ListPlansParams(Params):
     "svc_listPlans",
     "List the payment plans you own (paginated).",
     ListPlansParams,
-    reads_only=True,
 )
 async def list_plans(core: PluginCore, p: ListPlansParams) -> dict[str, Any]:
     page = await core.client().list_plans(p.page, p.page_size, p.sort_by, p.sort_order)

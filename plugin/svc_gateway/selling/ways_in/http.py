@@ -229,10 +229,9 @@ class PaidRoutes:
             flow = self.flow
             connected = functools.partial(client_connected, request)
             paid = flow.endpoint_request(prompt, token, url, connected=connected)
-            runtime = flow.core.runtime
-            loop = asyncio.get_running_loop()  # asked once a request (a system call)
-            if runtime.loop is loop:  # the plugin's own server: no hop
-                return paid_response((await flow.handle(paid, loop=loop)).answer)
+            runtime = flow.runtime
+            if runtime is None or runtime.loop is asyncio.get_running_loop():  # no hop
+                return paid_response((await flow.handle(paid)).answer)
             try:
                 return paid_response(await runtime.run(self._sell(paid)))
             except RuntimeClosed:
@@ -253,7 +252,7 @@ class PaidRoutes:
         """``GET .../.well-known/agent.json``: who this agent is and how it is paid."""
         try:
             url = self.endpoint_url(request)
-            answer = await self.flow.core.runtime.run(self._card(url))
+            answer = await self.flow.on_its_loop(self._card(url))
         except RuntimeClosed:
             answer = error_answer(503, "Service Unavailable", "The agent is shutting down.")
         except Exception as exc:  # pragma: no cover - the last line of defence
@@ -291,7 +290,7 @@ class PaidRoutes:
             url=url,
             scheme=facts.scheme,
             network=facts.network,
-            credits_per_request=facts.clamp(self.flow.core.config.credits_per_request),
+            credits_per_request=facts.clamp(self.flow.seller.settings.credits_per_request),
         )
 
     async def _agent_name(self, agent_id: str | None) -> tuple[str, str | None]:
@@ -301,7 +300,7 @@ class PaidRoutes:
         if agent_id in self._names:
             return self._names[agent_id]
         try:
-            agent = await self.flow.core.public_client().get_agent(agent_id)
+            agent = await self.flow.seller.public_client().get_agent(agent_id)
         except ServiceError:
             return AGENT_NAME_FALLBACK, None
         found = (agent.name, agent.metadata.main.description)

@@ -103,7 +103,7 @@ class ToolMeter:
         self._calls: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
         self._started = False
         self._starting = asyncio.Lock()
-        flow.queued_listeners.append(self.receipts.queued_ended)
+        flow.settler.queued_listeners.append(self.receipts.queued_ended)
 
     @classmethod
     def create(
@@ -115,7 +115,7 @@ class ToolMeter:
         """A meter with its own paid flow and settle queue (beside the endpoint's)."""
         from ..flow.flow import PaidFlow
 
-        flow = PaidFlow(operator, handler=_no_prompts)
+        flow = PaidFlow(operator, runtime=operator.runtime)
         return cls(operator, flow, accounts, receipts)
 
     def queue_path(self) -> Path:
@@ -214,9 +214,9 @@ class ToolMeter:
     ) -> Any:
         async with self._starting:  # every call waits until the settle journal is open
             if not self._started:
-                if self.flow.queue is None:
-                    self.flow.queue = await SettleJournal.open(self.queue_path())
-                await self.flow.start()
+                if self.flow.settler.queue is None:
+                    self.flow.settler.queue = await SettleJournal.open(self.queue_path())
+                await self.flow.settler.start()
                 self._started = True
         name = ctx.tool_name
         plan_id = self.plan_id()
@@ -427,7 +427,3 @@ def _who(caller: Caller | None) -> str | None:
 
 async def _await(call_next: CallNext) -> Any:
     return await call_next()
-
-
-async def _no_prompts(_request: dict[str, Any]) -> Any:
-    raise RuntimeError("the tool meter sells tool calls, not prompts")

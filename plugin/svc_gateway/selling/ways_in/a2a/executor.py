@@ -139,7 +139,7 @@ class PaidExecutor(AgentExecutor):  # type: ignore[misc]
             description=RESOURCE_DESCRIPTION,
             deliver_unsettled=False,  # never deliver an answer whose settle did not complete
         )
-        outcome = await flow.core.runtime.run(flow.handle(request))
+        outcome = await flow.on_its_loop(flow.handle(request))
         await self._start(context, event_queue)  # only now: nothing left before settling
         await self._deliver(updater, outcome, token is not None)
 

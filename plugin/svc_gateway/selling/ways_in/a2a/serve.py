@@ -181,7 +181,7 @@ class PayerContext(DefaultServerCallContextBuilder):  # type: ignore[misc]
     async def verify(self, token: str, url: str) -> str | None:
         flow = self.flow
         try:
-            return await flow.core.runtime.run(
+            return await flow.on_its_loop(
                 flow.verified_payer(token, url, description=RESOURCE_DESCRIPTION)
             )
         except Exception as exc:  # an outage: no payer is known, and none is guessed
@@ -283,7 +283,7 @@ def build_app(
             await handler.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    return PaymentScope(app, flow.core.config.max_body_bytes, handler.aclose)
+    return PaymentScope(app, flow.seller.settings.max_body_bytes, handler.aclose)
 
 
 async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = None) -> PaidA2A:
@@ -347,6 +347,7 @@ async def attach_paid_a2a(
             core,
             handler=resolve_handler(api, config, None),
             credits=resolve_credits(api, None),
+            runtime=core.runtime,
         )
         core.runtime.add_closer(flow.aclose)
     public = config.paid_a2a_public_url

@@ -105,10 +105,12 @@ class OneCard:
         self.routes = routes
 
     async def serve(self, request: web.Request) -> web.Response:
-        runtime = self.routes.flow.core.runtime
+        flow = self.routes.flow
         try:
             document = agent_card_to_dict(await self.source.card())
-            endpoint = await runtime.run(self.routes.document(self.routes.endpoint_url(request)))
+            endpoint = await flow.on_its_loop(
+                self.routes.document(self.routes.endpoint_url(request))
+            )
         except RuntimeClosed:
             return web.json_response({"error": "The agent is shutting down."}, status=503)
         except Exception as exc:  # an outage reading the plan or the agent

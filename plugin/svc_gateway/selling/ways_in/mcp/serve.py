@@ -30,7 +30,6 @@ from ...handlers import (
     AgentHandler,
     HandlerError,
     call_maybe_async,
-    default_handler,
     to_answer,
 )
 from ..asgi import aiohttp_bridge
@@ -221,10 +220,7 @@ def create_server(
     if flow is None:
         # no settle store: every MCP request withholds instead of queueing, so this flow never
         # opens one (and never contends for the HTTP endpoint's journal lock)
-        flow = PaidFlow(
-            core,
-            handler=default_handler,  # the flow's own handler is the HTTP endpoint's; unused
-        )
+        flow = PaidFlow(core, runtime=core.runtime)
         core.runtime.add_closer(flow.aclose)
     return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
 
