@@ -1,7 +1,7 @@
 """Our own work per paid request, in-process and without the network: ``python -m
 benchmarks.own_work``.
 
-The paid flow (``PaidFlow.serve`` and ``paid_response``) sells a prompt with the transport's
+The paid flow (``PromptAgent.serve`` and ``paid_response``) sells a prompt with the transport's
 one HTTP exchange replaced by a canned answer of the stub facilitator (one loop turn, like a
 real exchange), against what the chain does around its two calls (the same JSON bodies, the
 default agent, ``web.json_response``). The difference is the CPU our own work costs per
@@ -78,6 +78,7 @@ def canned_send(stub: CannedStub) -> Callable[..., Awaitable[Any]]:
 
 async def measure(rounds: int, n: int) -> dict[str, list[float]]:
     from svc_gateway.selling.handlers import default_handler
+    from svc_gateway.selling.ways_in.agent import PromptAgent
     from svc_gateway.selling.ways_in.http import paid_response
     from svc_gateway.selling.ways_in.middleware import PaymentMiddleware
     from svc_gateway.service import transport
@@ -95,13 +96,12 @@ async def measure(rounds: int, n: int) -> dict[str, list[float]]:
             "settleQueuePath": str(Path(tmp) / "queue.json"),
         }
         gate = PaymentMiddleware({"POST /agent": {"plan_id": STUB_PLAN_ID}}, settings)
-        flow = gate.flow
-        flow.handler = default_handler
+        flow, agent = gate.flow, PromptAgent(default_handler)
         await gate.start()
         envelope = chain_envelope(STUB_PLAN_ID, URL)
 
         async def paid() -> web.Response:
-            answer = await flow.serve(PROMPT, TOKEN, URL, connected=lambda: True)
+            answer = await agent.serve(flow, PROMPT, TOKEN, URL, connected=lambda: True)
             assert answer.status == 200, answer
             return paid_response(answer)
 

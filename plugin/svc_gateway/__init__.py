@@ -388,8 +388,9 @@ def _register_now(
         else:
             from .selling.ways_in.a2a import attach_paid_a2a
 
-            flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-            paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow))
+            running = handle.extras.get("paid_endpoint")  # its flow and agent, when it runs
+            flow, agent = getattr(running, "flow", None), getattr(running, "agent", None)
+            paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow, agent=agent))
         handle.extras["paid_a2a"] = paid_a2a
         # its own flow, or the endpoint's (then named once, beside the endpoint)
         commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)

@@ -292,7 +292,7 @@ async def test_when_every_handler_thread_is_stuck_new_requests_get_503_before_ve
         stub=StubService(balance=5), handler=handler, config={"handlerTimeoutSecs": 0.3}
     )
     flow = market.endpoint.flow
-    flow.handler_pool = SyncHandlerPool(workers=2)
+    flow.handler_pool = market.endpoint.agent.pool = SyncHandlerPool(workers=2)
     try:
         async with httpx.AsyncClient(timeout=30) as http:
             # two payers (one payer holds at most half the threads: test_fair_share.py)

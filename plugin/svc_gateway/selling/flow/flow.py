@@ -30,33 +30,24 @@ operator's problem, not the payer's: they answer 503/502, never 402.
 
 Every way to sell enters through :meth:`PaidFlow.handle` (a
 :class:`~svc_gateway.selling.types.PaidRequest` in, a
-:class:`~svc_gateway.selling.types.PaidOutcome` out): the paid endpoint (:meth:`PaidFlow.serve`),
-the middleware's routes, MCP tool calls, metered host tools. The flow holds its parts, none of
-which imports it: the admission (:mod:`.admission`, up to a verified call), the work
-(:mod:`.work`), the settler and the owed settles (:mod:`.settling`), the refusals
-(:mod:`.refusals`) and the replay cache (:mod:`.replay`).
+:class:`~svc_gateway.selling.types.PaidOutcome` out): the paid endpoint (its agent:
+:mod:`..ways_in.agent`), the middleware's routes, MCP tool calls, metered host tools. The flow
+holds its parts, none of which imports it: the admission (:mod:`.admission`, up to a verified
+call), the work (:mod:`.work`), the settler and the owed settles (:mod:`.settling`), the
+refusals (:mod:`.refusals`) and the replay cache (:mod:`.replay`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from ...encoding import b64_json, to_int
 from ...runtime import PluginRuntime
 from ...service.seller import Seller
-from ..handlers import (
-    AgentHandler,
-    Answer,
-    CreditsFn,
-    HandlerError,
-    SyncHandlerPool,
-    call_maybe_async,
-    run_handler,
-)
+from ..handlers import Answer, SyncHandlerPool
 from ..state.book import CreditBook
 from ..state.protocols import AdmissionBook, SettleStore
 from ..state.stats import PaidStats
@@ -65,7 +56,7 @@ from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
-from .replay import ReplayCache, digest
+from .replay import ReplayCache
 from .settling import Settler
 from .tracing import NullTrace, abbreviate, start_trace
 from .work import Worker
@@ -76,16 +67,9 @@ SETTLE_BACKOFF_SECS: tuple[float, ...] = (0.2, 0.5)
 MAX_IN_FLIGHT = 256
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
-#: the paid endpoint's route name (replay key)
-ENDPOINT_ROUTE = "endpoint"
 T = TypeVar("T")
 #: outcomes that mark the request span failed (a settle failure marks only its own span)
 _FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
-
-
-async def _no_handler(_request: dict[str, Any]) -> Any:
-    """A flow built without the endpoint's handler (routes, MCP tools, metered tools)."""
-    raise RuntimeError("this flow sells routes or tools, not prompts")
 
 
 class PaidFlow:
@@ -99,8 +83,7 @@ class PaidFlow:
         self,
         seller: Seller,
         *,
-        handler: AgentHandler | None = None,
-        credits: CreditsFn | None = None,
+        handler_pool: SyncHandlerPool | None = None,
         plan_id: str | None = None,
         agent_id: str | None = None,
         facts: PlanFactsCache | None = None,
@@ -113,13 +96,13 @@ class PaidFlow:
     ) -> None:
         self.seller = seller
         self.runtime = runtime
-        self.handler: AgentHandler = handler if handler is not None else _no_handler
-        self.credits = credits
         self.explicit_plan_id = plan_id
         self.explicit_agent_id = agent_id
         self.facts_cache = facts or PlanFactsCache()
         self.max_in_flight = max_in_flight
-        self.handler_pool = SyncHandlerPool()
+        #: the sync handler threads of the work it sells (the endpoint agent's): when all are
+        #: stuck, requests are refused before verify
+        self.handler_pool = handler_pool if handler_pool is not None else SyncHandlerPool()
         self.replays = ReplayCache()
         self._in_flight = 0
         #: the counters every part adds to (one object for the flow's life)
@@ -174,41 +157,6 @@ class PaidFlow:
         return balance.balance
 
     # -- the state machine ---------------------------------------------------------------------
-
-    def endpoint_request(
-        self,
-        prompt: str,
-        token: str | None,
-        url: str,
-        connected: Callable[[], bool] | None = None,
-    ) -> PaidRequest:
-        """The paid endpoint's request to sell for one well-formed ``{"prompt"}`` body (the
-        HTTP layer has checked method, size, JSON)."""
-        return PaidRequest(
-            token=token,
-            url=url,
-            work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
-            # without a credits function the admission reads the seller's price itself
-            credits=None
-            if self.credits is None
-            else functools.partial(self.price_for, {"prompt": prompt}),
-            route=ENDPOINT_ROUTE,
-            body_digest=digest(prompt),
-            connected=connected,
-        )
-
-    async def serve(
-        self,
-        prompt: str,
-        token: str | None,
-        url: str,
-        connected: Callable[[], bool] | None = None,
-    ) -> Answer:
-        """The paid endpoint's entry: one well-formed ``{"prompt"}`` request, sold through
-        :meth:`handle`. ``connected`` says whether the client is still there to receive the
-        answer; asked just before settling (a client gone is never charged for an answer it
-        cannot receive)."""
-        return (await self.handle(self.endpoint_request(prompt, token, url, connected))).answer
 
     async def handle(self, request: PaidRequest) -> PaidOutcome:
         """Sell one request: admit → verify → work → settle → receipt or withhold (inside the
@@ -336,16 +284,6 @@ class PaidFlow:
             return await self.admitter.verified_payer(
                 plan_id, self.agent_id(), token, url, description=description
             )
-
-    async def price_for(self, request: dict[str, Any]) -> int:
-        """The credits one request costs: the host's credits function (``credits_for_request``,
-        given ``{"prompt": ...}``), else config ``creditsPerRequest``."""
-        if self.credits is None:
-            return self.seller.settings.credits_per_request
-        value = await call_maybe_async(self.credits, request)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise HandlerError("the credits function must return an int")
-        return value
 
     # -- shutting down ---------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from ..flow.flow import PaidFlow
 from ..handlers import AgentHandler, CreditsFn, default_handler, load_handler
 from ..state.open import shared_state
 from ..state.stats import PaidStats
+from .agent import PromptAgent
 from .http import PaidRoutes
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class PaidEndpoint:
     def __init__(
         self,
         flow: PaidFlow,
+        agent: PromptAgent,
         *,
         url: str,
         card_url: str,
@@ -85,6 +87,8 @@ class PaidEndpoint:
         bound_url: str | None = None,
     ) -> None:
         self.flow = flow
+        #: the agent sold: its handler, its pricing (:meth:`PromptAgent.serve` sells a prompt)
+        self.agent = agent
         self.url = url
         self.card_url = card_url
         self.bound_url = bound_url
@@ -197,10 +201,10 @@ async def attach_paid_endpoint(
     (:meth:`PaidEndpoint.aclose`)."""
     config = core.config
     shared = shared_state(core)
+    agent = PromptAgent(resolve_handler(api, config, handler), resolve_credits(api, credits))
     flow = PaidFlow(
         core,
-        handler=resolve_handler(api, config, handler),
-        credits=resolve_credits(api, credits),
+        handler_pool=agent.pool,
         plan_id=plan_id,
         agent_id=agent_id,
         book=shared.book if shared is not None else None,
@@ -210,7 +214,7 @@ async def attach_paid_endpoint(
     if shared is not None:
         shared.share(flow.stats)
     try:
-        endpoint = await _start(api, core, flow, require_plan, extend)
+        endpoint = await _start(api, core, flow, agent, require_plan, extend)
     except BaseException:  # nothing is handed back to close: closed here
         await flow.aclose()
         if shared is not None:
@@ -227,6 +231,7 @@ async def _start(
     api: GatewayAPI,
     core: PluginCore,
     flow: PaidFlow,
+    agent: PromptAgent,
     require_plan: bool,
     extend: Extension | None,
 ) -> PaidEndpoint:
@@ -250,8 +255,8 @@ async def _start(
     public = _public_endpoint_url(config)
     host_app = host_http_app(api)
     if host_app is not None:
-        return _mount(api, host_app, flow, path, public)
-    return await _serve(core, flow, path, public, extend)
+        return _mount(api, host_app, flow, agent, path, public)
+    return await _serve(core, flow, agent, path, public, extend)
 
 
 async def _note_registration(flow: PaidFlow, url: str) -> None:
@@ -279,7 +284,12 @@ async def _note_registration(flow: PaidFlow, url: str) -> None:
 
 
 def _mount(
-    api: GatewayAPI, app: web.Application, flow: PaidFlow, path: str, public: str | None
+    api: GatewayAPI,
+    app: web.Application,
+    flow: PaidFlow,
+    agent: PromptAgent,
+    path: str,
+    public: str | None,
 ) -> PaidEndpoint:
     """Add the routes to the host's app. Without a public URL or ``api.http_base_url`` the
     envelope's URL is taken from each request (and ``PaidEndpoint.url`` is only the path)."""
@@ -291,6 +301,7 @@ def _mount(
 
     routes = PaidRoutes(
         flow,
+        agent,
         path=path,
         endpoint_url=endpoint_url,
         max_body_bytes=flow.seller.settings.max_body_bytes,
@@ -303,12 +314,13 @@ def _mount(
     routes.install(app)
     url = fixed or path
     log.info("paid endpoint mounted on the host's web app at %s", url)
-    return PaidEndpoint(flow, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
+    return PaidEndpoint(flow, agent, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
 
 
 async def _serve(
     core: PluginCore,
     flow: PaidFlow,
+    agent: PromptAgent,
     path: str,
     public: str | None,
     extend: Extension | None = None,
@@ -319,6 +331,7 @@ async def _serve(
     holder: dict[str, str] = {}
     routes = PaidRoutes(
         flow,
+        agent,
         path=path,
         endpoint_url=lambda _request: holder["url"],
         max_body_bytes=config.max_body_bytes,
@@ -356,6 +369,7 @@ async def _serve(
     holder["url"] = public or bound
     endpoint = PaidEndpoint(
         flow,
+        agent,
         url=holder["url"],
         card_url=holder["url"].rstrip("/") + "/.well-known/agent.json",
         runner=runner,

@@ -26,6 +26,7 @@ from ..flow.plans import OUTAGE_ERRORS
 from ..flow.refusals import error_answer
 from ..handlers import Answer
 from ..types import PaidRequest
+from .agent import PromptAgent
 
 log = get_logger("svc_gateway.paid")
 
@@ -179,6 +180,7 @@ class PaidRoutes:
     def __init__(
         self,
         flow: PaidFlow,
+        agent: PromptAgent,
         *,
         path: str,
         endpoint_url: Callable[[web.Request], str],
@@ -186,6 +188,8 @@ class PaidRoutes:
         body_timeout: float = BODY_READ_TIMEOUT_SECS,
     ) -> None:
         self.flow = flow
+        #: the agent sold here: its handler and its price
+        self.prompt_agent = agent
         self.path = path
         self.endpoint_url = endpoint_url
         self.max_body_bytes = max_body_bytes
@@ -228,7 +232,7 @@ class PaidRoutes:
             url = self.endpoint_url(request)
             flow = self.flow
             connected = functools.partial(client_connected, request)
-            paid = flow.endpoint_request(prompt, token, url, connected=connected)
+            paid = self.prompt_agent.request(prompt, token, url, connected=connected)
             runtime = flow.runtime
             if runtime is None or runtime.loop is asyncio.get_running_loop():  # no hop
                 return paid_response((await flow.handle(paid)).answer)

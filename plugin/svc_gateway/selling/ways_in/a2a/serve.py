@@ -39,6 +39,7 @@ from ....interop import a2a_x402 as x402
 from ....redact import get_logger
 from ...flow.admission import token_payer
 from ...flow.flow import PaidFlow
+from ..agent import PromptAgent
 from ..endpoint import resolve_credits, resolve_handler
 from .card import CARD_PATH, JSONRPC_PATH, LEGACY_CARD_PATH, REST_PATH, CardSource, skeleton
 from .executor import RESOURCE_DESCRIPTION, URL_STATE, PaidExecutor
@@ -209,8 +210,10 @@ class PaidRequestHandler(DefaultRequestHandler):  # type: ignore[misc]
 class PaidA2A:
     """A running paid A2A agent: its base URL, the interfaces' and card's URLs, how to stop."""
 
-    def __init__(self, flow: PaidFlow, base: str, store: PayerTasks) -> None:
+    def __init__(self, flow: PaidFlow, agent: PromptAgent, base: str, store: PayerTasks) -> None:
         self.flow = flow
+        #: the agent sold: its handler, its pricing
+        self.agent = agent
         self.base = base.rstrip("/")
         self.store = store
         self._stop: Callable[[], Awaitable[None]] | None = None
@@ -238,13 +241,18 @@ class PaidA2A:
 
 
 def build_app(
-    flow: PaidFlow, base: Callable[[], str], store: PayerTasks, *, cards: bool = True
+    flow: PaidFlow,
+    agent: PromptAgent,
+    base: Callable[[], str],
+    store: PayerTasks,
+    *,
+    cards: bool = True,
 ) -> PaymentScope:
     """The Starlette app of the SDK's routes, behind :class:`PaymentScope`; ``cards=False``
     leaves the card to the caller (the paid endpoint's app serves one card for both)."""
     source = CardSource(flow, base)
     handler = PaidRequestHandler(
-        PaidExecutor(flow),
+        PaidExecutor(flow, agent),
         store,
         skeleton("http://127.0.0.1"),  # capabilities only: the served card is built per request
         interrupted_task_timeout=PARKED_TASK_TIMEOUT_SECS,
@@ -286,13 +294,15 @@ def build_app(
     return PaymentScope(app, flow.seller.settings.max_body_bytes, handler.aclose)
 
 
-async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = None) -> PaidA2A:
+async def serve(
+    flow: PaidFlow, agent: PromptAgent, *, host: str, port: int, public: str | None = None
+) -> PaidA2A:
     """Serve under uvicorn on the running loop (the plugin's); port 0 picks a free one."""
     import uvicorn
 
     holder: dict[str, str] = {"base": public or ""}
     store = PayerTasks()
-    app = build_app(flow, lambda: holder["base"], store)
+    app = build_app(flow, agent, lambda: holder["base"], store)
     config = uvicorn.Config(
         app,
         host=host,
@@ -322,7 +332,7 @@ async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = No
     shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
     holder["base"] = public or f"http://{shown}:{bound}"
-    handle = PaidA2A(flow, holder["base"], store)
+    handle = PaidA2A(flow, agent, holder["base"], store)
 
     async def stop() -> None:
         runner.should_exit = True
@@ -334,25 +344,27 @@ async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = No
 
 
 async def attach_paid_a2a(
-    api: GatewayAPI, core: PluginCore, *, flow: PaidFlow | None = None
+    api: GatewayAPI,
+    core: PluginCore,
+    *,
+    flow: PaidFlow | None = None,
+    agent: PromptAgent | None = None,
 ) -> PaidA2A:
     """``enablePaidA2A`` on a port of its own: the gateway's agent over A2A on
     ``paidEndpointHost:paidA2APort`` (8404 when unset). Shares the HTTP endpoint's flow when
-    given (one book of credits in flight per payer). (On the endpoint's port:
+    given, and its agent (one book of credits in flight per payer). (On the endpoint's port:
     :class:`~.shared.OnEndpoint`.)"""
     config = core.config
+    if agent is None:
+        pool = flow.handler_pool if flow is not None else None
+        agent = PromptAgent(resolve_handler(api, config, None), resolve_credits(api, None), pool)
     if flow is None:
         # no settle store: an A2A answer is never delivered unsettled, so nothing is queued
-        flow = PaidFlow(
-            core,
-            handler=resolve_handler(api, config, None),
-            credits=resolve_credits(api, None),
-            runtime=core.runtime,
-        )
+        flow = PaidFlow(core, handler_pool=agent.pool, runtime=core.runtime)
         core.runtime.add_closer(flow.aclose)
     public = config.paid_a2a_public_url
     port = DEFAULT_OWN_PORT if config.paid_a2a_port is None else config.paid_a2a_port
-    handle = await serve(flow, host=config.paid_endpoint_host, port=port, public=public)
+    handle = await serve(flow, agent, host=config.paid_endpoint_host, port=port, public=public)
     core.runtime.add_closer(handle.close)
     log.info("paid A2A agent at %s (agent card: %s)", handle.url, handle.card_url)
     return handle
