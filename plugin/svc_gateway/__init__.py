@@ -376,6 +376,7 @@ def _register_now(
 
         flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
         paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
+        runtime.add_closer(paid_mcp.aclose)
         handle.extras["paid_mcp"] = paid_mcp
         commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
         from .chat.seller_notes import mcp_notes
@@ -391,6 +392,7 @@ def _register_now(
             running = handle.extras.get("paid_endpoint")  # its flow and agent, when it runs
             flow, agent = getattr(running, "flow", None), getattr(running, "agent", None)
             paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow, agent=agent))
+            runtime.add_closer(paid_a2a.aclose)
         handle.extras["paid_a2a"] = paid_a2a
         # its own flow, or the endpoint's (then named once, beside the endpoint)
         commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)

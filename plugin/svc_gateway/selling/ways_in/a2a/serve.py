@@ -217,6 +217,8 @@ class PaidA2A:
         self.base = base.rstrip("/")
         self.store = store
         self._stop: Callable[[], Awaitable[None]] | None = None
+        #: the flow made for this agent alone (one it was given is its owner's to close)
+        self.own_flow: PaidFlow | None = None
 
     @property
     def url(self) -> str:
@@ -235,6 +237,13 @@ class PaidA2A:
         stop, self._stop = self._stop, None
         if stop is not None:
             await stop()
+
+    async def aclose(self) -> None:
+        """Stop serving, then close the flow made for it; whoever attached it closes it."""
+        await self.close()
+        flow, self.own_flow = self.own_flow, None
+        if flow is not None:
+            await flow.aclose()
 
     def __repr__(self) -> str:
         return f"PaidA2A(url={self.url!r})"
@@ -358,13 +367,18 @@ async def attach_paid_a2a(
     if agent is None:
         pool = flow.handler_pool if flow is not None else None
         agent = PromptAgent(resolve_handler(api, config, None), resolve_credits(api, None), pool)
+    own = None
     if flow is None:
         # no settle store: an A2A answer is never delivered unsettled, so nothing is queued
-        flow = PaidFlow(core, handler_pool=agent.pool, runtime=core.runtime)
-        core.runtime.add_closer(flow.aclose)
+        flow = own = PaidFlow(core, handler_pool=agent.pool, runtime=core.runtime)
     public = config.paid_a2a_public_url
     port = DEFAULT_OWN_PORT if config.paid_a2a_port is None else config.paid_a2a_port
-    handle = await serve(flow, agent, host=config.paid_endpoint_host, port=port, public=public)
-    core.runtime.add_closer(handle.close)
+    try:
+        handle = await serve(flow, agent, host=config.paid_endpoint_host, port=port, public=public)
+    except BaseException:
+        if own is not None:
+            await own.aclose()
+        raise
+    handle.own_flow = own
     log.info("paid A2A agent at %s (agent card: %s)", handle.url, handle.card_url)
     return handle

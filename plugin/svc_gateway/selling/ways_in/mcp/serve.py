@@ -56,6 +56,8 @@ class PaidMcp:
         self.app = app
         self.url = url
         self._stop: Callable[[], Awaitable[None]] | None = None
+        #: the flow made for this server alone (one it was given is its owner's to close)
+        self.own_flow: PaidFlow | None = None
 
     @property
     def stats(self) -> Any:
@@ -68,6 +70,13 @@ class PaidMcp:
         stop, self._stop = self._stop, None
         if stop is not None:
             await stop()
+
+    async def aclose(self) -> None:
+        """Stop serving, then close the flow made for it; whoever attached it closes it."""
+        await self.close()
+        flow, self.own_flow = self.own_flow, None
+        if flow is not None:
+            await flow.aclose()
 
     def __repr__(self) -> str:
         return f"PaidMcp(url={self.url!r}, serverName={self.server.server_name!r})"
@@ -230,7 +239,20 @@ async def attach_paid_mcp(
 ) -> PaidMcp:
     """``enablePaidMcp``: the gateway's agent as the paid tool ``ask``, on its own port or
     mounted at ``/mcp`` on the host's app. Shares the HTTP endpoint's flow when given (one book
-    of credits in flight per payer)."""
+    of credits in flight per payer). Whoever attaches it closes it (:meth:`PaidMcp.aclose`)."""
+    own = None if flow is not None else PaidFlow(core, runtime=core.runtime)
+    try:
+        handle = await _attach(api, core, flow or own)
+    except BaseException:
+        if own is not None:
+            await own.aclose()
+        raise
+    handle.own_flow = own
+    return handle
+
+
+async def _attach(api: GatewayAPI, core: PluginCore, flow: PaidFlow | None) -> PaidMcp:
+    """The ``ask`` tool on a server billed by ``flow``, mounted or served."""
     config = core.config
     handler = resolve_handler(api, config, None)
     server = create_server(core, server_name=config.mcp_server_name, flow=flow)
@@ -250,6 +272,4 @@ async def attach_paid_mcp(
         mount(host_app, handle)
         log.info("paid MCP server mounted on the host's web app at %s", url)
         return handle
-    handle = await serve(server, host=config.paid_endpoint_host, port=config.paid_mcp_port)
-    core.runtime.add_closer(handle.close)
-    return handle
+    return await serve(server, host=config.paid_endpoint_host, port=config.paid_mcp_port)
