@@ -264,14 +264,7 @@ async def run_handler(
 ) -> Answer:
     """Call the handler and normalise its answer; its exceptions propagate to the caller
     (:class:`OverShare` too: the paid flow's worker answers it 503 with ``Retry-After``)."""
-    arg = {"prompt": prompt}
-    if _is_async(handler):  # call_maybe_async's first case, without its coroutine layer
-        result = await handler(arg)
-        if type(result) is not dict and inspect.isawaitable(result):
-            result = await result
-    else:
-        result = await call_maybe_async(handler, arg, pool)
-    return to_answer(result)
+    return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
 
 
 def to_answer(result: Any) -> Answer:
