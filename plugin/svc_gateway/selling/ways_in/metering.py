@@ -33,11 +33,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ...account.receipts import ReceiptBook
 from ...approvals import spend
 from ...approvals.gate import ApprovalNeeded, Ticket
-from ...chat.receipts import ReceiptBook
 from ...host import Caller, CallNext, ToolCallContext, ToolResult
 from ...redact import get_logger
 from ...service import errors
@@ -58,10 +58,16 @@ from .tool_results import (
 
 if TYPE_CHECKING:
     from ...account.core import PluginCore
-    from ...chat.accounts import UserAccounts
     from ..flow.flow import PaidFlow
 
 log = get_logger("svc_gateway.metering")
+
+
+class Accounts(Protocol):
+    """Whose account a call runs on (the chat plugin's per-user accounts)."""
+
+    def core_for(self, caller: Caller | None) -> PluginCore: ...
+
 
 #: the resource URL of a metered call: ``tool://<tool name>``
 TOOL_URL = "tool://{name}"
@@ -88,7 +94,7 @@ class ToolMeter:
         self,
         operator: PluginCore,
         flow: PaidFlow,
-        accounts: UserAccounts | None = None,
+        accounts: Accounts | None = None,
         receipts: ReceiptBook | None = None,
         failed: FailedFn = default_failed,
     ) -> None:
@@ -109,7 +115,7 @@ class ToolMeter:
     def create(
         cls,
         operator: PluginCore,
-        accounts: UserAccounts | None = None,
+        accounts: Accounts | None = None,
         receipts: ReceiptBook | None = None,
     ) -> ToolMeter:
         """A meter with its own paid flow and settle queue (beside the endpoint's)."""
