@@ -31,7 +31,7 @@ def payment() -> dict[str, Any]:
 
 async def _measure(service: str, rounds: int) -> dict[str, Timing]:
     import svc_gateway
-    from svc_gateway.chat.credentials import CredentialStore
+    from svc_gateway.account.credentials import CredentialStore
     from svc_gateway.encoding import b64_json
     from svc_gateway.hosts.reference import ReferenceGateway
     from svc_gateway.interop.mcp_client import ClientSession

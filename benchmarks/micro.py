@@ -64,7 +64,7 @@ async def interleaved(
 
 async def _measure(service: str, rounds: int) -> dict[str, Timing]:
     import svc_gateway
-    from svc_gateway.chat.credentials import CredentialStore
+    from svc_gateway.account.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
     from svc_gateway.service.client import ServiceClient
 
@@ -158,7 +158,7 @@ if sys.argv[1] == "pydantic":  # a host that already uses pydantic: imported, on
 start = time.perf_counter()  # register's clock starts after the host's own imports
 import svc_gateway
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 gateway = ReferenceGateway({"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1"})
 with tempfile.TemporaryDirectory() as tmp:
     handle = svc_gateway.register(gateway, store=CredentialStore(Path(tmp), use_keyring=False))

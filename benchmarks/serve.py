@@ -258,7 +258,7 @@ def paid_gateway(
     registration's handle and closes it afterwards. With ``state_url`` its admission book,
     settle queue and stats live in that Redis."""
     import svc_gateway
-    from svc_gateway.chat.credentials import CredentialStore
+    from svc_gateway.account.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
 
     gateway = ReferenceGateway(

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.sandbox import SandboxServer, start_sandbox
 from svc_gateway.service.client import ServiceClient

@@ -74,7 +74,7 @@ async def test_stored_key_survives_a_restart_and_config_key_wins(
     make_host: HostFactory, sandbox: SandboxServer, subscriber: dict[str, str], tmp_path
 ) -> None:
     import svc_gateway
-    from svc_gateway.chat.credentials import CredentialStore
+    from svc_gateway.account.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
 
     store_dir = tmp_path / "shared-store"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.cli import _chat_config
 from svc_gateway.config import ConfigError, load_config
 from svc_gateway.hosts.reference import ReferenceGateway

@@ -224,3 +224,15 @@ def test_no_module_mints_a_token_or_orders_except_through_the_spending_gate() ->
             continue
         found += [f"{module}:{line} calls {name}" for line, name in spending_calls(path)]
     assert found == []
+
+
+def test_selling_stands_on_its_own_seam_not_on_the_chat_plugin() -> None:
+    """Issue 42: selling reads a ``Seller`` (``service/seller.py``), never the chat plugin."""
+    chat = f"{NAME}.chat"
+    found = [
+        f"{imp.source}:{imp.line} imports {imp.target}"
+        for imp in IMPORTS
+        if imp.source.startswith(f"{NAME}.selling")
+        and (imp.target == chat or imp.target.startswith(chat + "."))
+    ]
+    assert found == []

@@ -22,19 +22,19 @@ from keyring.backend import KeyringBackend
 from keyring.errors import PasswordDeleteError
 from pydantic import SecretStr
 
+from svc_gateway.account.credentials import (
+    CREDENTIALS_FILE,
+    KEYRING_SERVICE,
+    CredentialStore,
+    default_config_dir,
+    secure_backend,
+)
 from svc_gateway.chat.browser_login import (
     BrowserLogin,
     LoginCancelled,
     LoginError,
     LoginTimeout,
     manual_instructions,
-)
-from svc_gateway.chat.credentials import (
-    CREDENTIALS_FILE,
-    KEYRING_SERVICE,
-    CredentialStore,
-    default_config_dir,
-    secure_backend,
 )
 from svc_gateway.config import ConfigError
 from svc_gateway.encoding import b64url_nopad

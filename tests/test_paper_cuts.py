@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from svc_gateway.account.receipts import Receipt, spend_text
 from svc_gateway.chat.context import BalanceEntry, format_line
-from svc_gateway.chat.receipts import Receipt, spend_text
 from svc_gateway.hosts.reference import render
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata

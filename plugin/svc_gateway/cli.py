@@ -78,7 +78,7 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     except ConfigError as exc:
         raise SystemExit(f"svc-gateway: {exc}") from None
     if parsed.environment != "local" and parsed.svc_api_key is None:
-        from .chat.credentials import CredentialStore
+        from .account.credentials import CredentialStore
 
         if CredentialStore().load(parsed.environment) is None:
             raise SystemExit(
@@ -113,7 +113,7 @@ def _handler_from_cwd(config: dict[str, Any]) -> str | None:
 
 async def _chat(args: argparse.Namespace) -> int:
     from . import register
-    from .chat.credentials import CredentialStore
+    from .account.credentials import CredentialStore
     from .config import ConfigError
     from .hosts.embedded import embedded_session
     from .hosts.reference import ReferenceGateway, repl

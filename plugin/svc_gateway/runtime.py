@@ -3,9 +3,7 @@
 Hosts call us from anywhere: Hermes runs async tools on per-thread worker loops, its hooks are
 synchronous and its commands run on the gateway loop. Loop-bound objects (the httpx client, the
 aiohttp servers) therefore live on one loop the plugin owns, in a daemon thread; every entry
-point submits its coroutine there. One model for every host and one place to shut down. The one
-exception: a read-only tool of a single-operator gateway runs on its caller's loop, with a
-client for that loop (``chat/loop_clients.py``), sparing the two thread hand-offs.
+point submits its coroutine there. One model for every host and one place to shut down.
 """
 
 from __future__ import annotations

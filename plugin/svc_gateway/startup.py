@@ -36,10 +36,10 @@ from .redact import get_logger
 from .tools.catalogue import TOOL_NAMES, entry
 
 if TYPE_CHECKING:
+    from .account.core import PluginCore
     from .chat.accounts import UserAccounts
     from .chat.commands import Commands
     from .chat.context import BalanceContext
-    from .chat.core import PluginCore
 
 T = TypeVar("T")
 

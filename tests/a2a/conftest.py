@@ -22,7 +22,7 @@ from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientF
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop import a2a_x402 as x402
@@ -165,7 +165,7 @@ async def make_market(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[M
             svc_gateway.register, gateway, store=store, session_factory=transport
         )
         agent: PaidA2A = handle.extras["paid_a2a"]
-        agent.flow.settle_backoff = (0.0, 0.0)
+        agent.flow.settler.backoff = (0.0, 0.0)
         endpoints = [{"POST": agent.url}, {"POST": agent.rest_url}]
         if "paid_endpoint" in handle.extras:
             endpoints.append({"POST": handle.extras["paid_endpoint"].url})

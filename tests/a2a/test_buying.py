@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from tests.helpers import approve
 

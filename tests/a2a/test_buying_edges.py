@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 import svc_gateway
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.buying.a2a import CARD_PATH, NotA2A, query_a2a_agent
-from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop import a2a_x402 as x402

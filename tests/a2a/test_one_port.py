@@ -17,7 +17,7 @@ from a2a.types import SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop import a2a_x402 as x402

@@ -13,8 +13,8 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import TaskState
 
 import svc_gateway
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.buying.purchase import registered_endpoints
-from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.chat.seller_notes import a2a_notes
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.sandbox import SandboxServer
@@ -46,7 +46,7 @@ async def test_svc_register_agent_registers_the_a2a_cards_interface_urls(
     buyer = ServiceClient(sandbox.base_url, subscriber["apiKey"])
     try:
         agent: PaidA2A = handle.extras["paid_a2a"]
-        agent.flow.settle_backoff = (0.0, 0.0)
+        agent.flow.settler.backoff = (0.0, 0.0)
         endpoint_url = handle.extras["paid_endpoint"].url
         interfaces = [agent.url, agent.rest_url]
         assert handle.core.paid_a2a_urls == interfaces

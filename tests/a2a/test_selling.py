@@ -141,8 +141,8 @@ async def test_a_burst_with_credits_for_three_gets_exactly_three_answers(
     make_market: MarketFactory,
 ) -> None:
     market = await make_market(per_request=30)  # 100 credits: three requests
-    flow = market.agent.flow
-    default = flow.handler
+    flow, agent = market.agent.flow, market.agent.agent
+    default = agent.handler
 
     async def held(request: dict[str, Any]) -> Any:
         # each answer waits until the three requests the balance cannot cover were refused: a
@@ -152,7 +152,7 @@ async def test_a_burst_with_credits_for_three_gets_exactly_three_answers(
             await asyncio.sleep(0.01)
         return await call_maybe_async(default, request)
 
-    flow.handler = held
+    agent.handler = held
     client = await market.client()
     tokens = [await market.token() for _ in range(6)]
     replies = await asyncio.gather(

@@ -91,7 +91,7 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
         # a plain chat config is validated at first use: no pydantic, no PluginConfig, no core
         "pydantic",
         "svc_gateway.config",
-        "svc_gateway.chat.core",
+        "svc_gateway.account.core",
         "svc_gateway.approvals",
     ):
         assert not loaded(found["register"], unused), f"register loaded {unused}"
@@ -100,7 +100,7 @@ def test_import_and_register_load_only_what_they_need(tmp_path: Path) -> None:
 def test_the_first_use_validates_the_config_and_builds_the_plugin(tmp_path: Path) -> None:
     found = probe(tmp_path)
     assert found["status"].startswith("Not logged in to the payments service.")
-    for needed in ("pydantic", "svc_gateway.config", "svc_gateway.chat.core"):
+    for needed in ("pydantic", "svc_gateway.config", "svc_gateway.account.core"):
         assert loaded(found["first_use"], needed), f"the first command did not load {needed}"
 
 

@@ -14,7 +14,7 @@ def test_importing_the_client_does_not_import_httpx() -> None:
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     code = (
         "import sys, svc_gateway.service.client, svc_gateway.service.transport;"
-        "import svc_gateway.chat.core;"
+        "import svc_gateway.account.core;"
         "print(sorted(m for m in ('httpx', 'httpcore', 'rich') if m in sys.modules))"
     )
     done = subprocess.run(

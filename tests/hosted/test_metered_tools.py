@@ -203,19 +203,19 @@ async def test_a_settle_outage_queues_the_settle_and_the_retry_charges_once(
     transport = SettleOutage()
     gateway, handle, _tools, plan = await setup(transport)
     meter = handle.extras["meter"]
-    meter.flow.settle_backoff = (0.0,)
+    meter.flow.settler.backoff = (0.0,)
     alice = await user_with_credits(gateway, "alice", plan)
     result = await gateway.call_host_tool("image_gen", {"prompt": "x"}, sender="alice")
     assert result["tool"] == "image_gen"  # delivered: the answer exists, per SPEC
     assert await balance(builder_client, plan, alice) == GRANTED  # not settled yet
-    assert await handle.runtime.run(meter.flow.queue.count()) == 1
+    assert await handle.runtime.run(meter.flow.settler.queue.count()) == 1
     earnings = await gateway.run_command("svc_earnings")
     assert "3 queued" in earnings
     assert "queued" in await gateway.run_command("svc_spend", sender="alice")
     transport.down = False
     tried = transport.count("POST", "/x402/settle")
-    assert await handle.runtime.run(meter.flow.drain_queue()) == 1
-    assert await handle.runtime.run(meter.flow.drain_queue()) == 0  # never twice
+    assert await handle.runtime.run(meter.flow.settler.drain_queue()) == 1
+    assert await handle.runtime.run(meter.flow.settler.drain_queue()) == 0  # never twice
     assert transport.count("POST", "/x402/settle") == tried + 1
     assert await balance(builder_client, plan, alice) == GRANTED - 3
     assert "3 settled, 0 queued, 0 lost" in await gateway.run_command("svc_earnings")

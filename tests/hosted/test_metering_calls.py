@@ -109,7 +109,7 @@ async def test_a_flow_with_its_own_store_and_no_prompts(
 
     async def scenario() -> Any:
         journal = await SettleJournal.open(tmp_path / "own.json")
-        flow = PaidFlow(handle.core, handler=metering._no_prompts, queue=journal)
+        flow = PaidFlow(handle.core, queue=journal)  # no handler: it sells no prompts
         meter = ToolMeter(handle.core, flow, handle.accounts)
 
         async def tool() -> str:
@@ -117,10 +117,9 @@ async def test_a_flow_with_its_own_store_and_no_prompts(
 
         ctx = ToolCallContext("image_gen", {}, "x", gateway._caller("alice"))
         result = await meter.meter(ctx, tool)
-        with pytest.raises(RuntimeError, match="not prompts"):
-            await flow.handler({"prompt": "hi"})
+        assert not hasattr(flow, "handler")  # it sells tool calls, not prompts
         await meter.aclose()
-        return result, flow.queue is journal
+        return result, flow.settler.queue is journal
 
     assert await handle.runtime.run(scenario()) == ("drawn", True)
     assert await balance(builder_client, plan, alice) == GRANTED - 3

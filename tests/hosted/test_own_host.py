@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.host import (
     Caller,
     CommandContext,

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("mcp")
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.encoding import decode_access_token
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop.mcp_client import ClientSession
@@ -148,7 +148,7 @@ async def make_mcp_market(
             store=CredentialStore(tmp_path / f"mcp-{len(made)}", use_keyring=False),
         )
         server = create_server(handle.core, server_name=SERVER_NAME)
-        server.flow.settle_backoff = (0.0, 0.0)  # no real sleeps between settle attempts
+        server.flow.settler.backoff = (0.0, 0.0)  # no real sleeps between settle attempts
         running = await handle.runtime.run(serve(server, host="127.0.0.1", port=0))
         # The server's own URL is an endpoint too: the OAuth server issues tokens only for a
         # resource registered to the agent its metadata names (RFC 8707).

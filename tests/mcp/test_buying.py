@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.ways_in.mcp import Options
 from svc_gateway.service.models import AgentApi, AgentMetadata

@@ -34,7 +34,7 @@ async def test_unreachable_settle_withholds_the_answer_and_queues_nothing(
     assert "rain" not in json.dumps(result["content"])
     assert result["structuredContent"]["error"].startswith("settlement failed")
     flow = market.server.flow
-    assert flow.queue is None and flow.stats.settle_queue == 0  # no store was even opened
+    assert flow.settler.queue is None and flow.stats.settle_queue == 0  # no store was even opened
     assert flow.stats.settle_deferred == 0
     assert flow.book.known(market.plan_id, market.subscriber_address) == (GRANTED, 0)
     assert await market.burned() == 0
@@ -103,6 +103,6 @@ async def test_a_settle_that_never_answers_withholds_the_content_within_the_budg
     assert result["isError"] is True and "rain" not in json.dumps(result)
     assert transport.count("POST", "/x402/settle") >= 2  # half the budget each, then given up
     flow = market.server.flow
-    assert flow.queue is None and flow.stats.settle_queue == 0  # no store was even opened
+    assert flow.settler.queue is None and flow.stats.settle_queue == 0  # no store was even opened
     assert flow.book.known(market.plan_id, market.subscriber_address) == (GRANTED, 0)
     assert await market.burned() == 0

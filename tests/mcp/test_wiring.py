@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop.mcp_client import ClientSession
 from svc_gateway.selling.ways_in.mcp import PaidMcp

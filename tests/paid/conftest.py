@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway import PluginHandle, register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling import PaidEndpoint
@@ -229,7 +229,7 @@ async def make_stub_market(
             register, gateway, store=CredentialStore(tmp_path / store_dir, use_keyring=False)
         )
         market = StubMarket(service, gateway, handle, handle.extras["paid_endpoint"])
-        market.endpoint.flow.settle_backoff = (0.0, 0.0)  # no real sleeps in tests
+        market.endpoint.flow.settler.backoff = (0.0, 0.0)  # no real sleeps in tests
         made.append(market)
         return market
 

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import svc_gateway
-    from svc_gateway.chat.credentials import CredentialStore
+    from svc_gateway.account.credentials import CredentialStore
     from svc_gateway.hosts.reference import ReferenceGateway
     from svc_gateway.selling.handlers import default_handler
 
@@ -69,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     handle = svc_gateway.register(gateway, store=store)
     endpoint = handle.extras["paid_endpoint"]
     flow = endpoint.flow
-    flow.settle_backoff = (0.0, 0.0)
-    flow.queue_retry_secs = args.queue_retry
+    flow.settler.backoff = (0.0, 0.0)
+    flow.settler.queue_retry_secs = args.queue_retry
     if args.claim_ttl:
         flow.book.claim_ttl_secs = args.claim_ttl
     if args.lease:
-        flow.queue.lease_secs = args.lease
+        flow.settler.queue.lease_secs = args.lease
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from tests.helpers import approve
 

@@ -44,7 +44,7 @@ OWN_KEY_REJECTED = (401, {"code": "BCK.APIKEY.0004", "message": "invalid API key
 async def drain(market: StubMarket) -> int:
     """Retry the settle queue once, on the plugin loop (where the flow's client lives)."""
     flow = market.endpoint.flow
-    return await flow.core.runtime.run(flow.drain_queue())
+    return await flow.seller.runtime.run(flow.settler.drain_queue())
 
 
 def accept_without_payer(stub: StubService, request_id: str = "req-unmetered") -> None:
@@ -182,11 +182,11 @@ async def test_a_deferred_settle_of_an_unmetered_payer_is_queued_then_given_up(
     response = await ask(market, OPAQUE_TOKEN)
     assert response.status_code == 200  # the answer exists: delivered, settle queued
     assert "payment-response" not in response.headers
-    assert "req-unmetered" in flow.queue
+    assert "req-unmetered" in flow.settler.queue
     assert flow.stats.settle_deferred == 1 and flow.stats.settle_queue == 1
     market.stub.faults["settle"] = (404, {"code": "BCK.X402.0404", "message": "unknown request"})
     assert await drain(market) == 0  # definitively refused: dropped, not retried forever
-    assert len(flow.queue) == 0 and flow.stats.settle_queue == 0
+    assert len(flow.settler.queue) == 0 and flow.stats.settle_queue == 0
     assert flow.stats.settle_lost == 1 and flow.stats.settle_recovered == 0
     assert market.stub.burned == 0
 
@@ -198,7 +198,7 @@ async def test_a_second_drain_while_one_runs_settles_nothing_twice(
     flow = market.endpoint.flow
     market.stub.faults["settle"] = OWN_KEY_REJECTED
     assert (await ask(market, make_token(PAYER))).status_code == 200
-    assert len(flow.queue) == 1
+    assert len(flow.settler.queue) == 1
     assert flow.book.known(PLAN_ID, PAYER) == (10, 1)  # still owed: the claim is kept
     del market.stub.faults["settle"]
     market.stub.hang_calls.add("settle")
@@ -213,7 +213,7 @@ async def test_a_second_drain_while_one_runs_settles_nothing_twice(
     market.stub.release.set()
     assert await asyncio.wait_for(first, 10) == 1
     assert market.stub.calls["settle"] == before + 1 and market.stub.burned == 1
-    assert flow.stats.settle_recovered == 1 and len(flow.queue) == 0
+    assert flow.stats.settle_recovered == 1 and len(flow.settler.queue) == 0
     assert flow.book.known(PLAN_ID, PAYER) == (9, 0)  # the claim closed with the receipt
 
 
@@ -225,7 +225,7 @@ async def test_the_envelope_memo_is_bounded_and_still_names_each_agent(
     flow = market.endpoint.flow
     facts = PlanFacts.fallback(PLAN_ID, "sandbox")
     made = [flow.admitter.envelope(facts, f"agent-{i}", market.url, amount=1) for i in range(3)]
-    assert len(flow._envelopes) <= 2
+    assert len(flow.admitter.envelopes) <= 2
     assert [e.accepts[0].extra["agentId"] for e in made] == ["agent-0", "agent-1", "agent-2"]
     assert flow.admitter.envelope(facts, "agent-2", market.url, amount=1) is made[2]  # kept
 

@@ -180,7 +180,7 @@ async def test_settle_retries_that_end_hung_stop_at_the_budget_and_queue_the_set
         stub=BrokenThenHung(2, balance=10),
         config={"paidBudgetSecs": 0.5, "requestTimeoutSecs": 60},
     )
-    market.endpoint.flow.settle_backoff = (0.0, 0.0)
+    market.endpoint.flow.settler.backoff = (0.0, 0.0)
     async with httpx.AsyncClient(timeout=20) as http:
         response = await post(http, market.url, make_token(PAYER), "the answer")
     assert response.status_code == 200 and "the answer" in response.text

@@ -56,7 +56,7 @@ async def test_replicas_on_one_state_url_each_count_every_replicas_sales(
     for market in (one, two):  # what each pushes about once a second, now
         shared = market.endpoint.shared
         assert shared is not None
-        await market.endpoint.flow.core.runtime.run(shared.stats.push(market.endpoint.stats))
+        await market.endpoint.flow.seller.runtime.run(shared.stats.push(market.endpoint.stats))
     for market in (one, two):
         earned = await market.gateway.run_command("svc_earnings")
         assert "over 8 sales" in earned, earned

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.hosts.reference import ReferenceGateway

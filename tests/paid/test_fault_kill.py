@@ -61,7 +61,7 @@ async def test_killing_the_service_mid_burst_loses_and_double_burns_nothing(
 ) -> None:
     market = await make_market(credits=GRANTED, per_request=1)
     flow = market.endpoint.flow
-    flow.settle_backoff = (0.0, 0.0)
+    flow.settler.backoff = (0.0, 0.0)
     await market.order()
     token = await market.token()
     limits = httpx.Limits(max_connections=8, max_keepalive_connections=8)
@@ -96,11 +96,11 @@ async def test_killing_the_service_mid_burst_loses_and_double_burns_nothing(
     with_receipt = [r for r in delivered if "payment-response" in r.headers]
 
     await restartable.start()  # same port, same database
-    await flow.core.runtime.run(flow.drain_queue())
+    await flow.seller.runtime.run(flow.settler.drain_queue())
     for _ in range(500):  # bounded: 10 s
         if flow.stats.settle_queue == 0:
             break
-        await flow.core.runtime.run(flow.drain_queue())
+        await flow.seller.runtime.run(flow.settler.drain_queue())
         await asyncio.sleep(0.02)
     assert flow.stats.settle_queue == 0
     assert flow.stats.settle_lost == 0

@@ -184,12 +184,12 @@ async def test_a_rate_limited_service_is_503_with_its_retry_after_capped(
 ) -> None:
     market = await make_stub_market(stub=StubService(balance=10))
     flow = market.endpoint.flow
-    answer = flow._outage(ServiceUnavailable("x", status=503), "verify")
+    answer = flow.refusals.outage(ServiceUnavailable("x", status=503), "verify")
     assert dict(answer.headers)["Retry-After"] == "5"
     exc = ServiceUnavailable("x", status=503)
     for given, shown in ((0.2, "1"), (7.4, "7"), (10_000, "300")):
         exc.retry_after = given  # type: ignore[attr-defined]
-        assert dict(flow._outage(exc, "verify").headers)["Retry-After"] == shown
+        assert dict(flow.refusals.outage(exc, "verify").headers)["Retry-After"] == shown
 
 
 # -- plan facts ----------------------------------------------------------------------------
@@ -316,7 +316,7 @@ async def test_the_plan_and_agent_set_at_run_time_win_over_the_config(
 ) -> None:
     market = await make_stub_market(stub=StubService(balance=10))
     flow = market.endpoint.flow
-    flow.core.plan_id, flow.core.agent_id = "plan-2", "agent-2"  # as svc_registerAgent does
+    flow.seller.plan_id, flow.seller.agent_id = "plan-2", "agent-2"  # as svc_registerAgent does
     assert (flow.plan_id(), flow.agent_id()) == ("plan-2", "agent-2")
     flow.explicit_plan_id, flow.explicit_agent_id = "plan-3", "agent-3"
     assert (flow.plan_id(), flow.agent_id()) == ("plan-3", "agent-3")
@@ -421,6 +421,6 @@ async def test_verified_payer_raises_when_the_service_cannot_say(
     flow = market.endpoint.flow
     with pytest.raises(Exception, match="not allowed"):
         await market.handle.runtime.run(flow.verified_payer(make_token(PAYER), market.url))
-    flow.explicit_plan_id, flow.core.plan_id = None, None
-    flow.core.config = flow.core.config.model_copy(update={"plan_id": None, "plans": []})
+    flow.explicit_plan_id, flow.seller.plan_id = None, None
+    flow.seller.config = flow.seller.config.model_copy(update={"plan_id": None, "plans": []})
     assert await market.handle.runtime.run(flow.verified_payer(make_token(PAYER), "x")) is None

@@ -341,7 +341,7 @@ async def test_settle_outage_delivers_without_receipt_and_success_false_withhold
         routes = {"POST /runs/wait": RouteConfig(plan_id=seller.fixed_plan)}
         settings = {"baseUrl": proxy.base_url, "settleQueuePath": str(tmp_path / "q.json")}
         app = app_for(seller, routes, **settings)
-        app[PAYMENTS].flow.settle_backoff = (0.0, 0.0)
+        app[PAYMENTS].flow.settler.backoff = (0.0, 0.0)
         await seller.serve(app)
         token = await seller.token(seller.fixed_plan, seller.fixed_agent)
         proxy.faults["x402/settle"] = [refuse_500, refuse_500, refuse_500, settle_success_false]
@@ -355,7 +355,7 @@ async def test_settle_outage_delivers_without_receipt_and_success_false_withhold
         stats = app[PAYMENTS].stats
         assert stats.settle_deferred == 1 and stats.settle_queue == 1
         assert stats.settle_refused == 1
-        assert await app[PAYMENTS].flow.drain_queue() == 1  # the outage is over
+        assert await app[PAYMENTS].flow.settler.drain_queue() == 1  # the outage is over
         ledger = await seller.ledger(seller.fixed_plan)
         assert ledger["burned"] == 2 and ledger["granted"] == ledger["balance"] + 2
     finally:

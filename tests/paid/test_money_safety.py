@@ -207,10 +207,10 @@ async def test_a_client_gone_while_settling_leaves_the_settle_owed_and_paid_once
         await give_up_when(paid_post(http, url), lambda: stub.calls["settle"] == 1)
         await until(lambda: flow.stats.settle_deferred == 1)
         assert flow.stats.settle_queue == 1
-        (owed,) = await flow.queue.entries()
+        (owed,) = await flow.settler.queue.entries()
         market.stub.release.set()  # the settle the cancelled request sent lands now
         market.stub.hang_calls.clear()
-        assert await flow.core.runtime.run(flow.drain_queue()) == 1
+        assert await flow.seller.runtime.run(flow.settler.drain_queue()) == 1
     assert owed.request_id in market.stub.settled  # retried on its own agentRequestId
     assert market.stub.burned == 1  # once, though two settles were sent for it
     assert flow.stats.settle_queue == 0 and flow.stats.settle_lost == 0
@@ -292,7 +292,7 @@ async def test_when_every_handler_thread_is_stuck_new_requests_get_503_before_ve
         stub=StubService(balance=5), handler=handler, config={"handlerTimeoutSecs": 0.3}
     )
     flow = market.endpoint.flow
-    flow.handler_pool = SyncHandlerPool(workers=2)
+    flow.handler_pool = market.endpoint.agent.pool = SyncHandlerPool(workers=2)
     try:
         async with httpx.AsyncClient(timeout=30) as http:
             # two payers (one payer holds at most half the threads: test_fair_share.py)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.handlers import default_handler
@@ -60,7 +60,7 @@ async def test_after_a_restart_6_credits_do_not_buy_9_answers(
     for _ in range(50):  # bounded
         if not flow.stats.settle_queue:
             break
-        await flow.core.runtime.run(flow.drain_queue())
+        await flow.seller.runtime.run(flow.settler.drain_queue())
     assert flow.stats.settle_queue == 0 and flow.stats.settle_lost == 0
     assert flow.stats.settle_recovered == 6  # every delivered answer paid, from the queue
     assert stub.burned == 6 and stub.balance_of(PAYER) == 0  # conservation: 6 = 0 + 6
@@ -75,7 +75,7 @@ async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charge
 ) -> None:
     market = await make_market(faults=True)  # 10 credits, 2 per request, the real sandbox
     flow = market.endpoint.flow
-    flow.settle_backoff = (0.0, 0.0)
+    flow.settler.backoff = (0.0, 0.0)
     await market.order()
     assert market.transport is not None
     # the first settle burns but its answer is lost; the in-flow retries find the service down
@@ -86,15 +86,15 @@ async def test_a_queued_settle_is_retried_on_its_own_agent_request_id_and_charge
     )
     assert response.status_code == 200 and "payment-response" not in response.headers
     assert flow.stats.settle_queue == 1 and await market.balance() == 8  # burned once already
-    (owed,) = await flow.queue.entries()
-    assert await flow.core.runtime.run(flow.drain_queue()) == 1
+    (owed,) = await flow.settler.queue.entries()
+    assert await flow.seller.runtime.run(flow.settler.drain_queue()) == 1
     assert market.transport.calls["x402/settle"] == 4
     receipt = flow.stats.receipts[-1]
     assert receipt["creditsRedeemed"] == "2" and receipt["remainingBalance"] == "8"
     balance = await market.balance()
     assert balance == 8  # the v2 token was charged once for its one answer
     assert flow.stats.settle_recovered == 1 and flow.stats.settle_queue == 0
-    assert owed.request_id not in flow.queue
+    assert owed.request_id not in flow.settler.queue
     assert balance + int(receipt["creditsRedeemed"]) == 10  # conservation
 
 
@@ -105,7 +105,7 @@ async def test_a_second_endpoint_on_the_same_queue_file_refuses_to_start(
     make_stub_market: StubMarketFactory,
 ) -> None:
     first = await make_stub_market(store_dir="one-dir")
-    assert isinstance(first.endpoint.flow.queue, SettleJournal)
+    assert isinstance(first.endpoint.flow.settler.queue, SettleJournal)
     with pytest.raises(ConfigError, match="already in use by process"):
         await make_stub_market(stub=first.stub, store_dir="one-dir")
 
@@ -204,7 +204,7 @@ async def test_a_seller_restarted_during_a_settle_outage_sells_no_owed_credit_tw
         for _ in range(50):  # bounded
             if not flow.stats.settle_queue:
                 break
-            await flow.core.runtime.run(flow.drain_queue())
+            await flow.seller.runtime.run(flow.settler.drain_queue())
         stats = flow.stats
         assert (stats.settle_queue, stats.settle_lost, stats.settle_recovered) == (0, 0, 6)
         burned = sum(int(r["creditsRedeemed"]) for r in stats.receipts)

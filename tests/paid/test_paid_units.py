@@ -19,7 +19,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache

@@ -17,10 +17,10 @@ from typing import Any, cast
 import pytest
 from aiohttp import ClientSession, web
 
+from svc_gateway.account.core import PluginCore
 from svc_gateway.buying import addresses as query_address
 from svc_gateway.buying.addresses import is_loopback_host
 from svc_gateway.buying.answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS
-from svc_gateway.chat.core import PluginCore
 from svc_gateway.config import PluginConfig
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.sandbox import SandboxServer

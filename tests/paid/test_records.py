@@ -1,6 +1,5 @@
-"""The paid path's records (``svc_gateway.records.record``): frozen to the type checker, plain
-dataclasses at run time (a frozen dataclass's ``__init__`` costs several hundred instructions a
-field), compared and hashed by their fields as frozen dataclasses are."""
+"""The paid path's records are the standard library's frozen, slotted dataclasses (issue 42:
+no home-made record decorator), compared and hashed by their fields."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import dataclasses
 
 import pytest
 
-from svc_gateway.records import record
 from svc_gateway.selling.flow.calls import PaidCall, SettleOutcome
 from svc_gateway.selling.flow.replay import Paid
 from svc_gateway.selling.handlers import Answer
@@ -18,19 +16,11 @@ from svc_gateway.selling.types import PaidOutcome, PaidRequest
 RECORDS = [PaidRequest, PaidOutcome, PaidCall, SettleOutcome, Answer, Admission, Refusal, Paid]
 
 
-def test_a_record_is_frozen_to_the_type_checker() -> None:
-    """``mypy --strict`` (CI) refuses an assignment to a record's field: the decorator tells it
-    so through ``dataclass_transform``'s ``frozen_default``."""
-    transform = getattr(record, "__dataclass_transform__", None)
-    assert transform is not None
-    assert transform["kwargs"].get("frozen_default") is True
-    assert dataclasses.field in transform["field_specifiers"]
-
-
 @pytest.mark.parametrize("kind", RECORDS, ids=lambda kind: kind.__name__)
-def test_the_paid_paths_records_are_plain_dataclasses_at_run_time(kind: type) -> None:
+def test_the_paid_paths_records_are_frozen_slotted_dataclasses(kind: type) -> None:
     params = getattr(kind, "__dataclass_params__", None)
-    assert params is not None and params.frozen is False  # no object.__setattr__ per field
+    assert params is not None and params.frozen is True
+    assert "__slots__" in vars(kind)
     assert kind.__hash__ is not None  # hashable, as a frozen dataclass is
 
 

@@ -74,7 +74,7 @@ async def test_redis_stopped_mid_run_fails_closed_and_settles_everything_once(
         configure_builder=install,
     )
     flow = market.endpoint.flow
-    flow.settle_backoff = (0.0, 0.0)
+    flow.settler.backoff = (0.0, 0.0)
     assert market.transport is not None
     await market.order()
     token = await market.token()
@@ -109,7 +109,7 @@ async def test_redis_stopped_mid_run_fails_closed_and_settles_everything_once(
     redis_server.start()
     del market.transport.always["x402/settle"]
     for _ in range(100):  # bounded
-        await flow.core.runtime.run(flow.drain_queue())
+        await flow.seller.runtime.run(flow.settler.drain_queue())
         if flow.stats.settle_queue == 0:
             break
         await asyncio.sleep(0.02)

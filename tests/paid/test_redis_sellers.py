@@ -67,14 +67,14 @@ async def test_two_sellers_on_one_redis_never_take_each_others_settles_or_counts
         async with served(app_a) as origin_a, served(app_b):
             mw_a: PaymentMiddleware = app_a[PAYMENTS]
             mw_b: PaymentMiddleware = app_b[PAYMENTS]
-            mw_a.flow.queue_retry_secs = 3600.0  # A retries only when told to, below
-            mw_a.flow.settle_backoff = (0.0, 0.0)
+            mw_a.flow.settler.queue_retry_secs = 3600.0  # A retries only when told to, below
+            mw_a.flow.settler.backoff = (0.0, 0.0)
             await owe_three(a, origin_a)
             assert mw_a.shared is not None and mw_b.shared is not None
             assert await mw_a.shared.store.count() == 3
             # B drains its queue: it sees none of A's owed settles, takes none, loses none
             assert await mw_b.shared.store.count() == 0
-            assert await mw_b.flow.drain_queue() == 0
+            assert await mw_b.flow.settler.drain_queue() == 0
             assert mw_b.stats.settle_lost == 0 and mw_b.stats.settled == 0
             # the counters are each seller's own
             await mw_a.shared.stats.push(mw_a.stats)
@@ -83,7 +83,7 @@ async def test_two_sellers_on_one_redis_never_take_each_others_settles_or_counts
             assert "settle_deferred" not in await mw_b.shared.stats.totals()
             # A's settle is back: A settles every one of its owed answers
             del proxy.always["x402/settle"]
-            assert await mw_a.flow.drain_queue() == 3
+            assert await mw_a.flow.settler.drain_queue() == 3
             assert mw_a.stats.settle_recovered == 3 and mw_a.stats.settle_lost == 0
             assert await mw_a.shared.store.count() == 0
     finally:
@@ -108,19 +108,19 @@ async def test_a_settle_only_its_owner_may_make_is_left_for_the_owner_not_lost(
         async with served(app_a) as origin_a, served(app_b):
             mw_a: PaymentMiddleware = app_a[PAYMENTS]
             mw_b: PaymentMiddleware = app_b[PAYMENTS]
-            mw_a.flow.queue_retry_secs = 3600.0
-            mw_a.flow.settle_backoff = (0.0, 0.0)
+            mw_a.flow.settler.queue_retry_secs = 3600.0
+            mw_a.flow.settler.backoff = (0.0, 0.0)
             await owe_three(a, origin_a)
             assert mw_a.shared is not None and mw_b.shared is not None
             owed = await mw_a.shared.store.entries()
             await mw_b.shared.store.add(owed[0])  # A's entry, in B's queue
-            assert await mw_b.flow.drain_queue() == 0
+            assert await mw_b.flow.settler.drain_queue() == 0
             assert mw_b.stats.settle_lost == 0  # not B's: never "lost"
             assert [e.request_id for e in await mw_b.shared.store.entries()] == [
                 owed[0].request_id
             ]  # left for its owner
             del proxy.always["x402/settle"]
-            assert await mw_a.flow.drain_queue() == 3 and mw_a.stats.settle_lost == 0
+            assert await mw_a.flow.settler.drain_queue() == 3 and mw_a.stats.settle_lost == 0
     finally:
         await proxy.close()
     await conserved(a, 6)

@@ -28,7 +28,7 @@ async def post(http: httpx.AsyncClient, url: str, token: str, prompt: str = "hi"
 
 async def drain(market: StubMarket) -> int:
     """Retry the queue now, on the plugin loop (where the service client lives)."""
-    return await market.endpoint.flow.core.runtime.run(market.endpoint.flow.drain_queue())
+    return await market.endpoint.flow.seller.runtime.run(market.endpoint.flow.settler.drain_queue())
 
 
 async def until(condition: object, seconds: float = 10.0) -> None:
@@ -118,7 +118,7 @@ async def test_settle_outage_delivers_queues_and_the_next_success_pays_the_build
         assert market.stub.calls["settle"] == 3  # retried on the same agentRequestId
         stats = market.endpoint.stats
         assert (stats.settle_deferred, stats.settle_queue, stats.settle_lost) == (1, 1, 0)
-        queue_file = market.endpoint.flow.queue.path
+        queue_file = market.endpoint.flow.settler.queue.path
         assert stat.S_IMODE(queue_file.stat().st_mode) == 0o600  # it holds access tokens
         (record,) = [json.loads(line) for line in queue_file.read_text().splitlines()]
         entry = record["add"]  # one journal line: the settle owed
@@ -134,7 +134,7 @@ async def test_settle_outage_delivers_queues_and_the_next_success_pays_the_build
         await until(lambda: market.endpoint.stats.settle_queue == 0)
     assert market.stub.burned == 2  # both answers paid, each once
     assert market.endpoint.stats.settle_recovered == 1
-    assert len(market.endpoint.flow.queue) == 0
+    assert len(market.endpoint.flow.settler.queue) == 0
     assert json.loads(queue_file.read_text().splitlines()[-1]) == {"remove": entry["request_id"]}
     assert market.endpoint.flow.book.known("plan-1", PAYER) == (8, 0)
 
@@ -284,7 +284,7 @@ async def test_an_unexpected_client_failure_at_settle_is_retried_then_queued(
     make_stub_market: StubMarketFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     market = await make_stub_market(stub=StubService(balance=10))
-    core = market.endpoint.flow.core
+    core = market.endpoint.flow.seller
     real = await core.runtime.run(_client(core))
     attempts = 0
 
@@ -325,8 +325,8 @@ async def test_a_queued_settle_refused_for_the_payer_or_unreadable_is_dropped(
         for _ in range(2):
             assert (await post(http, market.url, make_token(PAYER))).status_code == 200
     flow = market.endpoint.flow
-    first, second = await flow.queue.entries()
-    replaced = flow.queue.add(
+    first, second = await flow.settler.queue.entries()
+    replaced = flow.settler.queue.add(
         PendingSettle(
             second.request_id,
             second.plan_id,
@@ -337,7 +337,7 @@ async def test_a_queued_settle_refused_for_the_payer_or_unreadable_is_dropped(
             second.queued_at,
         )
     )
-    await flow.core.runtime.run(replaced)
+    await flow.seller.runtime.run(replaced)
     market.stub.faults["settle"] = (403, {"code": "BCK.X402.0023", "message": "budget spent"})
     assert await drain(market) == 0
     stats = market.endpoint.stats
@@ -360,19 +360,19 @@ async def test_settle_queue_path_setting_is_honoured(
 ) -> None:
     target = tmp_path / "elsewhere" / "queue.json"
     market = await make_stub_market(config={"settleQueuePath": str(target)})
-    assert market.endpoint.flow.queue.path == target
+    assert market.endpoint.flow.settler.queue.path == target
 
 
 async def test_a_settle_dropped_from_a_full_queue_releases_its_claim(
     make_stub_market: StubMarketFactory, all_logs: LogCollector
 ) -> None:
     market = await make_stub_market(stub=StubService(balance=10))
-    market.endpoint.flow.queue.max_entries = 1
+    market.endpoint.flow.settler.queue.max_entries = 1
     market.stub.faults["settle"] = DOWN
     async with httpx.AsyncClient(timeout=30) as http:
         for _ in range(2):
             assert (await post(http, market.url, make_token(PAYER))).status_code == 200
-    assert len(market.endpoint.flow.queue) == 1
+    assert len(market.endpoint.flow.settler.queue) == 1
     # one settle is still owed (claimed); the dropped one is not
     assert market.endpoint.flow.book.known("plan-1", PAYER) == (10, 1)
     assert "1 credits): the settle queue is full" in all_logs.text

@@ -89,7 +89,7 @@ def test_a_seller_without_state_url_imports_nothing_of_redis(tmp_path: Path) -> 
         from pathlib import Path
         import svc_gateway
         from svc_gateway.hosts.reference import ReferenceGateway
-        from svc_gateway.chat.credentials import CredentialStore
+        from svc_gateway.account.credentials import CredentialStore
 
         gateway = ReferenceGateway({{
             "environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1",
@@ -135,7 +135,7 @@ async def test_the_endpoint_reads_the_counters_of_every_replica(
     for market in (one, two):
         shared = market.endpoint.shared
         assert shared is not None and shared.where == f"127.0.0.1:{redis_server.port}/0"
-        await market.endpoint.flow.core.runtime.run(shared.stats.push(market.endpoint.stats))
+        await market.endpoint.flow.seller.runtime.run(shared.stats.push(market.endpoint.stats))
     totals = await one.endpoint.shared_stats()
     assert totals is not None
     assert totals["requests"] == 5 and totals["settled"] == 5
@@ -198,15 +198,15 @@ async def test_a_replica_settles_or_gives_up_what_another_queued_and_closes_its_
         [queued] = await other.entries()
         # and one no replica admitted (no payer known): settled without touching the book
         await other.add(replace(queued, request_id="other-1", payer=None))
-        assert await flow.core.runtime.run(flow.drain_queue()) == 2
+        assert await flow.seller.runtime.run(flow.settler.drain_queue()) == 2
         assert flow.stats.settle_recovered == 2
         await ask_one()
         stub.faults["settle"] = (404, {"code": "BCK.TEST", "message": "gone"})
-        assert await flow.core.runtime.run(flow.drain_queue()) == 0  # given up: lost
+        assert await flow.seller.runtime.run(flow.settler.drain_queue()) == 0  # given up: lost
         assert flow.stats.settle_lost == 1
     try:
         assert await other.count() == 0
-        known = await flow.core.runtime.run(book.known("plan-1", PAYER))
+        known = await flow.seller.runtime.run(book.known("plan-1", PAYER))
         assert known is not None and known[1] == 0  # every owed claim closed by replica two
         assert stub.burned == 2
     finally:

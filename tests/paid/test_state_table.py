@@ -146,7 +146,7 @@ async def test_settle_outage_after_2xx_returns_200_queues_the_settle_and_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     market = await make_market(faults=True)
-    market.endpoint.flow.settle_backoff = (0.0, 0.0)
+    market.endpoint.flow.settler.backoff = (0.0, 0.0)
     await market.order()
     assert market.transport is not None
     market.transport.always["x402/settle"] = refuse_500

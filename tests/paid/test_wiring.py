@@ -17,7 +17,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.payload import StringPayload
 
 from svc_gateway import register
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.handlers import HandlerError, load_handler, to_answer
@@ -205,7 +205,7 @@ async def test_explicit_handler_and_credits_win_over_the_hosts(
     from svc_gateway.selling import attach_paid_endpoint
 
     market = await make_stub_market(stub=StubService(balance=10, max_amount=5))
-    core = market.endpoint.flow.core
+    core = market.endpoint.flow.seller
 
     async def mine(request: dict[str, Any]) -> dict[str, str]:
         return {"who": "explicit"}
@@ -223,3 +223,4 @@ async def test_explicit_handler_and_credits_win_over_the_hosts(
         )
     assert response.json() == {"who": "explicit"}
     assert market.stub.burned == 4  # the explicit credits function priced it
+    await asyncio.to_thread(market.handle.runtime.run_sync, second.aclose())  # who attached

@@ -79,7 +79,7 @@ async def test_the_paid_endpoints_402_reads_as_x402_and_is_never_stored(
     assert required.error == "No payment-signature header was sent"
     (accept,) = required.accepts
     assert accept.scheme == "svc:erc4337"
-    deadline = payment_deadline_secs(market.endpoint.flow.core.config)
+    deadline = payment_deadline_secs(market.endpoint.flow.seller.config)
     check_terms(
         accept, amount=2, pay_to=market.builder_address, plan_id=market.plan_id, deadline=deadline
     )

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import svc_gateway
-from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.host import CollectingGateway
 from svc_gateway.tools import TOOL_NAMES, TOOLS
 from svc_gateway.tools.catalogue import STORED, entry, generate, render

@@ -11,8 +11,8 @@ from typing import cast
 import pytest
 from aiohttp import web
 
+from svc_gateway.account.core import PluginCore
 from svc_gateway.buying.a2a import CARD_PATH, query_a2a_agent
-from svc_gateway.chat.core import PluginCore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.tools.query import QueryAgentParams

@@ -10,8 +10,8 @@ from typing import cast
 
 import pytest
 
+from svc_gateway.account.core import PluginCore
 from svc_gateway.buying import addresses as qd
-from svc_gateway.chat.core import PluginCore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 

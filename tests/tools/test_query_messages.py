@@ -10,6 +10,7 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from svc_gateway.account.core import PluginCore
 from svc_gateway.approvals.gate import model_ticket
 from svc_gateway.buying import addresses as qd
 from svc_gateway.buying import answers as qa
@@ -17,7 +18,6 @@ from svc_gateway.buying import charges as qo
 from svc_gateway.buying import http as qh
 from svc_gateway.buying import purchase as qp
 from svc_gateway.buying import tokens as qt
-from svc_gateway.chat.core import PluginCore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.interop.agent_card import FoundCard

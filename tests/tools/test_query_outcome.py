@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 
+from svc_gateway.account.core import PluginCore
 from svc_gateway.buying import charges as qo
-from svc_gateway.chat.core import PluginCore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.service.errors import ServiceError
 from svc_gateway.tools import TOOLS

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
+from svc_gateway.account.core import PluginCore
 from svc_gateway.buying import purchase as qp
-from svc_gateway.chat.core import PluginCore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.interop.agent_card import FoundCard

@@ -29,7 +29,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..chat.core import PluginCore
+from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from ..chat.failure import ToolFailure
 
 if TYPE_CHECKING:
-    from ..chat.core import PluginCore
+    from ..account.core import PluginCore
 
 _LOOPBACK_NAMES = ("localhost", "localhost.")
 DEFAULT_PORTS = {"http": 80, "https": 443}

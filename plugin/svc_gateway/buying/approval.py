@@ -13,10 +13,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..account.core import PluginCore
 from ..approvals.gate import ApprovalNeeded, Approvals, Ticket, model_ticket, read_credits
 from ..approvals.money import PlanValue, format_money, per_request_credits
 from ..approvals.quotes import pending_result, quote_of
-from ..chat.core import PluginCore
 from ..safe_text import NAME_LIMIT, one_line, quoted
 from ..service.models import Plan
 from .charges import Step, read_balance

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..account.core import PluginCore
 from ..approvals.gate import Ticket
-from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..service.errors import ServiceError
 

@@ -28,7 +28,7 @@ import functools
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from ..chat.core import PluginCore
+from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
 from ..redact import get_logger

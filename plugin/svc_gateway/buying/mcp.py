@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..account.core import PluginCore
 from ..approvals import spend
-from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..chat.core import PluginCore
+from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..interop.agent_card import ID_LIMIT, CardRejected, FoundCard, check_card

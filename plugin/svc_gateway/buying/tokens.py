@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..account.core import PluginCore
 from ..approvals import spend
 from ..approvals.gate import Ticket
-from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..encoding import decode_access_token, token_authorization
 from ..service.errors import ServiceError

@@ -1,7 +1,7 @@
 """Per-chat-user accounts of a hosted gateway: each caller acts with their own key.
 
 With ``perUserAccounts``, every tool, command and balance context of a chat user the host names
-runs on that user's own :class:`~svc_gateway.chat.core.PluginCore`: their key (linked with
+runs on that user's own :class:`~svc_gateway.account.core.PluginCore`: their key (linked with
 ``/svc_login <env>:<KEY>``, or a white-label customer account the operator's organization opens
 for them with ``/svc_login new``), kept in the credential store under their identity. The
 operator's core (config ``svcApiKey`` or the operator's login) is used only for callers listed in
@@ -18,11 +18,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..account.core import PluginCore
 from ..config import ConfigError
 from ..host import Caller
 from ..redact import get_logger
 from ..service.errors import ServiceError
-from .core import PluginCore
 
 if TYPE_CHECKING:
     from .context import BalanceContext

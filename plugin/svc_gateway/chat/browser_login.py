@@ -1,7 +1,7 @@
 """How the browser hands us an API key: ``/svc_login``'s one-shot flow (WIRE.md §1.5, §9 row 9).
 
 ``BrowserLogin`` serves a callback on 127.0.0.1, opens the login page, and hands over the one key
-that arrives; the key is stored by :mod:`.credentials`.
+that arrives; the key is stored by :mod:`..account.credentials`.
 """
 
 from __future__ import annotations

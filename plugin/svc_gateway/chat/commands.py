@@ -15,15 +15,15 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..account.core import PluginCore
+from ..account.receipts import ReceiptBook, spend_text
 from ..approvals.commands import approval_specs
 from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from ..host import Caller, CommandContext, CommandSpec
 from ..menu import EARNINGS, LOGIN, LOGOUT, SPEND
 from ..redact import get_logger
 from .browser_login import BrowserLogin, LoginError, manual_instructions
-from .core import PluginCore
 from .earnings import Sales, earnings_text
-from .receipts import ReceiptBook, spend_text
 
 if TYPE_CHECKING:
     from .accounts import UserAccounts

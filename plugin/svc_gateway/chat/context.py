@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from ..account.core import PluginCore
 from ..config import PlanRef
 from ..redact import get_logger
 from ..safe_text import NAME_LIMIT, one_line, plural, quoted
 from ..service.errors import ServiceError
-from .core import PluginCore
 
 if TYPE_CHECKING:
     from ..service.models import PlanBalance

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..account.receipts import Receipt
 from ..redact import get_logger
 from ..safe_text import one_line, plural
-from .receipts import Receipt
 
 log = get_logger("svc_gateway.earnings")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ..account.core import PluginCore
 from ..safe_text import NAME_LIMIT, quoted
 from ..service.errors import ServiceError
 from ..service.models import SCHEME_CARD
-from .core import PluginCore
 from .failure import ToolFailure
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from .core import PluginCore
+from ..account.core import PluginCore
 
 
 def _port(url: str | None) -> int | None:

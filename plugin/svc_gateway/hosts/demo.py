@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import PluginHandle, register
-from ..chat.credentials import CredentialStore
+from ..account.credentials import CredentialStore
 from ..selling import PaidEndpoint
 from .embedded import DEMO_TOKEN
 from .reference import ReferenceGateway

@@ -48,7 +48,7 @@ async def _serve_demo_agent(
     Returns (endpoint URL, plan id, agent id). The builder's plugin is closed with ``stack``.
     """
     from .. import register
-    from ..chat.credentials import CredentialStore
+    from ..account.credentials import CredentialStore
     from .reference import ReferenceGateway
 
     scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="svc-seller-")))

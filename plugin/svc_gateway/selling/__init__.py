@@ -1,10 +1,15 @@
 """Selling: the paid flow (``flow/``), its state (``state/``) and the ways in (``ways_in/``).
 
-Hosts and tests import :class:`PaidEndpoint` and :func:`attach_paid_endpoint` from here;
-builders import :class:`RouteConfig`, :func:`payment_middleware` and
-:func:`build_payment_app` to sell routes of their own aiohttp app.
+What a seller builds with, and nothing else: the flow and its seam (:class:`PaidFlow`,
+:class:`PaidRequest`, :class:`PaidOutcome`), the seller's handle on the service
+(:class:`Payments`, or any :class:`Seller`, with its :class:`SellerSettings`), routes of an
+aiohttp app (:class:`RouteConfig`, :func:`payment_middleware`, :func:`build_payment_app`) and
+the chat plugin's paid endpoint (:class:`PaidEndpoint`, :func:`attach_paid_endpoint`). Selling
+over MCP and A2A has its own packages (``ways_in.mcp``, ``ways_in.a2a``: optional extras).
 """
 
+from ..service.seller import Payments, Seller, SellerSettings
+from .flow.flow import PaidFlow
 from .types import Outcome, PaidOutcome, PaidRequest
 from .ways_in.endpoint import AgentHandler, CreditsFn, PaidEndpoint, attach_paid_endpoint
 from .ways_in.middleware import PAYMENTS, PaymentMiddleware, build_payment_app, payment_middleware
@@ -16,10 +21,14 @@ __all__ = [
     "CreditsFn",
     "Outcome",
     "PaidEndpoint",
+    "PaidFlow",
     "PaidOutcome",
     "PaidRequest",
     "PaymentMiddleware",
+    "Payments",
     "RouteConfig",
+    "Seller",
+    "SellerSettings",
     "attach_paid_endpoint",
     "build_payment_app",
     "payment_middleware",

@@ -22,12 +22,12 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from ..config import ConfigError
-from ..records import record
 
 #: ``{"prompt": str}`` → JSON-able | ``(status, body)`` | ``web.Response`` (or an awaitable of one)
 AgentHandler = Callable[[dict[str, Any]], Any]
@@ -45,7 +45,7 @@ class HandlerError(Exception):
     """The handler broke its contract (bad status, unserialisable body); answered as 500."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A handler's answer as plain data, so it can cross from the plugin loop to the host's."""
 
@@ -264,14 +264,7 @@ async def run_handler(
 ) -> Answer:
     """Call the handler and normalise its answer; its exceptions propagate to the caller
     (:class:`OverShare` too: the paid flow's worker answers it 503 with ``Retry-After``)."""
-    arg = {"prompt": prompt}
-    if _is_async(handler):  # call_maybe_async's first case, without its coroutine layer
-        result = await handler(arg)
-        if type(result) is not dict and inspect.isawaitable(result):
-            result = await result
-    else:
-        result = await call_maybe_async(handler, arg, pool)
-    return to_answer(result)
+    return to_answer(await call_maybe_async(handler, {"prompt": prompt}, pool))
 
 
 def to_answer(result: Any) -> Answer:

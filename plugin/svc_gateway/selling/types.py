@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from ..records import record
 from ..service.models import PaymentRequirement, Scheme
 from .handlers import Answer
 
@@ -22,7 +22,7 @@ Work = Callable[[], Awaitable[Answer]]
 Price = Callable[[], Awaitable[int]]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PaidRequest:
     """One request to sell, as an adapter hands it to :meth:`PaidFlow.handle`.
 
@@ -65,7 +65,7 @@ class Outcome(enum.Enum):
     DEFERRED = "deferred"  # done, settle not possible now (queued) or lost: result, no receipt
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PaidOutcome:
     """What became of one :class:`PaidRequest`."""
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from ..account.credentials import CredentialStore
 from ..api_keys import ApiKey, ConfigError, normalize_version, parse_api_key
-from ..chat.credentials import CredentialStore
 from ..config import ENVIRONMENTS
 from .errors import BadUsage
 

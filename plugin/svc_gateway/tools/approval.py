@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..account.core import PluginCore
 from ..approvals.gate import CALLER, ApprovalNeeded, Ticket, model_ticket
 from ..approvals.money import PlanValue, format_money, per_request_credits, plan_value
 from ..approvals.quotes import pending_result, quote_of
-from ..chat.core import PluginCore
 from ..safe_text import NAME_LIMIT, quoted
 from ..service.models import Plan
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..chat.core import PluginCore
+from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.seller_notes import a2a_registered, keep_selling, registered_endpoints
 from ..safe_text import NAME_LIMIT, one_line
@@ -286,7 +286,6 @@ class ListPlansParams(Params):
     "svc_listPlans",
     "List the payment plans you own (paginated).",
     ListPlansParams,
-    reads_only=True,
 )
 async def list_plans(core: PluginCore, p: ListPlansParams) -> dict[str, Any]:
     page = await core.client().list_plans(p.page, p.page_size, p.sort_by, p.sort_order)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from ..host import Caller, ToolHandler, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
+    from ..account.core import PluginCore
     from ..chat.accounts import UserAccounts
-    from ..chat.core import PluginCore
     from .base import Tool
 
 TOOL_NAMES: tuple[str, ...] = (

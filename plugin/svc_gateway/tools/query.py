@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ..account.core import PluginCore
 from ..buying.a2a import NotA2A, query_a2a_agent
 from ..buying.answers import MAX_ANSWER_BYTES
 from ..buying.http import query_http_agent
 from ..buying.mcp import is_mcp_url, query_mcp_agent
-from ..chat.core import PluginCore
 from .base import Params, tool
 
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
+from ..account.core import PluginCore
 from ..approvals import spend
-from ..chat.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type, require_agent, require_plan
 from ..encoding import decode_access_token, token_authorization
@@ -37,7 +37,6 @@ class CheckBalanceParams(Params):
     "svc_checkBalance",
     "Remaining credits on a payment plan, and whether the account is subscribed to it.",
     CheckBalanceParams,
-    reads_only=True,
 )
 async def check_balance(core: PluginCore, p: CheckBalanceParams) -> dict[str, Any]:
     plan_id = require_plan(core, p.plan_id)
@@ -319,7 +318,6 @@ class NoParams(Params):
     "svc_listPaymentMethods",
     "List the cards enrolled on the account (brand, last four digits, expiry).",
     NoParams,
-    reads_only=True,
 )
 async def list_payment_methods(core: PluginCore, p: NoParams) -> dict[str, Any]:
     methods = await core.client().list_payment_methods()

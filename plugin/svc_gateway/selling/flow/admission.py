@@ -12,12 +12,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from ...chat.core import PluginCore
 from ...encoding import decode_access_token, decode_b64_json, token_authorization
 from ...redact import get_logger
-from ...runtime import Loop
 from ...service import errors
 from ...service.models import PaymentRequirement, VerifyResult
+from ...service.seller import Seller
 from ..state.book import Admission, Refusal
 from ..state.protocols import AdmissionBook
 from ..state.shared import StateUnavailable
@@ -38,9 +37,8 @@ TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
 #: envelopes kept prebuilt (one per plan facts, agent id and URL seen)
 ENVELOPES_KEPT = 64
 
-#: the plan's facts for a plan id: the cached ones as they are, else a read to await (which
-#: raises on a service outage)
-FactsFn = Callable[[str], PlanFacts | Awaitable[PlanFacts]]
+#: the plan's facts for a plan id (raises on a service outage)
+FactsFn = Callable[[str], Awaitable[PlanFacts]]
 
 
 def token_payer(token: str) -> str | None:
@@ -67,7 +65,7 @@ class Admitter:
 
     def __init__(
         self,
-        core: PluginCore,
+        seller: Seller,
         *,
         facts: FactsFn,
         book: AdmissionBook,
@@ -75,7 +73,7 @@ class Admitter:
         stats: PaidStats,
         refusals: Refusals,
     ) -> None:
-        self.core = core
+        self.seller = seller
         self.facts = facts
         self.book = book
         self.replays = replays
@@ -91,22 +89,19 @@ class Admitter:
         agent_id: str | None,
         request: PaidRequest,
         trace: NullTrace,
-        loop: Loop | None = None,
     ) -> PaidOutcome | PaidCall:
-        """received → 402 / 503 / 502, or a verified call whose credits are claimed (``loop``:
-        the running loop, where the caller has it)."""
+        """received → 402 / 503 / 502, or a verified call whose credits are claimed."""
         refusals = self.refusals
         try:
-            found = self.facts(plan_id)
-            facts = self.override(found if isinstance(found, PlanFacts) else await found, request)
+            facts = self.override(await self.facts(plan_id), request)
         except OUTAGE_ERRORS as exc:
             return refusals.unavailable(exc, "read the plan")
         if trace.enabled:
             trace.set(scheme=facts.scheme, network=facts.network)
         try:  # priced first: every 402 states the price (x402 ``amount``)
             credits = request.credits
-            if credits is None:  # the config's price
-                price = self.core.config.credits_per_request
+            if credits is None:  # the seller's price
+                price = self.seller.settings.credits_per_request
             elif isinstance(credits, int):  # a fixed price: no coroutine to await
                 price = credits
             else:  # the request's price function
@@ -141,7 +136,7 @@ class Admitter:
                 trace.set(credits_requested=amount)
             wire = self.wire_json(envelope)
             try:
-                client = self.core.client(loop)
+                client = self.seller.client()
                 verdict = await client.verify(envelope, token, amount, envelope_json=wire)
             except errors.ServiceError as exc:
                 trace.fail(exc.code)
@@ -186,12 +181,11 @@ class Admitter:
         cannot say (an outage, this gateway's own key): an unknown payer is no payer."""
         if not token or len(token) > MAX_TOKEN_CHARS or not TOKEN_RE.fullmatch(token):
             return None
-        found = self.facts(plan_id)
-        facts = found if isinstance(found, PlanFacts) else await found
+        facts = await self.facts(plan_id)
         amount = facts.clamp(1)
         envelope = self.envelope(facts, agent_id, url, description=description, amount=amount)
         try:
-            verdict = await self.core.client().verify(envelope, token, amount)
+            verdict = await self.seller.client().verify(envelope, token, amount)
         except errors.ServiceError as exc:
             if isinstance(exc, errors.PaymentRequired) or (
                 isinstance(exc, errors.PermissionDenied) and exc.code.startswith("BCK.X402.")
@@ -257,7 +251,7 @@ class Admitter:
                 description=description,
                 mime_type=mime_type,
                 amount=amount,
-                max_timeout_secs=payment_deadline_secs(self.core.config),
+                max_timeout_secs=payment_deadline_secs(self.seller.settings),
             )
         return envelope
 

@@ -5,9 +5,9 @@ settle's answer or error read as a :class:`Settled` kind)."""
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
-from ...records import record
 from ...service import errors
 from ...service.models import PaymentRequirement, SettleResult
 from ..state.book import Admission
@@ -20,7 +20,7 @@ class Settled(enum.Enum):
     LOST = "lost"  # definitive failure that is not the payer's: 2xx, logged, counted
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SettleOutcome:
     kind: Settled
     reason: str = ""
@@ -28,7 +28,7 @@ class SettleOutcome:
     result: SettleResult | None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class PaidCall:
     """What a verified, admitted request carries to settle."""
 

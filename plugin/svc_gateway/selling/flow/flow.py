@@ -30,46 +30,34 @@ operator's problem, not the payer's: they answer 503/502, never 402.
 
 Every way to sell enters through :meth:`PaidFlow.handle` (a
 :class:`~svc_gateway.selling.types.PaidRequest` in, a
-:class:`~svc_gateway.selling.types.PaidOutcome` out): the paid endpoint (:meth:`PaidFlow.serve`),
-the middleware's routes, MCP tool calls, metered host tools. The flow holds its parts, none of
-which imports it: the admission (:mod:`.admission`, up to a verified call), the work
-(:mod:`.work`), the settler and the owed settles (:mod:`.settling`), the refusals
-(:mod:`.refusals`) and the replay cache (:mod:`.replay`).
+:class:`~svc_gateway.selling.types.PaidOutcome` out): the paid endpoint (its agent:
+:mod:`..ways_in.agent`), the middleware's routes, MCP tool calls, metered host tools. The flow
+holds its parts, none of which imports it: the admission (:mod:`.admission`, up to a verified
+call), the work (:mod:`.work`), the settler and the owed settles (:mod:`.settling`), the
+refusals (:mod:`.refusals`) and the replay cache (:mod:`.replay`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
+from collections.abc import Coroutine
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
-from ...chat.core import PluginCore
 from ...encoding import b64_json, to_int
-from ...runtime import Loop
-from ...service import errors
-from ...service.models import PaymentRequirement
-from ..handlers import (
-    AgentHandler,
-    Answer,
-    CreditsFn,
-    HandlerError,
-    SyncHandlerPool,
-    call_maybe_async,
-    run_handler,
-)
+from ...runtime import PluginRuntime
+from ...service.seller import Seller
+from ..handlers import Answer, SyncHandlerPool
 from ..state.book import CreditBook
 from ..state.protocols import AdmissionBook, SettleStore
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
-from .deadlines import Deadlines
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
-from .replay import ReplayCache, digest
-from .settling import QueuedListener, Settler
+from .replay import ReplayCache
+from .settling import Settler
 from .tracing import NullTrace, abbreviate, start_trace
 from .work import Worker
 
@@ -79,23 +67,23 @@ SETTLE_BACKOFF_SECS: tuple[float, ...] = (0.2, 0.5)
 MAX_IN_FLIGHT = 256
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
-#: the paid endpoint's route name (replay key)
-ENDPOINT_ROUTE = "endpoint"
+T = TypeVar("T")
 #: outcomes that mark the request span failed (a settle failure marks only its own span)
 _FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
 
 
 class PaidFlow:
-    """Verify → admit → handler → settle for one endpoint; plan and agent ids are read per
-    request. Holds its parts: :attr:`admitter`, :attr:`settler`, :attr:`worker`,
-    :attr:`refusals`, :attr:`replays`."""
+    """Verify → admit → work → settle for one seller; plan and agent ids are read per
+    request from the seller's settings. Holds its parts: :attr:`admitter`, :attr:`worker`,
+    :attr:`settler`, :attr:`refusals`, :attr:`replays`, and the :attr:`book` and
+    :attr:`stats` they share. ``runtime``: the loop the flow runs on when a host's app must
+    hop to it (the chat plugin's); ``None``: the caller's own loop."""
 
     def __init__(
         self,
-        core: PluginCore,
+        seller: Seller,
         *,
-        handler: AgentHandler,
-        credits: CreditsFn | None = None,
+        handler_pool: SyncHandlerPool | None = None,
         plan_id: str | None = None,
         agent_id: str | None = None,
         facts: PlanFactsCache | None = None,
@@ -104,240 +92,123 @@ class PaidFlow:
         queue: SettleStore | None = None,
         book: AdmissionBook | None = None,
         queue_retry_secs: float = QUEUE_RETRY_SECS,
+        runtime: PluginRuntime | None = None,
     ) -> None:
-        self.core = core
-        self.handler = handler
-        self.credits = credits
+        self.seller = seller
+        self.runtime = runtime
         self.explicit_plan_id = plan_id
         self.explicit_agent_id = agent_id
         self.facts_cache = facts or PlanFactsCache()
         self.max_in_flight = max_in_flight
-        self.handler_pool = SyncHandlerPool()
+        #: the sync handler threads of the work it sells (the endpoint agent's): when all are
+        #: stuck, requests are refused before verify
+        self.handler_pool = handler_pool if handler_pool is not None else SyncHandlerPool()
         self.replays = ReplayCache()
         self._in_flight = 0
-        self._stats = PaidStats()
-        self._book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
-        self.refusals = Refusals(self._stats, self.handler_pool)
+        #: the counters every part adds to (one object for the flow's life)
+        self.stats = PaidStats()
+        #: the admission book the admitter claims in and the settler closes claims in
+        self.book: AdmissionBook = book if book is not None else CreditBook(self._read_balance)
+        self.refusals = Refusals(self.stats, self.handler_pool)
         self.settler = Settler(
-            core,
-            self._stats,
-            self._book,
+            seller,
+            self.stats,
+            self.book,
             queue=queue,
             backoff=settle_backoff,
             queue_retry_secs=queue_retry_secs,
         )
-        self.deadlines = Deadlines()
-        self.worker = Worker(core, self._stats, self.refusals, self.deadlines)
+        self.worker = Worker(seller, self.stats, self.refusals)
         self.admitter = Admitter(
-            core,
-            # cached facts as they are (no coroutine), else the read (late-bound: tests swap it)
-            facts=lambda plan_id: self.facts_cache.peek(plan_id) or self.facts(plan_id),
-            book=self._book,
+            seller,
+            facts=lambda plan_id: self.facts(plan_id),  # late-bound: tests swap it
+            book=self.book,
             replays=self.replays,
-            stats=self._stats,
+            stats=self.stats,
             refusals=self.refusals,
         )
 
-    # -- the parts' state, read and set through the flow ------------------------------------
-
-    @property
-    def stats(self) -> PaidStats:
-        """The counters every part adds to (one object for the flow's life)."""
-        return self._stats
-
-    @property
-    def book(self) -> AdmissionBook:
-        """The admission book the admitter claims in and the settler closes claims in."""
-        return self._book
-
-    @property
-    def queue(self) -> SettleStore | None:
-        """The settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
-        the default one, the journal beside the credentials (it takes a lock: blocking I/O)."""
-        return self.settler.queue
-
-    @queue.setter
-    def queue(self, store: SettleStore | None) -> None:
-        self.settler.queue = store
-
-    @property
-    def settle_backoff(self) -> tuple[float, ...]:
-        """Pauses between settle attempts (settle is idempotent on ``agentRequestId``)."""
-        return self.settler.backoff
-
-    @settle_backoff.setter
-    def settle_backoff(self, pauses: tuple[float, ...]) -> None:
-        self.settler.backoff = pauses
-
-    @property
-    def queue_retry_secs(self) -> float:
-        """How often the settle queue is retried while it holds entries."""
-        return self.settler.queue_retry_secs
-
-    @queue_retry_secs.setter
-    def queue_retry_secs(self, secs: float) -> None:
-        self.settler.queue_retry_secs = secs
-
-    @property
-    def queued_listeners(self) -> list[QueuedListener]:
-        """Told how each queued settle ended: ``(agentRequestId, "settled" | "lost", receipt)``."""
-        return self.settler.queued_listeners
-
-    async def start(self) -> int:
-        """Open the settle store and retry the settles a previous run left owed; how many."""
-        return await self.settler.start()
-
-    def kick_queue(self, delay: float = 0.0) -> None:
-        """Retry the settle queue soon."""
-        self.settler.kick_queue(delay)
-
-    async def drain_queue(self) -> int:
-        """Retry each queued settle once, oldest first; how many were settled."""
-        return await self.settler.drain_queue()
-
-    # -- the parts' helpers under their old names (tests reach for them) ----------------------
-
-    async def _store(self) -> SettleStore:
-        return await self.settler.store()
-
-    @property
-    def _envelopes(self) -> dict[tuple[Any, ...], PaymentRequirement]:
-        return self.admitter.envelopes
-
-    def _outage(self, exc: errors.ServiceError | None, doing: str) -> Answer:
-        return self.refusals.outage(exc, doing)
+    async def on_its_loop(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` run on the loop the flow runs on (its runtime's; without one, here)."""
+        if self.runtime is None:
+            return await work
+        return await self.runtime.run(work)
 
     # -- which plan and agent ------------------------------------------------------------------
 
     def plan_id(self) -> str | None:
-        """Precedence: explicit argument > ``core.plan_id`` (svc_registerAgent updates it) >
-        config ``planId`` > the first of config ``plans``."""
-        config = self.core.config
-        first = config.plans[0].plan_id if config.plans else None
-        return self.explicit_plan_id or self.core.plan_id or config.plan_id or first
+        """Precedence: explicit argument > the seller's (the account's ``plan_id``, which
+        svc_registerAgent updates, > config ``planId`` > the first of config ``plans``)."""
+        return self.explicit_plan_id or self.seller.settings.plan_id
 
     def agent_id(self) -> str | None:
-        return self.explicit_agent_id or self.core.agent_id or self.core.config.agent_id
+        return self.explicit_agent_id or self.seller.settings.agent_id
 
     async def facts(self, plan_id: str) -> PlanFacts:
         """The plan's scheme/network/bounds (cached 5 min); raises on a service outage."""
         cached = self.facts_cache.peek(plan_id)
         if cached is not None:
             return cached
-        fetch = self.core.public_client().get_plan
-        return await self.facts_cache.get(plan_id, fetch, self.core.environment)
+        fetch = self.seller.public_client().get_plan
+        return await self.facts_cache.get(plan_id, fetch, self.seller.settings.environment)
 
     async def _read_balance(self, plan_id: str, payer: str) -> int:
-        balance = await self.core.public_client().get_plan_balance(plan_id, payer)
+        balance = await self.seller.public_client().get_plan_balance(plan_id, payer)
         return balance.balance
 
     # -- the state machine ---------------------------------------------------------------------
 
-    def endpoint_request(
-        self,
-        prompt: str,
-        token: str | None,
-        url: str,
-        connected: Callable[[], bool] | None = None,
-    ) -> PaidRequest:
-        """The paid endpoint's request to sell for one well-formed ``{"prompt"}`` body (the
-        HTTP layer has checked method, size, JSON)."""
-        return PaidRequest(
-            token=token,
-            url=url,
-            work=functools.partial(run_handler, self.handler, prompt, self.handler_pool),
-            # without a credits function the admission reads the config's price itself
-            credits=None
-            if self.credits is None
-            else functools.partial(self.price_for, {"prompt": prompt}),
-            route=ENDPOINT_ROUTE,
-            body_digest=digest(prompt),
-            connected=connected,
-        )
-
-    async def serve(
-        self,
-        prompt: str,
-        token: str | None,
-        url: str,
-        connected: Callable[[], bool] | None = None,
-    ) -> Answer:
-        """The paid endpoint's entry: one well-formed ``{"prompt"}`` request, sold through
-        :meth:`handle`. ``connected`` says whether the client is still there to receive the
-        answer; asked just before settling (a client gone is never charged for an answer it
-        cannot receive)."""
-        return (await self.handle(self.endpoint_request(prompt, token, url, connected))).answer
-
-    async def handle(
-        self, request: PaidRequest, *, loop: Loop | None = None, _span: NullTrace | None = None
-    ) -> PaidOutcome:
-        """Sell one request: admit → verify → work → settle → receipt or withhold. ``loop``: the
-        running loop where the way in has it (asking asyncio costs a ``getpid`` system call;
-        the flow asks once a request). (With tracing on, :meth:`_traced` opens the request's
-        span and sells it through here again, as ``_span``: no extra coroutine layer untraced.)"""
-        loop = asyncio.get_running_loop() if loop is None else loop
-        if _span is None:
-            if self._in_flight >= self.max_in_flight:
-                return self.refusals.busy()
-            trace = start_trace()
-            if trace.enabled:
-                return await self._traced(request, trace, loop)
-            self._in_flight += 1
-            self._stats.requests += 1
-        else:
-            trace = _span
-        try:
-            plan_id = request.plan_id or self.plan_id()
-            if plan_id is None:
-                return self.refusals.no_plan()
-            if self.handler_pool.stuck:
-                stuck = self.refusals.stuck()
-                return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
-            if trace.enabled:
-                trace.set(plan_id=plan_id)
-            budget = self.deadlines(self.core.config.paid_budget_secs, loop)
-            try:
-                with budget:
-                    agent_id = (
-                        self.agent_id() if request.agent_id is None else request.agent_id or None
-                    )
-                    admitted = await self.admitter.admit(plan_id, agent_id, request, trace, loop)
-            except TimeoutError:
-                if not budget.expired():
-                    raise
-                return self.refusals.unavailable(None, "verify a payment in time")
-            if isinstance(admitted, PaidOutcome):
-                return admitted
-            return await self._work(admitted, request, trace, loop)
-        finally:
-            if _span is None:
-                self._in_flight -= 1
-
-    async def _traced(self, request: PaidRequest, trace: NullTrace, loop: Loop) -> PaidOutcome:
-        """:meth:`handle` inside the request's span (tracing on)."""
+    async def handle(self, request: PaidRequest) -> PaidOutcome:
+        """Sell one request: admit → verify → work → settle → receipt or withhold (inside the
+        request's span when tracing is on)."""
+        if self._in_flight >= self.max_in_flight:
+            return self.refusals.busy()
         self._in_flight += 1
-        self._stats.requests += 1
+        self.stats.requests += 1
+        trace = start_trace()
         try:
             with trace.request():
-                trace.set(route=request.route, http_verb=request.verb)
-                trace.set(token=abbreviate(request.token))
-                outcome = await self.handle(request, loop=loop, _span=trace)
-                trace.set(outcome=outcome.kind.value)
-                if outcome.kind in _FAILED:
-                    trace.fail(outcome.reason or outcome.kind.value)
+                if trace.enabled:
+                    trace.set(route=request.route, http_verb=request.verb)
+                    trace.set(token=abbreviate(request.token))
+                outcome = await self._sell(request, trace)
+                if trace.enabled:
+                    trace.set(outcome=outcome.kind.value)
+                    if outcome.kind in _FAILED:
+                        trace.fail(outcome.reason or outcome.kind.value)
                 return outcome
         finally:
             self._in_flight -= 1
 
-    async def _work(
-        self, call: PaidCall, request: PaidRequest, trace: NullTrace, loop: Loop
-    ) -> PaidOutcome:
+    async def _sell(self, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+        """received → admitted (within ``paidBudgetSecs``, over it 503) → the work, settled."""
+        plan_id = request.plan_id or self.plan_id()
+        if plan_id is None:
+            return self.refusals.no_plan()
+        if self.handler_pool.stuck:
+            stuck = self.refusals.stuck()
+            return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
+        if trace.enabled:
+            trace.set(plan_id=plan_id)
+        agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
+        try:
+            async with asyncio.timeout(self.seller.settings.paid_budget_secs) as budget:
+                admitted = await self.admitter.admit(plan_id, agent_id, request, trace)
+        except TimeoutError:
+            if not budget.expired():
+                raise
+            return self.refusals.unavailable(None, "verify a payment in time")
+        if isinstance(admitted, PaidOutcome):
+            return admitted
+        return await self._work(admitted, request, trace)
+
+    async def _work(self, call: PaidCall, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
         """verified → work done / work failed → settled / unsettled. The admission is closed on
         every path: by the settle's outcome once settling starts, else released here (also when
         the request is cancelled: a client gone, a host that cancels its handlers)."""
         settling = False
         try:
-            answer = await self.worker.run(request, call.payer, loop)
+            answer = await self.worker.run(request, call.payer)
             if not answer.ok:
                 return PaidOutcome(Outcome.WORK_FAILED, answer, f"status {answer.status}")
             if request.connected is not None and not request.connected():
@@ -349,10 +220,7 @@ class PaidFlow:
                     return priced
                 call = priced
             settling = True
-            if trace.enabled:
-                outcome = await self._settle_traced(call, request, trace, loop)
-            else:  # no span to open: no context manager entered
-                outcome = await self.settler.settle(call, request.deliver_unsettled, loop)
+            outcome = await self._settle(call, request, trace)
         finally:
             if not settling:
                 await asyncio.shield(self.settler.release(call))
@@ -384,21 +252,22 @@ class PaidFlow:
             request_id=call.request_id,
         )
 
-    async def _settle_traced(
-        self, call: PaidCall, request: PaidRequest, trace: NullTrace, loop: Loop
+    async def _settle(
+        self, call: PaidCall, request: PaidRequest, trace: NullTrace
     ) -> SettleOutcome:
         """The settle inside its span, with the receipt's figures or the failure on it."""
         with trace.settlement():
-            outcome = await self.settler.settle(call, request.deliver_unsettled, loop)
-            if outcome.kind is Settled.PAID:
-                assert outcome.receipt is not None
-                trace.set(
-                    credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
-                    balance_after=to_int(outcome.receipt["remainingBalance"]),
-                    transaction=str(outcome.receipt["transaction"]),
-                )
-            else:
-                trace.fail(outcome.reason or outcome.kind.value, parent=False)
+            outcome = await self.settler.settle(call, request.deliver_unsettled)
+            if trace.enabled:
+                if outcome.kind is Settled.PAID:
+                    assert outcome.receipt is not None
+                    trace.set(
+                        credits_redeemed=to_int(outcome.receipt["creditsRedeemed"]),
+                        balance_after=to_int(outcome.receipt["remainingBalance"]),
+                        transaction=str(outcome.receipt["transaction"]),
+                    )
+                else:
+                    trace.fail(outcome.reason or outcome.kind.value, parent=False)
         return outcome
 
     async def verified_payer(
@@ -411,26 +280,16 @@ class PaidFlow:
         plan_id = self.plan_id()
         if plan_id is None:
             return None
-        async with asyncio.timeout(self.core.config.paid_budget_secs):
+        async with asyncio.timeout(self.seller.settings.paid_budget_secs):
             return await self.admitter.verified_payer(
                 plan_id, self.agent_id(), token, url, description=description
             )
-
-    async def price_for(self, request: dict[str, Any]) -> int:
-        """The credits one request costs: the host's credits function (``credits_for_request``,
-        given ``{"prompt": ...}``), else config ``creditsPerRequest``."""
-        if self.credits is None:
-            return self.core.config.credits_per_request
-        value = await call_maybe_async(self.credits, request)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise HandlerError("the credits function must return an int")
-        return value
 
     # -- shutting down ---------------------------------------------------------------------
 
     async def aclose(self) -> None:
         await self.settler.stop()
         self.handler_pool.shutdown()
-        if self.queue is not None:
-            await self.queue.aclose()
+        if self.settler.queue is not None:
+            await self.settler.queue.aclose()
         await self.book.aclose()

@@ -21,6 +21,7 @@ from ...redact import get_logger
 from ...service.client import default_network
 from ...service.errors import RateLimited, ServiceError, ServiceUnavailable, TransportError
 from ...service.models import SCHEME_CRYPTO, Accept, PaymentRequirement, Plan, Resource, Scheme
+from ...service.seller import SellerSettings
 
 log = get_logger("svc_gateway.paid")
 
@@ -195,7 +196,7 @@ class PlanFactsCache:
         return facts
 
 
-def payment_deadline_secs(config: PluginConfig) -> int:
+def payment_deadline_secs(config: PluginConfig | SellerSettings) -> int:
     """x402 ``maxTimeoutSeconds``: the longest a paid request can take from its arrival to its
     settle (verify's budget, the handler's deadline, settle's budget), whole seconds."""
     total = 2 * config.paid_budget_secs + config.handler_timeout_secs

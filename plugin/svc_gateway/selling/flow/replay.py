@@ -17,11 +17,11 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cachetools import Cache, TTLCache
 
 from ...encoding import decode_access_token, token_authorization
-from ...records import record
 from ..handlers import Answer
 
 REPLAY_TTL_SECS = 600.0
@@ -45,7 +45,7 @@ def digest(*parts: str | bytes) -> str:
     return hashlib.sha256(b"\x00".join(encoded) + b"\x00").hexdigest()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Paid:
     """What one settled single-use token bought: the request's body digest and the answer
     (with its receipt)."""

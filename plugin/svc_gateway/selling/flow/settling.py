@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from ...chat.core import PluginCore
 from ...encoding import to_int
 from ...redact import get_logger
-from ...runtime import Loop
 from ...service import errors
-from ...service.models import PaymentRequirement, SettleResult
+from ...service.models import PaymentRequirement
+from ...service.seller import Seller
 from ..state.book import Admission
 from ..state.protocols import AdmissionBook, SettleStore
 from ..state.settle_journal import SettleJournal, default_queue_path
@@ -46,7 +45,7 @@ class Settler:
 
     def __init__(
         self,
-        core: PluginCore,
+        seller: Seller,
         stats: PaidStats,
         book: AdmissionBook,
         *,
@@ -54,7 +53,7 @@ class Settler:
         backoff: tuple[float, ...],
         queue_retry_secs: float,
     ) -> None:
-        self.core = core
+        self.seller = seller
         self.stats = stats
         self.book = book
         #: the settle store; ``None`` until :meth:`start` (or the first deferred settle) opens
@@ -76,9 +75,7 @@ class Settler:
         if call.admission is not None:
             await self.book.release(call.admission)
 
-    async def settle(
-        self, call: PaidCall, queue: bool = True, loop: Loop | None = None
-    ) -> SettleOutcome:
+    async def settle(self, call: PaidCall, queue: bool = True) -> SettleOutcome:
         """Settle within the budget; record the outcome in the stats, the book and (unless
         ``queue`` is False: the answer is then withheld) the queue.
 
@@ -86,17 +83,10 @@ class Settler:
         withheld answer, so then no attempt may use more than half the budget: one that hangs
         (the service may have burned and its reply be late) is asked again on the same
         ``agentRequestId``, which answers an already-burned settle with its receipt."""
-        budget = self.core.config.paid_budget_secs
+        budget = self.seller.settings.paid_budget_secs
         cap = budget / 2 if not queue and call.request_id else None
-        start = time.monotonic()
         try:
-            # the first attempt here (a coroutine layer less), its time left the whole budget
-            try:
-                result = await self._send(call, budget if cap is None else min(cap, budget), loop)
-            except Exception as exc:
-                outcome = await self._settle_attempts(call, cap, budget, first=exc, start=start)
-            else:
-                outcome = answered(result)
+            outcome = await self._attempts(call, cap, budget)
         except asyncio.CancelledError:
             # the request was cancelled with the settle sent: it may have burned, so it is
             # owed like an outage's (queued, retried on its agentRequestId), unless the answer
@@ -104,71 +94,49 @@ class Settler:
             gone = SettleOutcome(Settled.DEFERRED, "the request was cancelled while settling")
             await asyncio.shield(self._record(call, gone, queue=queue))
             raise
-        if outcome.kind is Settled.PAID:  # the usual end, without a coroutine of its own
-            closing = self._paid(call, outcome)
-            if closing is not None:
-                await closing
+        if outcome.kind is Settled.PAID:
+            await self._paid(call, outcome)
         else:
             await self._record(call, outcome, queue=queue)
         return outcome
 
-    def _send(
-        self, call: PaidCall, within: float | None, loop: Loop | None = None
-    ) -> Awaitable[SettleResult]:
-        """One settle request for ``call``, bounded by ``within`` seconds: the client's
-        coroutine itself (a plain method, so no coroutine layer of its own on the hot path)."""
-        return self.core.client(loop).settle(
-            call.envelope,
-            call.token,
-            call.amount,
-            call.request_id,
-            envelope_json=call.envelope_json,
-            within=within,
-        )
-
-    async def _settle_attempts(
-        self,
-        call: PaidCall,
-        cap: float | None = None,
-        budget: float | None = None,
-        *,
-        first: Exception | None = None,
-        start: float | None = None,
+    async def _attempts(
+        self, call: PaidCall, cap: float | None = None, budget: float | None = None
     ) -> SettleOutcome:
-        """Retries (same ``agentRequestId``) only transient failures, and only with an id:
-        without one a replay could burn twice, so then there is exactly one attempt. ``cap``
-        bounds each attempt (one over it counts as transient: asked again); ``budget`` all of
-        them, pauses included (past it: deferred), from ``start`` (``time.monotonic``; now by
-        default). Both are the service call's own deadline (the ``total`` timeout of its
-        exchange), so no extra timer runs per request. ``first``: the first attempt was made
-        (by :meth:`settle`) and failed with it."""
+        """The one settle loop: retries (same ``agentRequestId``) only transient failures, and
+        only with an id: without one a replay could burn twice, so then there is exactly one
+        attempt. ``cap`` bounds each attempt (one over it counts as transient: asked again);
+        ``budget`` all of them, pauses included (past it: deferred). Both are the service
+        call's own deadline (the ``total`` timeout of its exchange), so no extra timer runs."""
         clock = time.monotonic
-        end = None if budget is None else (clock() if start is None else start) + budget
+        end = None if budget is None else clock() + budget
         attempts = len(self.backoff) + 1 if call.request_id else 1
         reason = "not attempted"
         for attempt in range(1, attempts + 1):
-            if attempt == 1 and first is not None:
-                exc: Exception | None = first
-            else:
-                within = cap
-                if end is not None:
-                    left = end - clock()
-                    if left <= 0:
-                        return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
-                    within = left if cap is None else min(cap, left)
-                try:
-                    result = await self._send(call, within)
-                except Exception as failed:  # a closed client, a bug: never the client's problem
-                    exc = failed
-                else:
-                    return answered(result)
-            if isinstance(exc, errors.ServiceError):
+            within = cap
+            if end is not None:
+                left = end - clock()
+                if left <= 0:
+                    return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
+                within = left if cap is None else min(cap, left)
+            try:
+                result = await self.seller.client().settle(
+                    call.envelope,
+                    call.token,
+                    call.amount,
+                    call.request_id,
+                    envelope_json=call.envelope_json,
+                    within=within,
+                )
+            except errors.ServiceError as exc:
                 reason = f"{exc.code}: {exc.message}"
                 kind = classify_settle_error(exc)
                 if kind is not None:
                     return SettleOutcome(kind, reason)
-            else:
+            except Exception as exc:  # a closed client, a bug: never the client's problem
                 reason = type(exc).__name__
+            else:
+                return answered(result)
             if attempt < attempts:
                 pause = self.backoff[attempt - 1]
                 if end is not None and clock() + pause >= end:
@@ -178,9 +146,8 @@ class Settler:
             return SettleOutcome(Settled.DEFERRED, OVER_BUDGET)
         return SettleOutcome(Settled.DEFERRED, reason)
 
-    def _paid(self, call: PaidCall, outcome: SettleOutcome) -> Awaitable[None] | None:
-        """Count a paid settle; the close of its claim in the book, to await (``None``: no
-        claim to close)."""
+    async def _paid(self, call: PaidCall, outcome: SettleOutcome) -> None:
+        """Count a paid settle and close its claim in the book."""
         assert outcome.receipt is not None and outcome.result is not None
         redeemed = outcome.result.credits_redeemed or 0  # the receipt's creditsRedeemed
         self.stats.settled += 1
@@ -188,9 +155,8 @@ class Settler:
         self.stats.receipts.append(outcome.receipt)
         if self.stats.settle_queue:
             self.kick_queue()  # the service is answering again
-        if call.admission is None:
-            return None
-        return self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
+        if call.admission is not None:
+            await self.book.settled(call.admission, redeemed, outcome.result.remaining_balance)
 
     async def _record(self, call: PaidCall, outcome: SettleOutcome, *, queue: bool = True) -> None:
         """Record a settle that did not pay (:meth:`_paid` records one that did)."""
@@ -283,7 +249,7 @@ class Settler:
         if self.queue is None:
             async with self._opening:
                 if self.queue is None:
-                    self.queue = await SettleJournal.open(default_queue_path(self.core))
+                    self.queue = await SettleJournal.open(default_queue_path(self.seller.settings))
         return self.queue
 
     async def start(self) -> int:
@@ -347,8 +313,8 @@ class Settler:
         except ValueError as exc:  # an unreadable entry: keeping it would block the queue
             return await self._give_up(entry, type(exc).__name__)
         try:
-            async with asyncio.timeout(self.core.config.paid_budget_secs):
-                client = self.core.client()
+            async with asyncio.timeout(self.seller.settings.paid_budget_secs):
+                client = self.seller.client()
                 result = await client.settle(envelope, entry.token, entry.amount, entry.request_id)
         except errors.ServiceError as exc:
             kind = classify_settle_error(exc)

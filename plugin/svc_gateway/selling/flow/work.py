@@ -12,14 +12,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from ...chat.core import PluginCore
 from ...redact import get_logger
-from ...runtime import Loop
+from ...service.seller import Seller
 from ..handlers import HANDLER_PAYER, Answer, HandlerError, OverShare
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .calls import PaidCall
-from .deadlines import Deadlines
 from .refusals import Refusals, error_answer
 
 log = get_logger("svc_gateway.paid")
@@ -28,14 +26,10 @@ log = get_logger("svc_gateway.paid")
 class Worker:
     """Runs a verified request's work; counts handler failures, timeouts and abandons."""
 
-    def __init__(
-        self, core: PluginCore, stats: PaidStats, refusals: Refusals, deadlines: Deadlines
-    ) -> None:
-        self.core = core
+    def __init__(self, seller: Seller, stats: PaidStats, refusals: Refusals) -> None:
+        self.seller = seller
         self.stats = stats
         self.refusals = refusals
-        #: the flow's deadlines (shared with its admission budget: one clock per length)
-        self.deadlines = deadlines
 
     async def price_answer(
         self, call: PaidCall, price: Callable[[Answer], Awaitable[int]], answer: Answer
@@ -66,17 +60,16 @@ class Worker:
             amount = call.amount
         return replace(call, amount=amount)
 
-    async def run(
-        self, request: PaidRequest, payer: str | None = None, loop: Loop | None = None
-    ) -> Answer:
+    async def run(self, request: PaidRequest, payer: str | None = None) -> Answer:
         """The work's answer within ``handlerTimeoutSecs``, or the error answer (not charged)
         its failure gets. ``payer`` (verify's) counts against their fair share of a sync
         handler's threads; over it, 503. A cancellation from outside (the request is gone)
-        propagates. ``loop``: the running loop, where the caller has it."""
-        deadline = self.deadlines(self.core.config.handler_timeout_secs, loop)
+        propagates."""
+        secs = self.seller.settings.handler_timeout_secs
         named = HANDLER_PAYER.set(payer)
+        deadline = asyncio.timeout(secs)
         try:
-            with deadline:
+            async with deadline:
                 answer = await request.work()
         except OverShare:
             return self.refusals.over_share(payer)
@@ -88,7 +81,7 @@ class Worker:
                 self.stats.handler_timeouts += 1
                 log.warning(
                     "agent handler took longer than %g s; answered 504, not charged",
-                    self.core.config.handler_timeout_secs,
+                    secs,
                 )
                 return error_answer(
                     504,

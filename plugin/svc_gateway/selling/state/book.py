@@ -28,8 +28,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ...records import record
-
 #: a balance read this long ago is read again before the next admission with nothing in flight
 BALANCE_TTL_SECS = 60.0
 #: payers remembered; idle ones (nothing in flight) are forgotten first
@@ -86,7 +84,7 @@ class _Account:
         return self.balance - self.in_flight
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Admission:
     """One admitted request's claim on the payer's credits; closed by exactly one of
     :meth:`CreditBook.settled`, :meth:`CreditBook.release`, :meth:`CreditBook.refused`."""
@@ -102,7 +100,7 @@ class Admission:
 IN_PROGRESS_NOTE = "available after the requests already in progress"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Refusal:
     """Not enough credits: what the payer has left after the requests already in flight."""
 

@@ -16,14 +16,14 @@ from .book import BalanceRead
 from .settle_journal import default_queue_path
 
 if TYPE_CHECKING:
-    from ...chat.core import PluginCore
+    from ...service.seller import Seller, SellerSettings
     from .redis_store import RedisState
 
 log = get_logger("svc_gateway.paid")
 
 
 def open_state(
-    config: PluginConfig,
+    config: PluginConfig | SellerSettings,
     read_balance: BalanceRead,
     spool: Path,
     owner: Callable[[], str | None] = lambda: None,
@@ -43,19 +43,20 @@ def open_state(
     return RedisState.connect(url, config, read_balance, spool, owner=owner)
 
 
-def shared_state(core: PluginCore) -> RedisState | None:
+def shared_state(seller: Seller) -> RedisState | None:
     """With ``stateUrl``: the admission book, settle queue and stats every replica shares
     (the paid endpoint's and the payment middleware's flow alike); ``None`` without. Its local
     spool is the flow's settle file (``settleQueuePath``)."""
-    if not core.config.state_url:
+    settings = seller.settings
+    if not settings.state_url:
         return None
 
     async def read_balance(plan_id: str, payer: str) -> int:
-        return (await core.public_client().get_plan_balance(plan_id, payer)).balance
+        return (await seller.public_client().get_plan_balance(plan_id, payer)).balance
 
     def owner() -> str | None:  # the plans' owner: the account whose key settles
-        return core.session.address if core.session is not None else None
+        return seller.settings.owner
 
-    state = open_state(core.config, read_balance, spool=default_queue_path(core), owner=owner)
+    state = open_state(settings, read_balance, spool=default_queue_path(settings), owner=owner)
     log.info("paid flow shares its admission book and settle queue at %s", state.where)
     return state

@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 
 from ...config import PluginConfig
 from ...redact import get_logger
+from ...service.seller import SellerSettings
 from .book import BalanceRead
 from .redis_batch import Prefix, key_prefix
 from .redis_book import RedisAdmissionBook
@@ -361,7 +362,7 @@ class RedisState:
     def connect(
         cls,
         url: str,
-        config: PluginConfig,
+        config: PluginConfig | SellerSettings,
         read_balance: BalanceRead,
         spool: Path,
         *,

@@ -34,7 +34,6 @@ from ...redact import get_logger
 from .settle_queue import (
     MAX_AGE_SECS,
     MAX_ENTRIES,
-    QUEUE_FILE,
     Fsync,
     PendingSettle,
     fsync_directory,
@@ -45,7 +44,7 @@ from .settle_queue import (
 )
 
 if TYPE_CHECKING:
-    from ...chat.core import PluginCore
+    from ...service.seller import SellerSettings
     from .protocols import SettleStore
 
 log = get_logger("svc_gateway.paid")
@@ -58,12 +57,12 @@ class SettleQueueLocked(ConfigError):
     """Another store (endpoint, process) holds this queue file."""
 
 
-def default_queue_path(core: PluginCore) -> Path:
-    """``settleQueuePath``, else ``settle-queue.json`` beside the credential file."""
-    configured = core.config.settle_queue_path
-    if configured:
-        return Path(configured).expanduser()
-    return core.store.path.parent / QUEUE_FILE
+def default_queue_path(settings: SellerSettings) -> Path:
+    """The seller's settle file (``settleQueuePath``, else ``settle-queue.json`` beside the
+    account's credential file)."""
+    if settings.queue_path is None:
+        raise ConfigError("this seller names no settle queue file: set settleQueuePath")
+    return settings.queue_path
 
 
 def _line(record: dict[str, Any]) -> bytes:

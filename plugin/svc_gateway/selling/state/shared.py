@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...config import PluginConfig
 from ...redact import describe_state_url as describe_state_url  # re-exported
 from ...service.errors import ServiceUnavailable
+from ...service.seller import SellerSettings
 
 
 class StateUnavailable(ServiceUnavailable):
@@ -20,7 +21,7 @@ class StateUnavailable(ServiceUnavailable):
         )
 
 
-def claim_ttl_secs(config: PluginConfig) -> float:
+def claim_ttl_secs(config: PluginConfig | SellerSettings) -> float:
     """How long a request may hold its claim: admission and settle budgets, the handler's
     deadline, and a margin; a replica that dies frees its payers' credits after it."""
     return 2 * config.paid_budget_secs + config.handler_timeout_secs + 5.0

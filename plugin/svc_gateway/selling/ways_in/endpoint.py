@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ...chat.core import PluginCore
+from ...account.core import PluginCore
 from ...config import ConfigError, PluginConfig
 from ...host import GatewayAPI, host_http_app
 from ...redact import get_logger
@@ -36,6 +36,7 @@ from ..flow.flow import PaidFlow
 from ..handlers import AgentHandler, CreditsFn, default_handler, load_handler
 from ..state.open import shared_state
 from ..state.stats import PaidStats
+from .agent import PromptAgent
 from .http import PaidRoutes
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class PaidEndpoint:
     def __init__(
         self,
         flow: PaidFlow,
+        agent: PromptAgent,
         *,
         url: str,
         card_url: str,
@@ -85,12 +87,16 @@ class PaidEndpoint:
         bound_url: str | None = None,
     ) -> None:
         self.flow = flow
+        #: the agent sold: its handler, its pricing (:meth:`PromptAgent.serve` sells a prompt)
+        self.agent = agent
         self.url = url
         self.card_url = card_url
         self.bound_url = bound_url
         self._runner = runner
         #: the state shared with other replicas (``stateUrl``), ``None`` in-process
         self.shared: RedisState | None = None
+        #: the background check of the URL against the agent's registered endpoints
+        self.check: asyncio.Task[None] | None = None
 
     @property
     def mounted(self) -> bool:
@@ -106,7 +112,7 @@ class PaidEndpoint:
         second and when it closes); ``None`` without ``stateUrl``."""
         if self.shared is None:
             return None
-        return await self.flow.core.runtime.run(self.shared.stats.totals())
+        return await self.flow.on_its_loop(self.shared.stats.totals())
 
     @property
     def plan_id(self) -> str | None:
@@ -117,6 +123,17 @@ class PaidEndpoint:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+
+    async def aclose(self) -> None:
+        """Close what :func:`attach_paid_endpoint` opened: the registration check, the server,
+        the flow (its settle retries, store and book), then the state shared through Redis.
+        Whoever attached the endpoint closes it (the chat plugin: at its runtime's close)."""
+        if self.check is not None:
+            self.check.cancel()
+        await self.close()
+        await self.flow.aclose()
+        if self.shared is not None:  # after the flow's own book and store
+            await self.shared.aclose(self.flow.stats)
 
     def __repr__(self) -> str:
         return f"PaidEndpoint(url={self.url!r}, mounted={self.mounted})"
@@ -180,23 +197,47 @@ async def attach_paid_endpoint(
 ) -> PaidEndpoint:
     """Mount or serve the paid endpoint. Runs on the plugin loop; makes no service call.
     ``extend`` adds another way in to the plugin's own server before it starts (ignored when
-    the endpoint is mounted on the host's app)."""
+    the endpoint is mounted on the host's app). Whoever attaches it closes it
+    (:meth:`PaidEndpoint.aclose`)."""
     config = core.config
     shared = shared_state(core)
+    agent = PromptAgent(resolve_handler(api, config, handler), resolve_credits(api, credits))
     flow = PaidFlow(
         core,
-        handler=resolve_handler(api, config, handler),
-        credits=resolve_credits(api, credits),
+        handler_pool=agent.pool,
         plan_id=plan_id,
         agent_id=agent_id,
         book=shared.book if shared is not None else None,
         queue=shared.store if shared is not None else None,
+        runtime=core.runtime,
     )
     if shared is not None:
         shared.share(flow.stats)
-        core.runtime.add_closer(lambda: shared.aclose(flow.stats))  # after the flow's own
-    core.runtime.add_closer(flow.aclose)
-    owed = await flow.start()
+    try:
+        endpoint = await _start(api, core, flow, agent, require_plan, extend)
+    except BaseException:  # nothing is handed back to close: closed here
+        await flow.aclose()
+        if shared is not None:
+            await shared.aclose(flow.stats)
+        raise
+    endpoint.shared = shared
+    # in the background (start makes no service call): a replica at a URL the agent did not
+    # register would be refused every bound token without a word
+    endpoint.check = asyncio.create_task(_note_registration(flow, endpoint.url))
+    return endpoint
+
+
+async def _start(
+    api: GatewayAPI,
+    core: PluginCore,
+    flow: PaidFlow,
+    agent: PromptAgent,
+    require_plan: bool,
+    extend: Extension | None,
+) -> PaidEndpoint:
+    """Retry what a previous run owes, then mount the routes or start the server."""
+    config = core.config
+    owed = await flow.settler.start()
     if owed:  # settles a previous run could not finish
         log.warning("%s of a previous run not settled yet: retrying", plural(owed, "paid request"))
     if flow.plan_id() is None:
@@ -214,19 +255,8 @@ async def attach_paid_endpoint(
     public = _public_endpoint_url(config)
     host_app = host_http_app(api)
     if host_app is not None:
-        endpoint = _mount(api, host_app, flow, path, public)
-    else:
-        endpoint = await _serve(core, flow, path, public, extend)
-    endpoint.shared = shared
-    # in the background (start makes no service call): a replica at a URL the agent did not
-    # register would be refused every bound token without a word
-    check = asyncio.create_task(_note_registration(flow, endpoint.url))
-
-    async def stop_check() -> None:
-        check.cancel()
-
-    core.runtime.add_closer(stop_check)
-    return endpoint
+        return _mount(api, host_app, flow, agent, path, public)
+    return await _serve(core, flow, agent, path, public, extend)
 
 
 async def _note_registration(flow: PaidFlow, url: str) -> None:
@@ -237,7 +267,7 @@ async def _note_registration(flow: PaidFlow, url: str) -> None:
     from ...buying.purchase import is_registered, registered_endpoints
 
     try:
-        document = await flow.core.public_client().get_agent_document(agent_id)
+        document = await flow.seller.public_client().get_agent_document(agent_id)
     except Exception:  # unreadable now: the service's own refusal says it later
         return
     endpoints = registered_endpoints(document)
@@ -254,7 +284,12 @@ async def _note_registration(flow: PaidFlow, url: str) -> None:
 
 
 def _mount(
-    api: GatewayAPI, app: web.Application, flow: PaidFlow, path: str, public: str | None
+    api: GatewayAPI,
+    app: web.Application,
+    flow: PaidFlow,
+    agent: PromptAgent,
+    path: str,
+    public: str | None,
 ) -> PaidEndpoint:
     """Add the routes to the host's app. Without a public URL or ``api.http_base_url`` the
     envelope's URL is taken from each request (and ``PaidEndpoint.url`` is only the path)."""
@@ -265,7 +300,11 @@ def _mount(
         return fixed or str(request.url.origin()) + path
 
     routes = PaidRoutes(
-        flow, path=path, endpoint_url=endpoint_url, max_body_bytes=flow.core.config.max_body_bytes
+        flow,
+        agent,
+        path=path,
+        endpoint_url=endpoint_url,
+        max_body_bytes=flow.seller.settings.max_body_bytes,
     )
     if app.frozen:
         raise ConfigError(
@@ -275,12 +314,13 @@ def _mount(
     routes.install(app)
     url = fixed or path
     log.info("paid endpoint mounted on the host's web app at %s", url)
-    return PaidEndpoint(flow, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
+    return PaidEndpoint(flow, agent, url=url, card_url=url.rstrip("/") + "/.well-known/agent.json")
 
 
 async def _serve(
     core: PluginCore,
     flow: PaidFlow,
+    agent: PromptAgent,
     path: str,
     public: str | None,
     extend: Extension | None = None,
@@ -291,6 +331,7 @@ async def _serve(
     holder: dict[str, str] = {}
     routes = PaidRoutes(
         flow,
+        agent,
         path=path,
         endpoint_url=lambda _request: holder["url"],
         max_body_bytes=config.max_body_bytes,
@@ -328,11 +369,11 @@ async def _serve(
     holder["url"] = public or bound
     endpoint = PaidEndpoint(
         flow,
+        agent,
         url=holder["url"],
         card_url=holder["url"].rstrip("/") + "/.well-known/agent.json",
         runner=runner,
         bound_url=bound,
     )
-    core.runtime.add_closer(endpoint.close)
     log.info("paid endpoint listening at %s (public URL %s)", bound, endpoint.url)
     return endpoint

@@ -26,6 +26,7 @@ from ..flow.plans import OUTAGE_ERRORS
 from ..flow.refusals import error_answer
 from ..handlers import Answer
 from ..types import PaidRequest
+from .agent import PromptAgent
 
 log = get_logger("svc_gateway.paid")
 
@@ -179,6 +180,7 @@ class PaidRoutes:
     def __init__(
         self,
         flow: PaidFlow,
+        agent: PromptAgent,
         *,
         path: str,
         endpoint_url: Callable[[web.Request], str],
@@ -186,6 +188,8 @@ class PaidRoutes:
         body_timeout: float = BODY_READ_TIMEOUT_SECS,
     ) -> None:
         self.flow = flow
+        #: the agent sold here: its handler and its price
+        self.prompt_agent = agent
         self.path = path
         self.endpoint_url = endpoint_url
         self.max_body_bytes = max_body_bytes
@@ -228,11 +232,10 @@ class PaidRoutes:
             url = self.endpoint_url(request)
             flow = self.flow
             connected = functools.partial(client_connected, request)
-            paid = flow.endpoint_request(prompt, token, url, connected=connected)
-            runtime = flow.core.runtime
-            loop = asyncio.get_running_loop()  # asked once a request (a system call)
-            if runtime.loop is loop:  # the plugin's own server: no hop
-                return paid_response((await flow.handle(paid, loop=loop)).answer)
+            paid = self.prompt_agent.request(prompt, token, url, connected=connected)
+            runtime = flow.runtime
+            if runtime is None or runtime.loop is asyncio.get_running_loop():  # no hop
+                return paid_response((await flow.handle(paid)).answer)
             try:
                 return paid_response(await runtime.run(self._sell(paid)))
             except RuntimeClosed:
@@ -253,7 +256,7 @@ class PaidRoutes:
         """``GET .../.well-known/agent.json``: who this agent is and how it is paid."""
         try:
             url = self.endpoint_url(request)
-            answer = await self.flow.core.runtime.run(self._card(url))
+            answer = await self.flow.on_its_loop(self._card(url))
         except RuntimeClosed:
             answer = error_answer(503, "Service Unavailable", "The agent is shutting down.")
         except Exception as exc:  # pragma: no cover - the last line of defence
@@ -291,7 +294,7 @@ class PaidRoutes:
             url=url,
             scheme=facts.scheme,
             network=facts.network,
-            credits_per_request=facts.clamp(self.flow.core.config.credits_per_request),
+            credits_per_request=facts.clamp(self.flow.seller.settings.credits_per_request),
         )
 
     async def _agent_name(self, agent_id: str | None) -> tuple[str, str | None]:
@@ -301,7 +304,7 @@ class PaidRoutes:
         if agent_id in self._names:
             return self._names[agent_id]
         try:
-            agent = await self.flow.core.public_client().get_agent(agent_id)
+            agent = await self.flow.seller.public_client().get_agent(agent_id)
         except ServiceError:
             return AGENT_NAME_FALLBACK, None
         found = (agent.name, agent.metadata.main.description)

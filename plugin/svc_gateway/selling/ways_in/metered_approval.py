@@ -18,7 +18,7 @@ from ...host import ToolCallContext
 from ...safe_text import NAME_LIMIT, one_line, quoted
 
 if TYPE_CHECKING:
-    from ...chat.core import PluginCore
+    from ...account.core import PluginCore
 
 
 def grant_key(payer: PluginCore, ctx: ToolCallContext) -> str:

@@ -33,11 +33,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ...account.receipts import ReceiptBook
 from ...approvals import spend
 from ...approvals.gate import ApprovalNeeded, Ticket
-from ...chat.receipts import ReceiptBook
 from ...host import Caller, CallNext, ToolCallContext, ToolResult
 from ...redact import get_logger
 from ...service import errors
@@ -57,11 +57,17 @@ from .tool_results import (
 )
 
 if TYPE_CHECKING:
-    from ...chat.accounts import UserAccounts
-    from ...chat.core import PluginCore
+    from ...account.core import PluginCore
     from ..flow.flow import PaidFlow
 
 log = get_logger("svc_gateway.metering")
+
+
+class Accounts(Protocol):
+    """Whose account a call runs on (the chat plugin's per-user accounts)."""
+
+    def core_for(self, caller: Caller | None) -> PluginCore: ...
+
 
 #: the resource URL of a metered call: ``tool://<tool name>``
 TOOL_URL = "tool://{name}"
@@ -88,7 +94,7 @@ class ToolMeter:
         self,
         operator: PluginCore,
         flow: PaidFlow,
-        accounts: UserAccounts | None = None,
+        accounts: Accounts | None = None,
         receipts: ReceiptBook | None = None,
         failed: FailedFn = default_failed,
     ) -> None:
@@ -103,19 +109,19 @@ class ToolMeter:
         self._calls: OrderedDict[str, asyncio.Future[Any]] = OrderedDict()
         self._started = False
         self._starting = asyncio.Lock()
-        flow.queued_listeners.append(self.receipts.queued_ended)
+        flow.settler.queued_listeners.append(self.receipts.queued_ended)
 
     @classmethod
     def create(
         cls,
         operator: PluginCore,
-        accounts: UserAccounts | None = None,
+        accounts: Accounts | None = None,
         receipts: ReceiptBook | None = None,
     ) -> ToolMeter:
         """A meter with its own paid flow and settle queue (beside the endpoint's)."""
         from ..flow.flow import PaidFlow
 
-        flow = PaidFlow(operator, handler=_no_prompts)
+        flow = PaidFlow(operator, runtime=operator.runtime)
         return cls(operator, flow, accounts, receipts)
 
     def queue_path(self) -> Path:
@@ -214,9 +220,9 @@ class ToolMeter:
     ) -> Any:
         async with self._starting:  # every call waits until the settle journal is open
             if not self._started:
-                if self.flow.queue is None:
-                    self.flow.queue = await SettleJournal.open(self.queue_path())
-                await self.flow.start()
+                if self.flow.settler.queue is None:
+                    self.flow.settler.queue = await SettleJournal.open(self.queue_path())
+                await self.flow.settler.start()
                 self._started = True
         name = ctx.tool_name
         plan_id = self.plan_id()
@@ -427,7 +433,3 @@ def _who(caller: Caller | None) -> str | None:
 
 async def _await(call_next: CallNext) -> Any:
     return await call_next()
-
-
-async def _no_prompts(_request: dict[str, Any]) -> Any:
-    raise RuntimeError("the tool meter sells tool calls, not prompts")

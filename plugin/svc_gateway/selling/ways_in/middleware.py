@@ -24,12 +24,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ...chat.core import PluginCore
-from ...chat.credentials import CredentialStore, default_config_dir
+from ...account.credentials import default_config_dir
 from ...config import ConfigError, load_config
 from ...redact import get_logger, install
-from ...runtime import PluginRuntime
 from ...safe_text import plural
+from ...service.seller import Payments
 from ..flow.flow import PaidFlow
 from ..flow.replay import digest
 from ..handlers import Answer, HandlerError, to_answer
@@ -58,10 +57,6 @@ class StreamingRefused(HandlerError):
     """A gated route's handler tried to stream: its answer could not carry a receipt."""
 
 
-async def _no_prompt_handler(_request: dict[str, Any]) -> Any:
-    raise HandlerError("the payment middleware sells routes, not prompts")
-
-
 class PaymentMiddleware:
     """An aiohttp middleware (``await mw(request, handler)``) gating the configured routes.
 
@@ -76,19 +71,15 @@ class PaymentMiddleware:
         self.routes = RouteMap(routes)
         config = load_config(_with_queue_path(settings, self.routes))
         install("httpx", "httpcore", "aiohttp.access", "aiohttp.server", "aiohttp.client")
-        self._runtime = PluginRuntime(name="svc-payments")
-        self.core = PluginCore(config, self._runtime, store=CredentialStore(use_keyring=False))
-        self.core.restore_session()
         try:  # an unusable configuration refuses to start, never a 500 on each request
-            self.core.base_url  # noqa: B018 (resolving it is the check)
+            #: the seller's handle on the service: its key's client and its settings
+            self.payments = Payments.from_config(config)
         except ConfigError as exc:
-            self._runtime.close()
             raise ConfigError(f"the payment middleware cannot start: {exc}") from None
         #: the state shared with other replicas (``stateUrl``), ``None`` in-process
-        self.shared: RedisState | None = shared_state(self.core)
+        self.shared: RedisState | None = shared_state(self.payments)
         self.flow = PaidFlow(
-            self.core,
-            handler=_no_prompt_handler,
+            self.payments,
             book=self.shared.book if self.shared is not None else None,
             queue=self.shared.store if self.shared is not None else None,
         )
@@ -132,7 +123,7 @@ class PaymentMiddleware:
         self._started = True
         if self.shared is not None:
             self.shared.share(self.flow.stats)
-        owed = await self.flow.start()
+        owed = await self.flow.settler.start()
         if owed:
             log.warning("%s of a previous run not settled yet", plural(owed, "paid request"))
         # in the background: a slow or absent service never delays start (the first paid
@@ -171,8 +162,7 @@ class PaymentMiddleware:
         await self.flow.aclose()
         if self.shared is not None:  # after the flow: its book and store close first
             await self.shared.aclose(self.flow.stats)
-        await self.core.aclose()
-        self._runtime.close()
+        await self.payments.aclose()
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         # decided on the route aiohttp's router resolved, never on a parse of request.path

@@ -78,14 +78,14 @@ class CardSource:
         self._names: dict[str, str] = {}
 
     async def card(self, _given: AgentCard | None = None) -> AgentCard:
-        return await self.flow.core.runtime.run(self._build())
+        return await self.flow.on_its_loop(self._build())
 
     async def _name(self, agent_id: str | None) -> str:
         if agent_id is None:
             return FALLBACK_NAME
         if agent_id not in self._names:
             try:
-                agent = await self.flow.core.public_client().get_agent(agent_id)
+                agent = await self.flow.seller.public_client().get_agent(agent_id)
             except ServiceError:
                 return FALLBACK_NAME
             if len(self._names) >= 16:
@@ -107,7 +107,7 @@ class CardSource:
             plan_ids=[plan_id],
             scheme=facts.scheme,
             network=facts.network,
-            credits_per_request=facts.clamp(flow.core.config.credits_per_request),
+            credits_per_request=facts.clamp(flow.seller.settings.credits_per_request),
         )
         card.capabilities.extensions.append(AgentExtension(**extension))
         return card

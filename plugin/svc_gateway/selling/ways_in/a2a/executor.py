@@ -16,7 +16,6 @@ cannot carry an unpaid answer, and a non-blocking send is answered once the outc
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +30,9 @@ from google.protobuf.json_format import MessageToDict
 from ....interop import a2a_x402 as x402
 from ....redact import get_logger
 from ...flow.flow import PaidFlow
-from ...flow.replay import digest
-from ...handlers import Answer, run_handler
-from ...types import Outcome, PaidOutcome, PaidRequest
+from ...handlers import Answer
+from ...types import Outcome, PaidOutcome
+from ..agent import PromptAgent
 
 if TYPE_CHECKING:
     from a2a.types import Message
@@ -91,8 +90,9 @@ def _message_of(outcome: PaidOutcome) -> str:
 class PaidExecutor(AgentExecutor):  # type: ignore[misc]
     """Sells the flow's agent handler, one message at a time, paid in band."""
 
-    def __init__(self, flow: PaidFlow) -> None:
+    def __init__(self, flow: PaidFlow, agent: PromptAgent) -> None:
         self.flow = flow
+        self.agent = agent
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         raise UnsupportedOperationError(message="A paid task cannot be cancelled.")
@@ -128,18 +128,15 @@ class PaidExecutor(AgentExecutor):  # type: ignore[misc]
             return
         url = str((context.call_context.state or {}).get(URL_STATE) or "")
         flow = self.flow
-        request = PaidRequest(
-            token=token,
-            url=url,
-            work=lambda: run_handler(flow.handler, prompt, flow.handler_pool),
-            # the host's credits function, as the paid endpoint prices a prompt
-            credits=functools.partial(flow.price_for, {"prompt": prompt}),
+        request = self.agent.request(  # priced as the paid endpoint prices a prompt
+            prompt,
+            token,
+            url,
             route=A2A_ROUTE,
-            body_digest=digest(prompt),
             description=RESOURCE_DESCRIPTION,
             deliver_unsettled=False,  # never deliver an answer whose settle did not complete
         )
-        outcome = await flow.core.runtime.run(flow.handle(request))
+        outcome = await flow.on_its_loop(flow.handle(request))
         await self._start(context, event_queue)  # only now: nothing left before settling
         await self._deliver(updater, outcome, token is not None)
 

@@ -31,7 +31,7 @@ from a2a.utils.errors import InternalError, UnsupportedOperationError
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ....chat.core import PluginCore
+from ....account.core import PluginCore
 from ....config import ConfigError
 from ....encoding import is_address
 from ....host import GatewayAPI
@@ -39,6 +39,7 @@ from ....interop import a2a_x402 as x402
 from ....redact import get_logger
 from ...flow.admission import token_payer
 from ...flow.flow import PaidFlow
+from ..agent import PromptAgent
 from ..endpoint import resolve_credits, resolve_handler
 from .card import CARD_PATH, JSONRPC_PATH, LEGACY_CARD_PATH, REST_PATH, CardSource, skeleton
 from .executor import RESOURCE_DESCRIPTION, URL_STATE, PaidExecutor
@@ -181,7 +182,7 @@ class PayerContext(DefaultServerCallContextBuilder):  # type: ignore[misc]
     async def verify(self, token: str, url: str) -> str | None:
         flow = self.flow
         try:
-            return await flow.core.runtime.run(
+            return await flow.on_its_loop(
                 flow.verified_payer(token, url, description=RESOURCE_DESCRIPTION)
             )
         except Exception as exc:  # an outage: no payer is known, and none is guessed
@@ -209,11 +210,15 @@ class PaidRequestHandler(DefaultRequestHandler):  # type: ignore[misc]
 class PaidA2A:
     """A running paid A2A agent: its base URL, the interfaces' and card's URLs, how to stop."""
 
-    def __init__(self, flow: PaidFlow, base: str, store: PayerTasks) -> None:
+    def __init__(self, flow: PaidFlow, agent: PromptAgent, base: str, store: PayerTasks) -> None:
         self.flow = flow
+        #: the agent sold: its handler, its pricing
+        self.agent = agent
         self.base = base.rstrip("/")
         self.store = store
         self._stop: Callable[[], Awaitable[None]] | None = None
+        #: the flow made for this agent alone (one it was given is its owner's to close)
+        self.own_flow: PaidFlow | None = None
 
     @property
     def url(self) -> str:
@@ -233,18 +238,30 @@ class PaidA2A:
         if stop is not None:
             await stop()
 
+    async def aclose(self) -> None:
+        """Stop serving, then close the flow made for it; whoever attached it closes it."""
+        await self.close()
+        flow, self.own_flow = self.own_flow, None
+        if flow is not None:
+            await flow.aclose()
+
     def __repr__(self) -> str:
         return f"PaidA2A(url={self.url!r})"
 
 
 def build_app(
-    flow: PaidFlow, base: Callable[[], str], store: PayerTasks, *, cards: bool = True
+    flow: PaidFlow,
+    agent: PromptAgent,
+    base: Callable[[], str],
+    store: PayerTasks,
+    *,
+    cards: bool = True,
 ) -> PaymentScope:
     """The Starlette app of the SDK's routes, behind :class:`PaymentScope`; ``cards=False``
     leaves the card to the caller (the paid endpoint's app serves one card for both)."""
     source = CardSource(flow, base)
     handler = PaidRequestHandler(
-        PaidExecutor(flow),
+        PaidExecutor(flow, agent),
         store,
         skeleton("http://127.0.0.1"),  # capabilities only: the served card is built per request
         interrupted_task_timeout=PARKED_TASK_TIMEOUT_SECS,
@@ -283,16 +300,18 @@ def build_app(
             await handler.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    return PaymentScope(app, flow.core.config.max_body_bytes, handler.aclose)
+    return PaymentScope(app, flow.seller.settings.max_body_bytes, handler.aclose)
 
 
-async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = None) -> PaidA2A:
+async def serve(
+    flow: PaidFlow, agent: PromptAgent, *, host: str, port: int, public: str | None = None
+) -> PaidA2A:
     """Serve under uvicorn on the running loop (the plugin's); port 0 picks a free one."""
     import uvicorn
 
     holder: dict[str, str] = {"base": public or ""}
     store = PayerTasks()
-    app = build_app(flow, lambda: holder["base"], store)
+    app = build_app(flow, agent, lambda: holder["base"], store)
     config = uvicorn.Config(
         app,
         host=host,
@@ -322,7 +341,7 @@ async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = No
     shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
     holder["base"] = public or f"http://{shown}:{bound}"
-    handle = PaidA2A(flow, holder["base"], store)
+    handle = PaidA2A(flow, agent, holder["base"], store)
 
     async def stop() -> None:
         runner.should_exit = True
@@ -334,24 +353,32 @@ async def serve(flow: PaidFlow, *, host: str, port: int, public: str | None = No
 
 
 async def attach_paid_a2a(
-    api: GatewayAPI, core: PluginCore, *, flow: PaidFlow | None = None
+    api: GatewayAPI,
+    core: PluginCore,
+    *,
+    flow: PaidFlow | None = None,
+    agent: PromptAgent | None = None,
 ) -> PaidA2A:
     """``enablePaidA2A`` on a port of its own: the gateway's agent over A2A on
     ``paidEndpointHost:paidA2APort`` (8404 when unset). Shares the HTTP endpoint's flow when
-    given (one book of credits in flight per payer). (On the endpoint's port:
+    given, and its agent (one book of credits in flight per payer). (On the endpoint's port:
     :class:`~.shared.OnEndpoint`.)"""
     config = core.config
+    if agent is None:
+        pool = flow.handler_pool if flow is not None else None
+        agent = PromptAgent(resolve_handler(api, config, None), resolve_credits(api, None), pool)
+    own = None
     if flow is None:
         # no settle store: an A2A answer is never delivered unsettled, so nothing is queued
-        flow = PaidFlow(
-            core,
-            handler=resolve_handler(api, config, None),
-            credits=resolve_credits(api, None),
-        )
-        core.runtime.add_closer(flow.aclose)
+        flow = own = PaidFlow(core, handler_pool=agent.pool, runtime=core.runtime)
     public = config.paid_a2a_public_url
     port = DEFAULT_OWN_PORT if config.paid_a2a_port is None else config.paid_a2a_port
-    handle = await serve(flow, host=config.paid_endpoint_host, port=port, public=public)
-    core.runtime.add_closer(handle.close)
+    try:
+        handle = await serve(flow, agent, host=config.paid_endpoint_host, port=port, public=public)
+    except BaseException:
+        if own is not None:
+            await own.aclose()
+        raise
+    handle.own_flow = own
     log.info("paid A2A agent at %s (agent card: %s)", handle.url, handle.card_url)
     return handle

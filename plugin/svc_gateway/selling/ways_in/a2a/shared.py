@@ -24,6 +24,7 @@ from ....host import GatewayAPI, host_http_app
 from ....redact import get_logger
 from ....runtime import RuntimeClosed
 from ...flow.flow import PaidFlow
+from ..agent import PromptAgent
 from ..asgi import aiohttp_bridge
 from ..http import PaidRoutes
 from .card import CARD_PATH, JSONRPC_PATH, LEGACY_CARD_PATH, REST_PATH, CardSource
@@ -55,6 +56,7 @@ class OnEndpoint:
         self.public = public.rstrip("/") if public else None
         self.store = PayerTasks()
         self._flow: PaidFlow | None = None
+        self._agent: PromptAgent | None = None
         self._base: Callable[[], str] | None = None
 
     def install(self, app: web.Application, routes: PaidRoutes, origin: Callable[[], str]) -> None:
@@ -68,7 +70,7 @@ class OnEndpoint:
         flow = routes.flow
         public = self.public
         base: Callable[[], str] = (lambda: public) if public else origin
-        asgi = build_app(flow, base, self.store, cards=False)
+        asgi = build_app(flow, routes.prompt_agent, base, self.store, cards=False)
         bridge = aiohttp_bridge(asgi)
         for rpc in (JSONRPC_PATH, JSONRPC_PATH + "/"):  # payments-py appends the slash
             app.router.add_route("*", rpc, bridge)
@@ -82,13 +84,13 @@ class OnEndpoint:
                 await asgi.aclose()
 
         app.on_cleanup.append(close)
-        self._flow, self._base = flow, base
+        self._flow, self._agent, self._base = flow, routes.prompt_agent, base
 
     def started(self) -> PaidA2A:
         """The running agent (the endpoint's server stops it)."""
-        if self._flow is None or self._base is None:
+        if self._flow is None or self._agent is None or self._base is None:
             raise ConfigError("the paid endpoint did not take the A2A agent on its port")
-        handle = PaidA2A(self._flow, self._base(), self.store)
+        handle = PaidA2A(self._flow, self._agent, self._base(), self.store)
         log.info(
             "paid A2A agent at %s on the paid endpoint's port (agent card: %s)",
             handle.url,
@@ -105,10 +107,12 @@ class OneCard:
         self.routes = routes
 
     async def serve(self, request: web.Request) -> web.Response:
-        runtime = self.routes.flow.core.runtime
+        flow = self.routes.flow
         try:
             document = agent_card_to_dict(await self.source.card())
-            endpoint = await runtime.run(self.routes.document(self.routes.endpoint_url(request)))
+            endpoint = await flow.on_its_loop(
+                self.routes.document(self.routes.endpoint_url(request))
+            )
         except RuntimeClosed:
             return web.json_response({"error": "The agent is shutting down."}, status=503)
         except Exception as exc:  # an outage reading the plan or the agent

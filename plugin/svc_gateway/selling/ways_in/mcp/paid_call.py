@@ -152,7 +152,7 @@ def _outcome(outcome: PaidOutcome, plan_id: str, token: str | None) -> Outcome:
 
 async def run_free(flow: PaidFlow, plan_id: str, work: Work) -> Outcome:
     """A zero-credit call: no payment asked, the same handler deadline."""
-    deadline = asyncio.timeout(flow.core.config.handler_timeout_secs)
+    deadline = asyncio.timeout(flow.seller.settings.handler_timeout_secs)
     try:
         async with deadline:
             result = await work()

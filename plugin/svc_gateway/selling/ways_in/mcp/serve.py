@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ....chat.core import PluginCore
+from ....account.core import PluginCore
 from ....config import ConfigError
 from ....host import GatewayAPI, host_http_app
 from ....interop import mcp_sdk as sdk
@@ -30,7 +30,6 @@ from ...handlers import (
     AgentHandler,
     HandlerError,
     call_maybe_async,
-    default_handler,
     to_answer,
 )
 from ..asgi import aiohttp_bridge
@@ -57,6 +56,8 @@ class PaidMcp:
         self.app = app
         self.url = url
         self._stop: Callable[[], Awaitable[None]] | None = None
+        #: the flow made for this server alone (one it was given is its owner's to close)
+        self.own_flow: PaidFlow | None = None
 
     @property
     def stats(self) -> Any:
@@ -69,6 +70,13 @@ class PaidMcp:
         stop, self._stop = self._stop, None
         if stop is not None:
             await stop()
+
+    async def aclose(self) -> None:
+        """Stop serving, then close the flow made for it; whoever attached it closes it."""
+        await self.close()
+        flow, self.own_flow = self.own_flow, None
+        if flow is not None:
+            await flow.aclose()
 
     def __repr__(self) -> str:
         return f"PaidMcp(url={self.url!r}, serverName={self.server.server_name!r})"
@@ -221,10 +229,7 @@ def create_server(
     if flow is None:
         # no settle store: every MCP request withholds instead of queueing, so this flow never
         # opens one (and never contends for the HTTP endpoint's journal lock)
-        flow = PaidFlow(
-            core,
-            handler=default_handler,  # the flow's own handler is the HTTP endpoint's; unused
-        )
+        flow = PaidFlow(core, runtime=core.runtime)
         core.runtime.add_closer(flow.aclose)
     return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
 
@@ -234,7 +239,20 @@ async def attach_paid_mcp(
 ) -> PaidMcp:
     """``enablePaidMcp``: the gateway's agent as the paid tool ``ask``, on its own port or
     mounted at ``/mcp`` on the host's app. Shares the HTTP endpoint's flow when given (one book
-    of credits in flight per payer)."""
+    of credits in flight per payer). Whoever attaches it closes it (:meth:`PaidMcp.aclose`)."""
+    own = None if flow is not None else PaidFlow(core, runtime=core.runtime)
+    try:
+        handle = await _attach(api, core, flow or own)
+    except BaseException:
+        if own is not None:
+            await own.aclose()
+        raise
+    handle.own_flow = own
+    return handle
+
+
+async def _attach(api: GatewayAPI, core: PluginCore, flow: PaidFlow | None) -> PaidMcp:
+    """The ``ask`` tool on a server billed by ``flow``, mounted or served."""
     config = core.config
     handler = resolve_handler(api, config, None)
     server = create_server(core, server_name=config.mcp_server_name, flow=flow)
@@ -254,6 +272,4 @@ async def attach_paid_mcp(
         mount(host_app, handle)
         log.info("paid MCP server mounted on the host's web app at %s", url)
         return handle
-    handle = await serve(server, host=config.paid_endpoint_host, port=config.paid_mcp_port)
-    core.runtime.add_closer(handle.close)
-    return handle
+    return await serve(server, host=config.paid_endpoint_host, port=config.paid_mcp_port)

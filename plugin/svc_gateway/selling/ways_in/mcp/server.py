@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ....chat.core import PluginCore
+from ....account.core import PluginCore
 from ....config import ConfigError
 from ....encoding import b64url_nopad, compact_json
 from ....interop import mcp_sdk as sdk

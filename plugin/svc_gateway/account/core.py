@@ -20,12 +20,12 @@ from ..redact import get_logger
 from ..runtime import PluginRuntime
 from ..service.errors import AuthenticationError, NotLoggedIn, PermissionDenied, ServiceError
 from .credentials import CredentialStore
-from .loop_clients import LoopClients, caller_loop
 
 if TYPE_CHECKING:  # the client and its pydantic models load with the first client
     from ..approvals.gate import Approvals
     from ..service.client import ServiceClient
     from ..service.models import PlanBalance
+    from ..service.seller import SellerSettings
     from ..service.transport import SessionFactory
 
 log = get_logger("svc_gateway.core")
@@ -101,8 +101,6 @@ class PluginCore:
         self.used_plans: dict[str, None] = {}
         self._client: ServiceClient | None = None
         self._public: ServiceClient | None = None
-        #: clients on callers' own loops, for the read-only tools (:mod:`.loop_clients`)
-        self._loop_clients = LoopClients[Session](self._client_for, lambda: self.session)
         self._listeners: list[Callable[[], None]] = []
         self._spend_listeners: list[Callable[[str], None]] = []
         self._balance_listeners: list[Callable[[str, PlanBalance, Session | None], None]] = []
@@ -111,6 +109,8 @@ class PluginCore:
         #: who approves purchases, and the mandates (shared by every chat user's core)
         self.approvals: Approvals | None = None
         self._lock = asyncio.Lock()
+        #: the seller's settings, and what they were built from (:attr:`settings`)
+        self._settings: tuple[tuple[object, ...], SellerSettings] | None = None
 
     # -- session -----------------------------------------------------------------------------
 
@@ -148,6 +148,26 @@ class PluginCore:
     @property
     def environment(self) -> str:
         return self.session.environment if self.session else self.config.environment
+
+    @property
+    def settings(self) -> SellerSettings:
+        """What selling reads of this account (:class:`~svc_gateway.service.seller.Seller`):
+        rebuilt when the plan, the agent or the session changes, else the same record."""
+        made_of = (self.config, self.plan_id, self.agent_id, self.session)
+        kept = self._settings
+        if kept is None or any(a is not b for a, b in zip(kept[0], made_of, strict=True)):
+            from ..service.seller import SellerSettings
+
+            settings = SellerSettings.from_config(
+                self.config,
+                environment=self.environment,
+                plan_id=self.plan_id,
+                agent_id=self.agent_id,
+                queue_dir=self.store.path.parent,
+                owner=self.session.address if self.session is not None else None,
+            )
+            kept = self._settings = (made_of, settings)
+        return kept[1]
 
     @property
     def base_url(self) -> str:
@@ -190,7 +210,7 @@ class PluginCore:
 
     def on_balance(self, listener: Callable[[str, PlanBalance, Session | None], None]) -> None:
         """Called with a plan id, the balance and the session it was read under whenever a tool
-        read the account's balance (perhaps from a caller's thread: see ``Tool.reads_only``)."""
+        read the account's balance."""
         self._balance_listeners.append(listener)
 
     def balance_read(self, plan_id: str, balance: PlanBalance, session: Session | None) -> None:
@@ -207,7 +227,6 @@ class PluginCore:
             self.session = session
             for client in old:
                 await client.aclose()
-            await self._loop_clients.reset()  # after the new session is in place
         for listener in self._listeners:
             listener()
 
@@ -266,23 +285,9 @@ class PluginCore:
             session_factory=self.session_factory,
         )
 
-    def _client_for(self, session: Session | None) -> ServiceClient:
-        """A new client for ``session`` (a public one for ``None``), like :meth:`client`'s."""
-        if session is None:
-            return self._new_client(None, self.config.environment)
-        return self._new_client(session.key, session.environment)
-
-    def reads_here(self) -> bool:
-        """Whether a read-only tool runs on the running loop, a caller's own, without a hop
-        (from that loop's second call; see :mod:`.loop_clients`)."""
-        loop = caller_loop(self.runtime.loop)
-        return loop is not None and self._loop_clients.admit(loop)
-
-    def client(self, running: asyncio.AbstractEventLoop | None = None) -> ServiceClient:
-        """The authenticated client for the running loop (the plugin's own, or a caller loop's
-        where a read-only tool runs); raises :class:`NotLoggedIn` when nobody is logged in.
-        ``running``: the running loop, where the caller has it (the paid flow, once a request:
-        asking asyncio costs a ``getpid`` system call)."""
+    def client(self) -> ServiceClient:
+        """The authenticated client (it lives on the plugin loop); raises
+        :class:`NotLoggedIn` when nobody is logged in."""
         if self.session is None:
             if self.identity is not None:
                 raise NotLoggedIn(
@@ -290,8 +295,6 @@ class PluginCore:
                     hint=USER_LOGIN_HINT,
                 )
             raise NotLoggedIn()
-        if (loop := caller_loop(self.runtime.loop, running)) is not None:
-            return self._loop_clients.get(loop)
         if self._client is None:
             self._client = self._new_client(self.session.key)
         return self._client
@@ -300,14 +303,11 @@ class PluginCore:
         """A client for public reads (plans, balances of an address) that needs no key."""
         if self.session is not None:
             return self.client()
-        if (loop := caller_loop(self.runtime.loop)) is not None:
-            return self._loop_clients.get(loop)
         if self._public is None:
             self._public = self._new_client(None)
         return self._public
 
     async def aclose(self) -> None:
-        await self._loop_clients.aclose()
         for client in (self._client, self._public):
             if client is not None:
                 await client.aclose()

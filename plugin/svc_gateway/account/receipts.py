@@ -3,9 +3,9 @@
 Every metered tool call that ran and went to settling leaves one :class:`Receipt` (settled, queued
 after an outage, or lost) marked ``sold``: the chat user paid it and the gateway sold it. An
 agent's answer this gateway bought (svc_queryAgent) leaves one too, not ``sold``: a purchase, in
-``/svc_spend`` only. ``/svc_earnings`` (:mod:`.earnings`) reads the sold ones beside the paid
-endpoint's and MCP server's own counters. Kept in memory (the latest :data:`RECEIPTS_KEPT`): the
-service's balances stay the ledger's truth.
+``/svc_spend`` only. ``/svc_earnings`` (:mod:`svc_gateway.chat.earnings`) reads the sold
+ones beside the paid endpoint's and MCP server's own counters. Kept in memory (the latest
+:data:`RECEIPTS_KEPT`): the service's balances stay the ledger's truth.
 """
 
 from __future__ import annotations
