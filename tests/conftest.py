@@ -22,6 +22,9 @@ from svc_gateway.service.transport import SessionFactory
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 
+# fixtures several folders use: markets, stub markets, a redis-server, the log collector
+pytest_plugins = ["tests.support.fixtures"]
+
 
 def _has_a2a_1x() -> bool:
     import importlib.util
@@ -32,9 +35,9 @@ def _has_a2a_1x() -> bool:
         return False
 
 
-# tests/a2a needs a2a-sdk 1.x, which cannot share an environment with payments-py (it pins 0.3):
+# tests/e2e/a2a needs a2a-sdk 1.x, which cannot share an environment with payments-py (it pins 0.3):
 # .ci/run runs that folder in its own environment ("A2A tests against a2a-sdk 1.x")
-collect_ignore = [] if _has_a2a_1x() else ["a2a"]
+collect_ignore = [] if _has_a2a_1x() else ["e2e/a2a"]
 
 
 class CountingTransport:
@@ -133,7 +136,7 @@ async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[Hos
         nonlocal counter
         counter += 1
         # these hosts test the tools, not approvals: confirm: true buys unless a test passes
-        # approval: human (tests/paid/test_approvals.py tests the person's approval)
+        # approval: human (tests/approvals/test_approvals.py tests the person's approval)
         settings: dict[str, Any] = {
             "environment": "local",
             "baseUrl": sandbox.base_url,

@@ -1,0 +1,242 @@
+"""Fixtures for the paid tests: markets (sandbox + builder + subscriber) and log capture."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from svc_gateway import PluginHandle, register
+from svc_gateway.chat.credentials import CredentialStore
+from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.sandbox import SandboxServer
+from svc_gateway.selling import PaidEndpoint
+from tests.support.market import (
+    FaultProxy,
+    LogCollector,
+    Market,
+    MarketFactory,
+    leaked_secrets,
+    scripted_handler,
+)
+
+from .redis_server import RedisServer
+from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 (a free port, no persistence), killed at teardown."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def all_logs() -> Iterator[LogCollector]:
+    root = logging.getLogger()
+    collector, level = LogCollector(), root.level
+    root.addHandler(collector)
+    root.setLevel(logging.DEBUG)
+    yield collector
+    root.removeHandler(collector)
+    root.setLevel(level)
+
+
+@pytest.fixture
+async def make_market(
+    sandbox: SandboxServer, tmp_path: Path, all_logs: LogCollector
+) -> AsyncIterator[MarketFactory]:
+    """Build markets; at teardown close them and check no key or token reached a log line."""
+    markets: list[Market] = []
+    handles: list[PluginHandle] = []
+    proxies: list[FaultProxy] = []
+
+    async def factory(
+        *,
+        register_agent: bool = True,
+        credits: int = 10,
+        per_request: int = 2,
+        faults: bool = False,
+        builder_config: dict[str, Any] | None = None,
+        subscriber_config: Callable[[Market], dict[str, Any]] | None = None,
+        configure_builder: Callable[[ReferenceGateway], None] | None = None,
+        scripted: bool = True,
+    ) -> Market:
+        builder_acct = await sandbox.create_account("builder")
+        subscriber_acct = await sandbox.create_account("subscriber")
+        base = {"environment": "local", "baseUrl": sandbox.base_url}
+        transport: FaultProxy | None = None
+        if faults:
+            transport = FaultProxy(sandbox.origin)
+            await transport.start()
+            proxies.append(transport)
+        builder_gw = ReferenceGateway(
+            {
+                **base,
+                **({"baseUrl": transport.base_url} if transport else {}),
+                "svcApiKey": builder_acct["apiKey"],
+                "enablePaidEndpoint": True,
+                "paidEndpointPort": 0,
+                "creditsPerRequest": per_request,
+                **(builder_config or {}),
+            }
+        )
+        if scripted:  # the host-supplied handler wins over config agentHandler
+            builder_gw.agent_handler = scripted_handler  # type: ignore[attr-defined]
+        if configure_builder is not None:
+            configure_builder(builder_gw)
+        n = len(markets)
+        builder = await asyncio.to_thread(
+            register,
+            builder_gw,
+            store=CredentialStore(tmp_path / f"b{n}", use_keyring=False),
+        )
+        handles.append(builder)
+        market = Market(
+            server=sandbox,
+            builder_gw=builder_gw,
+            builder=builder,
+            endpoint=builder.extras["paid_endpoint"],
+            subscriber_gw=ReferenceGateway(base),
+            subscriber=builder,  # replaced below
+            builder_key=builder_acct["apiKey"],
+            subscriber_key=subscriber_acct["apiKey"],
+            subscriber_address=subscriber_acct["address"],
+            builder_address=builder_acct["address"],
+            transport=transport,
+            secrets=[builder_acct["apiKey"], subscriber_acct["apiKey"]],
+        )
+        if register_agent:
+            await market.register_agent(credits, per_request)
+        market.subscriber_gw = ReferenceGateway(
+            {
+                **base,
+                # these markets test paying, not approving: confirm: true buys (approval tests
+                # pass approval: human in subscriber_config)
+                "approval": "model",
+                **(subscriber_config(market) if subscriber_config else {}),
+            }
+        )
+        market.subscriber = await asyncio.to_thread(
+            register,
+            market.subscriber_gw,
+            store=CredentialStore(tmp_path / f"s{n}", use_keyring=False),
+        )
+        handles.append(market.subscriber)
+        reply = await market.subscriber_gw.run_command("svc_login", subscriber_acct["apiKey"])
+        assert reply.startswith("Logged in"), reply
+        markets.append(market)
+        return market
+
+    yield factory
+    for handle in reversed(handles):
+        await asyncio.to_thread(handle.close)
+    for proxy in proxies:
+        await proxy.close()
+    text = all_logs.text
+    for market in markets:
+        for secret in market.secrets:
+            assert secret not in text, "an API key or access token reached the log"
+    assert not leaked_secrets(text), "something shaped like a key or token reached the log"
+
+
+@pytest.fixture
+async def market(make_market: MarketFactory) -> Market:
+    return await make_market()
+
+
+def no_top_up(_market: Market) -> dict[str, Any]:
+    """Subscriber config whose delegations cannot pay for the plan (1 cent): no top-up."""
+    return {"defaultSpendingLimitCents": 1}
+
+
+@pytest.fixture
+async def market_without_top_up(make_market: MarketFactory) -> Market:
+    """A market whose subscriber's tokens cannot top up: too few credits stay too few."""
+    return await make_market(subscriber_config=no_top_up)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        yield client
+
+
+@dataclass
+class StubMarket:
+    """A builder gateway selling plan-1 through the stub facilitator (verify reserves nothing)."""
+
+    stub: StubService
+    gateway: ReferenceGateway
+    handle: PluginHandle
+    endpoint: PaidEndpoint
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+
+StubMarketFactory = Callable[..., Awaitable[StubMarket]]
+
+
+@pytest.fixture
+async def make_stub_market(
+    tmp_path: Path, all_logs: LogCollector
+) -> AsyncIterator[StubMarketFactory]:
+    made: list[StubMarket] = []
+
+    async def factory(
+        *,
+        stub: StubService | None = None,
+        config: dict[str, Any] | None = None,
+        handler: Any = None,
+        credits: Any = None,
+        store_dir: str = "stub",
+        http_app: web.Application | None = None,
+    ) -> StubMarket:
+        service = stub or StubService()
+        if not service.base_url:
+            await service.start()
+        gateway = ReferenceGateway(
+            {
+                "environment": "local",
+                "baseUrl": service.base_url,
+                "svcApiKey": BUILDER_KEY,
+                "enablePaidEndpoint": True,
+                "paidEndpointPort": 0,
+                "planId": PLAN_ID,
+                "agentId": AGENT_ID,
+                **(config or {}),
+            },
+            http_app=http_app,
+        )
+        gateway.agent_handler = handler or scripted_handler  # type: ignore[attr-defined]
+        if credits is not None:
+            gateway.credits_for_request = credits  # type: ignore[attr-defined]
+        handle = await asyncio.to_thread(
+            register, gateway, store=CredentialStore(tmp_path / store_dir, use_keyring=False)
+        )
+        market = StubMarket(service, gateway, handle, handle.extras["paid_endpoint"])
+        market.endpoint.flow.settle_backoff = (0.0, 0.0)  # no real sleeps in tests
+        made.append(market)
+        return market
+
+    yield factory
+    for market in reversed(made):
+        await asyncio.to_thread(market.handle.close)
+    for market in made:
+        await market.stub.close()
+    assert BUILDER_KEY not in all_logs.text
+    assert not leaked_secrets(all_logs.text), "something shaped like a key or token was logged"
