@@ -18,7 +18,7 @@ from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fixed_credits
 from svc_gateway.tools.base import ToolResult
 from tests.conftest import USDC, HostFactory
-from tests.support.market import until
+from tests.support import until
 
 
 def test_one_credit_is_singular_in_balances_and_spend() -> None:

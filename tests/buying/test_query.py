@@ -28,6 +28,7 @@ from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.tools import TOOLS
+from tests.support import serve_app
 from tests.support.market import DEMO_TOKEN, Market, MarketFactory
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -562,13 +563,8 @@ async def pre_v3_service(base_url: str) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", forward)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/api/v1"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, shutdown_timeout=0.1) as proxy:
+        yield f"{proxy}/api/v1"
 
 
 async def test_a_service_that_only_issues_v2_tokens_is_a_warning_not_a_failure(

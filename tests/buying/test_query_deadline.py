@@ -24,6 +24,7 @@ from svc_gateway.buying import addresses as query_address
 from svc_gateway.hosts.reference import repl
 from svc_gateway.interop import agent_card
 from svc_gateway.sandbox import SandboxServer
+from tests.support import serve_app
 from tests.support.market import Market, MarketFactory
 
 DEADLINE = 1.0
@@ -200,13 +201,8 @@ async def service_hanging_on(base_url: str, fragment: str) -> AsyncIterator[str]
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", forward)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/api/v1"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, shutdown_timeout=0.1) as proxy:
+        yield f"{proxy}/api/v1"
 
 
 async def test_a_service_that_hangs_is_named_not_the_agent(

@@ -22,8 +22,9 @@ from svc_gateway.selling.handlers import SyncHandlerPool, default_handler
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, expirable_credits
+from tests.support import serve_app, until
 from tests.support.fixtures import StubMarketFactory
-from tests.support.market import Market, MarketFactory, paid_post, redeemed, scripted_handler, until
+from tests.support.market import Market, MarketFactory, paid_post, redeemed, scripted_handler
 from tests.support.stub_service import StubService, make_token
 
 PAYER = "0x" + "aa" * 20
@@ -131,13 +132,8 @@ class Stalling:
 @contextlib.asynccontextmanager
 async def host_app_serving(app: web.Application) -> AsyncIterator[str]:
     """Serve ``app`` as a host does that cancels a handler when its client goes away."""
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, handler_cancellation=True) as origin:
+        yield origin
 
 
 async def give_up_when(request: Awaitable[httpx.Response], condition: Callable[[], bool]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from svc_gateway.hosts.demo import mcp_available, run_demo
-from tests.support.market import LogCollector, leaked_secrets
+from tests.support import LogCollector, leaked_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,9 +1,9 @@
-"""Fixtures for the paid tests: markets (sandbox + builder + subscriber) and log capture."""
+"""Fixtures several folders use (registered for the whole suite by ``tests/conftest.py``): markets
+(sandbox + builder + subscriber), stub markets, a real redis-server and log capture."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -19,17 +19,10 @@ from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling import PaidEndpoint
-from tests.support.market import (
-    FaultProxy,
-    LogCollector,
-    Market,
-    MarketFactory,
-    leaked_secrets,
-    scripted_handler,
-)
-
-from .redis_server import RedisServer
-from .stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
+from tests.support import LogCollector, collecting_logs, leaked_secrets
+from tests.support.market import FaultProxy, Market, MarketFactory, scripted_handler
+from tests.support.redis_server import RedisServer
+from tests.support.stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
 
 
 @pytest.fixture
@@ -45,13 +38,9 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def all_logs() -> Iterator[LogCollector]:
-    root = logging.getLogger()
-    collector, level = LogCollector(), root.level
-    root.addHandler(collector)
-    root.setLevel(logging.DEBUG)
-    yield collector
-    root.removeHandler(collector)
-    root.setLevel(level)
+    """Every log line of the test, DEBUG and up (the markets check none holds a secret)."""
+    with collecting_logs() as collector:
+        yield collector
 
 
 @pytest.fixture

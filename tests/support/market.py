@@ -1,33 +1,28 @@
-"""Helpers for the paid tests: a market over real loopback HTTP (the local sandbox, a builder
-gateway serving the paid endpoint, and a subscriber gateway). Faults the sandbox cannot produce
-are injected by a loopback proxy in front of the sandbox (the builder's client only), so they do
-not depend on the HTTP library the client uses."""
+"""Markets for the selling, buying and approval tests: a market over real loopback HTTP (the
+local sandbox, a builder gateway serving the paid endpoint, and a subscriber gateway). Faults
+the sandbox cannot produce are injected by a loopback proxy in front of the sandbox (the
+builder's client only), so they do not depend on the HTTP library the client uses."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import re
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import httpx
-import pytest
 from aiohttp import web
 
 from svc_gateway import PluginHandle
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.hosts.embedded import DEMO_TOKEN
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.sandbox import SandboxServer, start_sandbox
+from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling import PaidEndpoint
 from svc_gateway.selling.handlers import default_handler
 from svc_gateway.service.client import ServiceClient
-
-from .stub_service import make_token
+from tests.support.stub_service import make_token
 
 #: a fault answers one proxied call: it may forward it (``call.forward()``) and then lie
 Fault = Callable[["ProxyCall"], Awaitable[web.StreamResponse]]
@@ -222,50 +217,6 @@ class Market:
 MarketFactory = Callable[..., Awaitable[Market]]
 
 
-class LogCollector(logging.Handler):
-    """Every formatted log line of a test (setup to teardown, any thread, tracebacks too)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-
-# every API key and access token starts with base64 '{"'; so do the (public) payment headers
-_B64_JSON = re.compile(r"eyJ[A-Za-z0-9_+/=.-]{8,}")
-
-
-def leaked_secrets(text: str) -> list[str]:
-    """Base64-JSON strings in ``text`` that are not a payment envelope or receipt (which are
-    public, and which httpcore's debug log shows as response headers)."""
-    leaks = []
-    for match in _B64_JSON.findall(text):
-        parts = match.split(".")
-        decoded = decode_b64_json(parts[1] if len(parts) == 3 else match)
-        # an envelope, or a receipt (a refused settle's has no creditsRedeemed)
-        receipt = {"success", "transaction"} <= set(decoded or {})
-        if decoded is not None and (
-            "accepts" in decoded or "creditsRedeemed" in decoded or receipt
-        ):
-            continue
-        leaks.append(match[:12] + "...")
-    return leaks
-
-
-@pytest.fixture
-async def sandbox() -> AsyncIterator[SandboxServer]:
-    server = await start_sandbox()
-    yield server
-    await server.close()
-
-
 # -- helpers of the money-safety tests ---------------------------------------------------------
 
 #: the payer of the stub's tokens in the money-safety tests
@@ -282,14 +233,6 @@ def redeemed(responses: list[httpx.Response]) -> int:
         if receipt is not None:
             total += int(receipt["creditsRedeemed"])
     return total
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(500):  # bounded: 10 s
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the condition never became true")
 
 
 async def paid_post(

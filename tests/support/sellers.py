@@ -20,7 +20,7 @@ from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import dynamic_credits, erc20_price, fixed_credits
-from tests.support.market import LogCollector, leaked_secrets
+from tests.support import LogCollector, leaked_secrets
 
 
 @dataclass

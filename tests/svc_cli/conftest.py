@@ -17,6 +17,7 @@ from aiohttp import web
 
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.svc_cli.profiles import ProfileBook
+from tests.support import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A bound on every run (a hang fails the test instead of stalling the suite).
@@ -140,13 +141,8 @@ async def tripwire() -> AsyncIterator[Tripwire]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield Tripwire(f"http://127.0.0.1:{port}/api/v1", seen)
-    await runner.cleanup()
+    async with serve_app(app, access_log=None) as origin:
+        yield Tripwire(f"{origin}/api/v1", seen)
 
 
 @pytest.fixture

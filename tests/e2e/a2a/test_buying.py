@@ -9,6 +9,7 @@ import svc_gateway
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from tests.helpers import approve
+from tests.support import serve_app
 
 from .conftest import GRANTED, A2AMarket, MarketFactory
 
@@ -131,20 +132,15 @@ async def test_a_chunked_reply_without_a_length_is_cut_at_the_answer_cap() -> No
 
     app = web.Application()
     app.router.add_get("/", chunked)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        async with httpx.AsyncClient(transport=capped_transport(1 << 20)) as http:
-            small = await http.get(f"http://127.0.0.1:{port}/?chunks=2")
-            assert "content-length" not in small.headers and len(small.content) == 2 * 65536
-            with pytest.raises(ToolFailure) as refused:
-                await http.get(f"http://127.0.0.1:{port}/?chunks=64")  # 4 MiB, no length
-            assert refused.value.code == "answer_too_large"
-    finally:
-        await runner.cleanup()
+    async with (
+        serve_app(app) as origin,
+        httpx.AsyncClient(transport=capped_transport(1 << 20)) as http,
+    ):
+        small = await http.get(f"{origin}/?chunks=2")
+        assert "content-length" not in small.headers and len(small.content) == 2 * 65536
+        with pytest.raises(ToolFailure) as refused:
+            await http.get(f"{origin}/?chunks=64")  # 4 MiB, no length
+        assert refused.value.code == "answer_too_large"
 
 
 async def test_an_a2a_query_asks_the_person_or_draws_on_their_mandate(

@@ -25,7 +25,7 @@ from svc_gateway.selling.ways_in.mcp import PaidMcp, PaidMcpServer, create_serve
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, dynamic_credits
-from tests.support.market import LogCollector, leaked_secrets
+from tests.support import LogCollector, leaked_secrets
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
 SERVER_NAME = "weather-srv"

@@ -14,6 +14,7 @@ from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.ways_in.mcp import Options
 from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fixed_credits
+from tests.support import serve_app
 
 from .conftest import GRANTED, SERVER_NAME, USDC, BuyerFactory, McpMarket, McpMarketFactory
 from .test_settle_failures import SettleOutage
@@ -34,13 +35,8 @@ async def not_mcp() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", nothing)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/mcp"
-    await runner.cleanup()
+    async with serve_app(app) as origin:
+        yield f"{origin}/mcp"
 
 
 async def test_an_endpoint_that_is_not_mcp(

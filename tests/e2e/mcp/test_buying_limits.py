@@ -16,6 +16,7 @@ from aiohttp import web
 from svc_gateway.buying.mcp import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, SCHEMA_MAX_BYTES, tool_answer
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.ways_in.mcp import Options
+from tests.support import serve_app
 
 from .conftest import GRANTED, SERVER_NAME, McpMarket
 
@@ -126,13 +127,8 @@ async def stranger(mcp_market: McpMarket) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/", info)
     app.router.add_route("*", "/mcp", mcp)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/mcp"
-    await runner.cleanup()
+    async with serve_app(app) as origin:
+        yield f"{origin}/mcp"
 
 
 async def test_a_strangers_tool_list_reaches_the_model_clean_and_bounded(

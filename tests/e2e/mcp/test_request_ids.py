@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from svc_gateway.selling.ways_in.mcp import Options
-from tests.support.market import LogCollector
+from tests.support import LogCollector
 
 from .conftest import GRANTED, McpMarket, secret_forms
 

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from tests.support import LogCollector
 from tests.support.fixtures import StubMarketFactory
-from tests.support.market import LogCollector
 from tests.support.stub_service import StubService, make_token
 
 PAYER = "0x" + "aa" * 20

@@ -20,8 +20,9 @@ from svc_gateway.selling.handlers import (
     SyncHandlerPool,
 )
 from tests.e2e.test_money_safety import Blocking
+from tests.support import until
 from tests.support.fixtures import StubMarketFactory
-from tests.support.market import paid_post, until
+from tests.support.market import paid_post
 from tests.support.stub_service import StubService
 
 FLOODER = "0x" + "bb" * 20

@@ -13,8 +13,8 @@ from svc_gateway.encoding import decode_b64_json
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache
 from svc_gateway.service.errors import NotFound, ServiceUnavailable
 from svc_gateway.service.models import Plan
+from tests.support import LogCollector
 from tests.support.fixtures import StubMarket, StubMarketFactory
-from tests.support.market import LogCollector
 from tests.support.stub_service import AGENT_ID, PLAN_ID, StubService, make_token
 
 PAYER = "0x" + "aa" * 20

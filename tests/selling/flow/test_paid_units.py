@@ -35,7 +35,7 @@ from svc_gateway.selling.ways_in.endpoint import ProtocolLog
 from svc_gateway.selling.ways_in.http import paid_response
 from svc_gateway.service.errors import NotFound
 from svc_gateway.service.models import SCHEME_CARD, SCHEME_CRYPTO, Plan
-from tests.support.market import LogCollector
+from tests.support import LogCollector
 
 PAYER = "0x" + "aa" * 20
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from tests.support import LogCollector, until
 from tests.support.fixtures import StubMarket, StubMarketFactory
-from tests.support.market import LogCollector
 from tests.support.stub_service import StubService, make_token
 
 PAYER = "0x" + "aa" * 20
@@ -28,15 +28,6 @@ async def post(http: httpx.AsyncClient, url: str, token: str, prompt: str = "hi"
 async def drain(market: StubMarket) -> int:
     """Retry the queue now, on the plugin loop (where the service client lives)."""
     return await market.endpoint.flow.core.runtime.run(market.endpoint.flow.drain_queue())
-
-
-async def until(condition: object, seconds: float = 10.0) -> None:
-    """Wait (bounded) for ``condition()`` to become true."""
-    for _ in range(int(seconds / 0.02)):
-        if condition():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 async def test_a_replayed_v3_token_gets_402_and_no_answer(

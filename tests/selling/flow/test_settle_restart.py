@@ -10,6 +10,7 @@ import json
 import httpx
 from aiohttp import web
 
+from tests.support import until
 from tests.support.fixtures import StubMarketFactory
 from tests.support.stub_service import StubService, make_token
 
@@ -29,14 +30,6 @@ class RecordingStub(StubService):
         assert isinstance(response.body, bytes)
         self.issued.append(json.loads(response.body)["agentRequestId"])
         return response
-
-
-async def until(condition: object, seconds: float = 10.0) -> None:
-    for _ in range(int(seconds / 0.02)):
-        if condition():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 async def test_queued_settles_are_retried_after_a_restart_with_their_original_request_ids(

@@ -21,7 +21,7 @@ from svc_gateway.selling.state import settle_journal
 from svc_gateway.selling.state.protocols import SettleStore
 from svc_gateway.selling.state.settle_journal import SettleJournal
 from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
-from tests.support.market import LogCollector
+from tests.support import LogCollector
 
 PAYER = "0x" + "aa" * 20
 NOW = 1000.0

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from svc_gateway.selling.ways_in.asgi import aiohttp_bridge
+from tests.support import serve_app
 
 Message = MutableMapping[str, Any]
 
@@ -32,13 +33,8 @@ async def origin() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_route("*", "/chatty", aiohttp_bridge(chatty))
     app.router.add_route("*", "/silent", aiohttp_bridge(silent))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serve_app(app, access_log=None) as origin:
+        yield origin
 
 
 async def test_messages_other_than_start_and_body_are_skipped(origin: str) -> None:

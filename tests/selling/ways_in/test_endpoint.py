@@ -17,6 +17,7 @@ from svc_gateway.config import ConfigError
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling import attach_paid_endpoint
+from tests.support import serve_app
 from tests.support.market import Market, MarketFactory, connect_error, refuse_500, unauthorized
 
 
@@ -242,12 +243,8 @@ async def test_mounted_on_the_hosts_web_app(
 
     market = await make_market(register_agent=False, configure_builder=configure)
     assert market.endpoint.mounted and market.endpoint.url == "/svc/agent"
-    runner = web.AppRunner(app)  # the host serves its app on its own loop (this one)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/svc/agent"
+    async with serve_app(app) as origin:  # the host serves its app on its own loop (this one)
+        url = f"{origin}/svc/agent"
         await market.register_agent(agent_url=url)
         await market.order()
         response = await http.post(
@@ -260,8 +257,6 @@ async def test_mounted_on_the_hosts_web_app(
         assert receipt is not None and receipt["remainingBalance"] == "8"
         card = (await http.get(url + "/.well-known/agent.json")).json()
         assert card["url"] == url and card["agentId"] == market.agent_id
-    finally:
-        await runner.cleanup()
 
 
 async def test_a_host_that_serves_a_root_card_keeps_it(
@@ -279,19 +274,13 @@ async def test_a_host_that_serves_a_root_card_keeps_it(
 
     market = await make_market(register_agent=False, configure_builder=configure)
     assert market.endpoint.mounted
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/svc/agent"
+    async with serve_app(app) as origin:
+        url = f"{origin}/svc/agent"
         await market.register_agent(agent_url=url)
         root = (await http.get(url.removesuffix("/svc/agent") + "/.well-known/agent.json")).json()
         assert root == {"name": "the host's own card"}
         ours = (await http.get(url + "/.well-known/agent.json")).json()
         assert ours["url"] == url and ours["agentId"] == market.agent_id
-    finally:
-        await runner.cleanup()
 
 
 async def test_public_url_names_the_endpoint_in_envelope_and_card(

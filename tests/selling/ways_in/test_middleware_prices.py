@@ -9,7 +9,7 @@ import httpx
 from aiohttp import web
 
 from svc_gateway.selling import RouteConfig, build_payment_app
-from tests.support.market import until
+from tests.support import until
 from tests.support.sellers import Seller, SellerFactory, make_seller_fixture  # noqa: F401
 
 

@@ -13,8 +13,8 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import LogCollector
 from tests.support.fixtures import StubMarketFactory
-from tests.support.market import LogCollector
 from tests.support.stub_service import StubService, make_token
 
 PAYER = "0x" + "aa" * 20

@@ -22,8 +22,8 @@ from svc_gateway.config import ConfigError
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.handlers import HandlerError, load_handler, to_answer
 from svc_gateway.selling.ways_in.endpoint import ProtocolLog
+from tests.support import LogCollector
 from tests.support.fixtures import StubMarketFactory
-from tests.support.market import LogCollector
 from tests.support.stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService, make_token
 
 PAYER = "0x" + "aa" * 20
