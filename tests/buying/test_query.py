@@ -75,14 +75,9 @@ async def fake_agent(
     app.router.add_get("/agent/.well-known/agent.json", card_route)
     app.router.add_post("/agent", post)
     app.router.add_route("HEAD", "/agent", head)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    agent.url = f"http://127.0.0.1:{runner.addresses[0][1]}/agent"
-    try:
+    async with serve_app(app, shutdown_timeout=0.1) as origin:
+        agent.url = f"{origin}/agent"
         yield agent
-    finally:
-        await runner.cleanup()
 
 
 def good_card(market: Market) -> dict[str, Any]:

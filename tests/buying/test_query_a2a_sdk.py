@@ -16,6 +16,7 @@ from svc_gateway.chat.core import PluginCore
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.config import PluginConfig
 from svc_gateway.tools.query import QueryAgentParams
+from tests.support import serve_app
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("a2a.helpers") is not None,
@@ -41,14 +42,9 @@ async def a2a_agent() -> AsyncIterator[tuple[str, list[str]]]:
     app = web.Application()
     app.router.add_get(CARD_PATH, card)
     app.router.add_post("/a2a", rpc)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serve_app(app) as origin:
+        base = origin
         yield base + "/a2a", asked
-    finally:
-        await runner.cleanup()
 
 
 async def test_an_a2a_agent_without_a2a_sdk_1x_names_the_extra_and_pays_nothing(
