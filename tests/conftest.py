@@ -14,7 +14,7 @@ import pytest
 import svc_gateway
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.sandbox import SandboxServer, start_sandbox
+from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fiat_price, fixed_credits
@@ -67,10 +67,10 @@ class CountingTransport:
 
 
 @pytest.fixture
-async def sandbox() -> AsyncIterator[SandboxServer]:
-    server = await start_sandbox()
-    yield server
-    await server.close()
+def sandbox(own_sandbox: SandboxServer) -> SandboxServer:
+    """The test's own sandbox; folders whose tests only create accounts of their own override
+    this with the session's (``shared_sandbox``, in tests/support/fixtures.py)."""
+    return own_sandbox
 
 
 @pytest.fixture

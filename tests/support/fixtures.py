@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,61 @@ from aiohttp import web
 from svc_gateway import PluginHandle, register
 from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.sandbox import SandboxServer
+from svc_gateway.sandbox import SandboxServer, start_sandbox
 from svc_gateway.selling import PaidEndpoint
 from tests.support import LogCollector, collecting_logs, leaked_secrets
 from tests.support.market import FaultProxy, Market, MarketFactory, scripted_handler
 from tests.support.redis_server import RedisServer
 from tests.support.stub_service import AGENT_ID, BUILDER_KEY, PLAN_ID, StubService
+
+
+@pytest.fixture
+async def own_sandbox() -> AsyncIterator[SandboxServer]:
+    """A sandbox for this test alone (``sandbox`` unless a folder shares the session's)."""
+    server = await start_sandbox()
+    yield server
+    await server.close()
+
+
+class SharedSandbox(SandboxServer):
+    """The local sandbox on a thread and loop of its own, for the whole session: tests that only
+    create accounts of their own share it instead of starting one each. A test that changes the
+    sandbox for everyone (stops it, injects a fault into it, moves its clock, counts what all
+    accounts did) keeps the function-scoped ``sandbox`` of ``tests/conftest.py``."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="shared-sandbox", daemon=True
+        )
+        self._thread.start()
+        started = asyncio.run_coroutine_threadsafe(start_sandbox(), self._loop).result(30)
+        super().__init__(started._runner, started.app, started.origin)
+
+    async def create_account(
+        self, label: str = "", api_version: str | None = None
+    ) -> dict[str, str]:
+        """A new account and key, made on the sandbox's own loop (its store is not shared)."""
+        made = SandboxServer.create_account(self, label, api_version)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(made, self._loop))
+
+    async def close(self) -> None:
+        raise AssertionError("the shared sandbox serves the whole session: use `sandbox`")
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(SandboxServer.close(self), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._loop.close()
+
+
+@pytest.fixture(scope="session")
+def shared_sandbox() -> Iterator[SharedSandbox]:
+    """One sandbox for the session (see :class:`SharedSandbox`); a folder whose tests only
+    create accounts of their own uses it as ``sandbox`` (its conftest.py says so)."""
+    server = SharedSandbox()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

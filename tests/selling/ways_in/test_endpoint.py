@@ -16,9 +16,16 @@ from svc_gateway.chat.credentials import CredentialStore
 from svc_gateway.config import ConfigError
 from svc_gateway.encoding import decode_b64_json
 from svc_gateway.hosts.reference import ReferenceGateway
+from svc_gateway.sandbox import SandboxServer
 from svc_gateway.selling import attach_paid_endpoint
 from tests.support import serve_app
 from tests.support.market import Market, MarketFactory, connect_error, refuse_500, unauthorized
+
+
+@pytest.fixture
+def sandbox(own_sandbox: SandboxServer) -> SandboxServer:
+    """A sandbox of its own: a test here stops it (the service is down)."""
+    return own_sandbox
 
 
 async def test_bad_requests_are_refused_before_any_payment_step(
