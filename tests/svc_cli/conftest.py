@@ -18,6 +18,7 @@ from aiohttp import web
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.svc_cli.profiles import ProfileBook
 from tests.support import serve_app
+from tests.support.fixtures import SharedSandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A bound on every run (a hang fails the test instead of stalling the suite).
@@ -153,3 +154,9 @@ async def profiles(
     write_profile(svc, "builder", builder["apiKey"], sandbox.base_url)
     write_profile(svc, "subscriber", subscriber["apiKey"], sandbox.base_url)
     return svc
+
+
+@pytest.fixture
+def sandbox(shared_sandbox: SharedSandbox) -> SharedSandbox:
+    """These tests only create accounts of their own: they share the session's sandbox."""
+    return shared_sandbox
