@@ -49,8 +49,8 @@ GROUPS = (
     Group(
         "selling",
         ("selling/*.py", "selling/flow/*", "selling/state/*", "selling/ways_in/*.py"),
-        ("tests/paid",),
-        ("tests/paid/test_concurrency.py",),
+        ("tests/selling", "tests/e2e"),
+        ("tests/e2e/test_concurrency.py",),
     ),
     Group(
         "sandbox",
@@ -61,19 +61,19 @@ GROUPS = (
         "tools",
         ("tools/subscriber.py", "tools/query.py", "buying/*"),
         (
-            "tests/test_tools.py",
+            "tests/tools/test_tools.py",
             "tests/tools",
-            "tests/paid/test_query.py",
-            "tests/test_commands_context.py",
+            "tests/buying",
+            "tests/chat/test_commands_context.py",
         ),
     ),
     Group(
         "client",
         ("service/transport.py",),
         (
-            "tests/test_client_faults.py",
-            "tests/test_client_e2e.py",
-            "tests/client",
+            "tests/service/test_client_faults.py",
+            "tests/service/test_client_e2e.py",
+            "tests/service",
             "tests/conformance/test_wire_equality.py",
         ),
     ),

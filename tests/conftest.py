@@ -14,13 +14,16 @@ import pytest
 import svc_gateway
 from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
-from svc_gateway.sandbox import SandboxServer, start_sandbox
+from svc_gateway.sandbox import SandboxServer
 from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fiat_price, fixed_credits
 from svc_gateway.service.transport import SessionFactory
 
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+
+# fixtures several folders use: markets, stub markets, a redis-server, the log collector
+pytest_plugins = ["tests.support.fixtures"]
 
 
 def _has_a2a_1x() -> bool:
@@ -32,9 +35,9 @@ def _has_a2a_1x() -> bool:
         return False
 
 
-# tests/a2a needs a2a-sdk 1.x, which cannot share an environment with payments-py (it pins 0.3):
+# tests/e2e/a2a needs a2a-sdk 1.x, which cannot share an environment with payments-py (it pins 0.3):
 # .ci/run runs that folder in its own environment ("A2A tests against a2a-sdk 1.x")
-collect_ignore = [] if _has_a2a_1x() else ["a2a"]
+collect_ignore = [] if _has_a2a_1x() else ["e2e/a2a"]
 
 
 class CountingTransport:
@@ -64,10 +67,10 @@ class CountingTransport:
 
 
 @pytest.fixture
-async def sandbox() -> AsyncIterator[SandboxServer]:
-    server = await start_sandbox()
-    yield server
-    await server.close()
+def sandbox(own_sandbox: SandboxServer) -> SandboxServer:
+    """The test's own sandbox; folders whose tests only create accounts of their own override
+    this with the session's (``shared_sandbox``, in tests/support/fixtures.py)."""
+    return own_sandbox
 
 
 @pytest.fixture
@@ -133,7 +136,7 @@ async def make_host(sandbox: SandboxServer, tmp_path: Path) -> AsyncIterator[Hos
         nonlocal counter
         counter += 1
         # these hosts test the tools, not approvals: confirm: true buys unless a test passes
-        # approval: human (tests/paid/test_approvals.py tests the person's approval)
+        # approval: human (tests/approvals/test_approvals.py tests the person's approval)
         settings: dict[str, Any] = {
             "environment": "local",
             "baseUrl": sandbox.base_url,

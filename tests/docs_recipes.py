@@ -95,13 +95,17 @@ MIDDLEWARE_APP = Recipe(
     "## Sell routes of your own aiohttp app",
     "python",
     1,
-    "tests/paid/test_readme_middleware.py",
+    "tests/selling/ways_in/test_readme_middleware.py",
 )
 HERMES_SETTINGS = Recipe(
-    "docs/hosts.md", "## In Hermes Agent", "yaml", 2, "tests/hermes/test_readme_hermes.py"
+    "docs/hosts.md", "## In Hermes Agent", "yaml", 2, "tests/hosts/hermes/test_readme_hermes.py"
 )
 HERMES_OFFLINE = Recipe(
-    "docs/hosts.md", "## Hermes without a model key", "", 3, "tests/hermes/test_hermes_offline.py"
+    "docs/hosts.md",
+    "## Hermes without a model key",
+    "",
+    3,
+    "tests/hosts/hermes/test_hermes_offline.py",
 )
 HOSTED_OFFLINE = Recipe(
     "docs/hosted.md", "## Try it offline", "", 2, "tests/chat/test_docs_hosted.py"
@@ -116,7 +120,7 @@ PAY_WITH_OAUTH = Recipe(
     "### Pay with OAuth (any MCP client)",
     "",
     2,
-    "tests/mcp_oauth/test_docs_oauth.py",
+    "tests/e2e/mcp_oauth/test_docs_oauth.py",
 )
 
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)

@@ -18,7 +18,7 @@ from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fixed_credits
 from svc_gateway.tools.base import ToolResult
 from tests.conftest import USDC, HostFactory
-from tests.paid.support import until
+from tests.support import until
 
 
 def test_one_credit_is_singular_in_balances_and_spend() -> None:
@@ -94,4 +94,4 @@ def test_the_docs_time_the_tests_as_ci_measures_them() -> None:
         # CI's tests step took 9 min 36 s and 9 min 44 s on 2026-11-27; its fresh venv about 2
         assert "about 8 minutes" not in text and "about 4.5" not in text, page
         assert "CI's `.ci/run` runs this very command, read from" in text  # verbatim (issue 42)
-        assert "under coverage: about 2 minutes of install and 10 of tests on 2 cores;" in text
+        assert "about 2 minutes of install and 6 to 8 of tests on 2 cores, on two workers" in text

@@ -65,7 +65,7 @@ from svc_gateway.service.pricing import (  # noqa: E402
     free_price,
     native_price,
 )
-from tests.client.proxy import FaultProxy, Recorded, start_proxy  # noqa: E402
+from tests.service.proxy import FaultProxy, Recorded, start_proxy  # noqa: E402
 
 T = TypeVar("T")
 USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"

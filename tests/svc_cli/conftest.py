@@ -17,6 +17,8 @@ from aiohttp import web
 
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.svc_cli.profiles import ProfileBook
+from tests.support import serve_app
+from tests.support.fixtures import SharedSandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A bound on every run (a hang fails the test instead of stalling the suite).
@@ -140,13 +142,8 @@ async def tripwire() -> AsyncIterator[Tripwire]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield Tripwire(f"http://127.0.0.1:{port}/api/v1", seen)
-    await runner.cleanup()
+    async with serve_app(app, access_log=None) as origin:
+        yield Tripwire(f"{origin}/api/v1", seen)
 
 
 @pytest.fixture
@@ -157,3 +154,9 @@ async def profiles(
     write_profile(svc, "builder", builder["apiKey"], sandbox.base_url)
     write_profile(svc, "subscriber", subscriber["apiKey"], sandbox.base_url)
     return svc
+
+
+@pytest.fixture
+def sandbox(shared_sandbox: SharedSandbox) -> SharedSandbox:
+    """These tests only create accounts of their own: they share the session's sandbox."""
+    return shared_sandbox

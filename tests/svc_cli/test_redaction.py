@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from tests.support import serve_app
+
 from .conftest import Svc, write_profile
 
 
@@ -35,11 +37,8 @@ async def echoing_service() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/api/v1/protocol/plans", refuse)
     app.router.add_get("/api/v1/protocol/agents", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/api/v1"
-    await runner.cleanup()
+    async with serve_app(app, access_log=None) as origin:
+        yield f"{origin}/api/v1"
 
 
 async def test_a_key_quoted_by_a_401_or_an_answer_is_never_printed(

@@ -8,7 +8,7 @@ from svc_gateway.service.client import ServiceClient
 from svc_gateway.service.models import PlanMetadata
 from svc_gateway.service.pricing import crypto_price, fixed_credits
 from tests.conftest import USDC, HostFactory, make_plan
-from tests.test_tools import err, ok
+from tests.tools.test_tools import err, ok
 
 
 async def test_the_wrong_order_tool_names_the_right_one(

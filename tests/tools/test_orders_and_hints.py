@@ -15,7 +15,7 @@ from svc_gateway.service.models import AgentApi, AgentMetadata
 from svc_gateway.tools.base import for_chat
 from tests.conftest import HostFactory, make_plan
 from tests.helpers import fake_key
-from tests.test_tools import err, ok
+from tests.tools.test_tools import err, ok
 
 API_SPEAK = ("POST /", "GET /", "/api/v1", "/protocol/", "/x402/")
 

@@ -28,7 +28,7 @@ from svc_gateway.service.pricing import (
 from svc_gateway.tools import TOOLS
 from svc_gateway.tools.subscriber import describe_price
 from tests.conftest import USDC, HostFactory
-from tests.test_tools import err, ok
+from tests.tools.test_tools import err, ok
 
 ETH = "(native token, 18 decimals)"
 

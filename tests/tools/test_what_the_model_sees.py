@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.service.client import ServiceClient
 from tests.conftest import HostFactory, make_plan
-from tests.test_tools import err, ok
+from tests.tools.test_tools import err, ok
 
 
 async def test_ids_sent_as_numbers_are_read_as_decimal_text(

@@ -1,6 +1,0 @@
-"""The paid MCP market of tests/mcp, for the OAuth tests (which run against mcp 1.x only: the
-mcp 2.x venv runs tests/mcp, and these drive the SDK's own OAuth client)."""
-
-from __future__ import annotations
-
-from ..mcp.conftest import make_mcp_market  # noqa: F401  (a fixture, re-exported)
