@@ -103,7 +103,7 @@ def test_tool_dispatch_returns_the_plugin_json(
         assert hermes_plan_id in raw
 
 
-def test_a_read_tool_from_a_worker_thread_runs_on_its_loop_after_the_first_call(
+def test_a_read_tool_from_a_worker_thread_answers_through_the_plugin_loop(
     host: ChildRun, hermes_plan_id: str, expected_balance: int
 ) -> None:
     worker = section(host, "worker_tools")
@@ -112,8 +112,9 @@ def test_a_read_tool_from_a_worker_thread_runs_on_its_loop_after_the_first_call(
         assert "error" not in data, data
         assert int(find_key(data, "balance")) == expected_balance
         assert hermes_plan_id in raw
-    # the first call hops to the plugin loop; the worker's loop then has its own client
-    assert worker["crossings"] == 1
+    # every read goes to the plugin loop (issue 42: no client per caller loop any more), unless
+    # the balance cache answers it: the first call always crosses, none crosses twice
+    assert 1 <= worker["crossings"] <= len(worker["results"])
 
 
 def test_pre_llm_call_returns_the_balance_context(host: ChildRun, expected_balance: int) -> None:
