@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,7 +16,6 @@ from svc_gateway.encoding import decode_b64_json
 from svc_gateway.selling.flow import admission as flow_module
 from svc_gateway.selling.flow.plans import PlanFacts, PlanFactsCache, build_envelope
 from svc_gateway.selling.state.book import Admission, CreditBook
-from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
 from svc_gateway.selling.ways_in.http import AGENT_NAME_FALLBACK
 from svc_gateway.service.models import Plan
 from tests.support.fixtures import StubMarket, StubMarketFactory
@@ -137,23 +135,6 @@ def test_envelope_without_an_agent_names_none() -> None:
         facts, "agent-9", "http://127.0.0.1:1/svc/agent", amount=1, max_timeout_secs=60
     ).wire()
     assert named["accepts"][0]["extra"]["agentId"] == "agent-9"
-
-
-# -- the settle queue --------------------------------------------------------------------------
-
-
-def test_settle_queue_removing_an_unknown_request_writes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "queue.json"
-    queue = SettleQueue(path)
-    queue.remove("never-queued")
-    assert not path.exists()  # nothing queued, nothing written
-    entry = PendingSettle("r1", PLAN_ID, PAYER, 1, "tok", {"accepts": []}, queued_at=1.0)
-    queue = SettleQueue(path, clock=lambda: 2.0)
-    queue.add(entry)
-    path.write_text("[]")  # if remove() rewrote the file, this marker would be replaced
-    queue.remove("never-queued")
-    assert path.read_text() == "[]"
-    assert "r1" in queue and len(queue) == 1
 
 
 # -- the flow ----------------------------------------------------------------------------------

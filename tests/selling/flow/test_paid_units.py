@@ -5,10 +5,8 @@ end-to-end tests do not reach."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,8 @@ from svc_gateway.selling.handlers import (
     load_handler,
     to_answer,
 )
-from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.state.settle_queue import PendingSettle
 from svc_gateway.selling.ways_in.endpoint import ProtocolLog
 from svc_gateway.selling.ways_in.http import paid_response
 from svc_gateway.service.errors import NotFound
@@ -55,30 +54,6 @@ def test_load_handler_import_error_names_the_failure_kind() -> None:
     with pytest.raises(ConfigError) as raised:
         load_handler("no_such_module_x:f")
     assert "(ModuleNotFoundError)" in str(raised.value)
-
-
-# -- the settle queue file -------------------------------------------------------------------
-
-
-def test_an_unreadable_queue_that_cannot_be_set_aside_still_starts_empty(tmp_path: Path) -> None:
-    path = tmp_path / "settle-queue.json"
-    path.write_text("{not json")
-    blocker = path.with_name("settle-queue.json.bad")
-    blocker.mkdir()
-    (blocker / "keep").write_text("x")  # a non-empty directory: the rename fails
-    queue = SettleQueue(path)
-    assert len(queue) == 0
-    assert path.read_text() == "{not json"  # left where it was, nothing lost
-    queue.add(entry(1))
-    assert [e.request_id for e in SettleQueue(path, clock=lambda: 1000.0).entries()] == ["r1"]
-
-
-def test_queue_file_round_trips_every_field(tmp_path: Path) -> None:
-    path = tmp_path / "settle-queue.json"
-    SettleQueue(path, clock=lambda: 1000.0).add(entry(7, queued_at=999.5, amount=3))
-    (again,) = SettleQueue(path, clock=lambda: 1000.0).entries()
-    assert again == entry(7, queued_at=999.5, amount=3)
-    assert json.loads(path.read_text())[0]["token"] == "tok7"
 
 
 def test_invalidating_a_plan_never_cached_is_harmless() -> None:
@@ -195,13 +170,6 @@ async def test_a_mounted_card_says_unavailable_on_a_fault_and_shutting_down_afte
             await asyncio.to_thread(handle.close)
 
 
-def test_settle_queue_entries_keep_a_missing_payer_missing(tmp_path: Path) -> None:
-    path = tmp_path / "settle-queue.json"
-    anonymous = PendingSettle("r1", "plan-1", None, 2, "tok1", {}, 999.0)
-    SettleQueue(path, clock=lambda: 1000.0).add(anonymous)
-    assert SettleQueue(path, clock=lambda: 1000.0).entries() == [anonymous]
-
-
 def test_the_protocol_log_names_a_malformed_request_at_info(all_logs: LogCollector) -> None:
     adapter = ProtocolLog(logging.getLogger("svc_gateway.paid"), {})
     try:
@@ -211,17 +179,16 @@ def test_the_protocol_log_names_a_malformed_request_at_info(all_logs: LogCollect
     assert all_logs.lines[-1].endswith("refused a malformed HTTP request (LineTooLong)")
 
 
-def test_the_settle_queue_creates_missing_parent_directories(tmp_path: Path) -> None:
+async def test_the_settle_queue_creates_missing_parent_directories(tmp_path: Path) -> None:
     path = tmp_path / "config" / "svc" / "settle-queue.json"  # two levels that do not exist
-    SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
-    assert [e.request_id for e in SettleQueue(path, clock=lambda: 1000.0).entries()] == ["r1"]
-
-
-def test_the_settle_queue_directory_is_private(tmp_path: Path) -> None:
-    path = tmp_path / "svc" / "settle-queue.json"
-    SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
-    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # it holds access tokens
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    store = await SettleJournal.open(path, clock=lambda: 1000.0)
+    await store.add(entry(1))
+    await store.aclose()
+    again = await SettleJournal.open(path, clock=lambda: 1000.0)
+    try:
+        assert [e.request_id for e in await again.entries()] == ["r1"]
+    finally:
+        await again.aclose()
 
 
 # -- the default agent -----------------------------------------------------------------------------
@@ -335,15 +302,6 @@ def test_an_unserialisable_answer_names_the_failure_kind() -> None:
     with pytest.raises(HandlerError) as raised:
         to_answer({"x": object()})
     assert str(raised.value) == "the answer is not JSON-serialisable (TypeError)"
-
-
-def test_an_entry_too_old_to_settle_is_dropped_and_the_log_says_why(
-    tmp_path: Path, all_logs: LogCollector
-) -> None:
-    path = tmp_path / "settle-queue.json"
-    SettleQueue(path, clock=lambda: 1000.0).add(entry(1))
-    assert len(SettleQueue(path, max_age_secs=10.0, clock=lambda: 1011.0)) == 0
-    assert all_logs.lines[-1].endswith("too old to settle (its access token has expired)")
 
 
 def test_a_request_never_costs_negative_credits_even_if_the_plan_says_so() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import stat
 from pathlib import Path
 
 import httpx
 import pytest
 
-from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.state.settle_queue import PendingSettle
 from tests.support import LogCollector, until
 from tests.support.fixtures import StubMarket, StubMarketFactory
 from tests.support.stub_service import StubService, make_token
@@ -196,37 +196,14 @@ async def test_a_settle_outage_without_a_request_id_is_tried_once_and_not_queued
 # -- the queue file -------------------------------------------------------------------------
 
 
-def entry(n: int, queued_at: float = 1000.0) -> PendingSettle:
-    return PendingSettle(f"r{n}", "plan-1", PAYER, 1, f"tok{n}", {"x402Version": 2}, queued_at)
-
-
-def test_queue_survives_a_restart_and_stays_bounded(tmp_path: Path) -> None:
-    path = tmp_path / "q" / "settle-queue.json"
-    queue = SettleQueue(path, max_entries=2, clock=lambda: 1000.0)
-    for n in range(3):
-        queue.add(entry(n))
-    assert [e.request_id for e in queue.entries()] == ["r1", "r2"]  # the oldest dropped
-    assert queue.dropped == 1
-    again = SettleQueue(path, clock=lambda: 1000.0)
-    assert [e.request_id for e in again.entries()] == ["r1", "r2"]
-    again.remove("r1")
-    assert [e.request_id for e in SettleQueue(path, clock=lambda: 1000.0).entries()] == ["r2"]
-    assert "tok2" not in repr(again.entries()) and "pending=1" in repr(again)
-
-
-def test_queue_drops_entries_too_old_to_settle(tmp_path: Path) -> None:
-    path = tmp_path / "settle-queue.json"
-    SettleQueue(path, clock=lambda: 0.0).add(entry(1, queued_at=0.0))
-    later = SettleQueue(path, max_age_secs=60, clock=lambda: 61.0)
-    assert len(later) == 0 and later.dropped == 1
-
-
-def test_queue_sets_aside_an_unreadable_file_and_skips_bad_entries(
+async def test_queue_sets_aside_an_unreadable_file_and_skips_bad_entries(
     tmp_path: Path, all_logs: LogCollector
 ) -> None:
     path = tmp_path / "settle-queue.json"
     path.write_text("{not json")
-    assert len(SettleQueue(path)) == 0
+    first = await SettleJournal.open(path)
+    await first.aclose()
+    assert len(first) == 0
     assert path.with_name("settle-queue.json.bad").exists()
     good = {
         "request_id": "r1",
@@ -237,23 +214,13 @@ def test_queue_sets_aside_an_unreadable_file_and_skips_bad_entries(
         "envelope": {},
         "queued_at": 1e12,
     }
+    # the previous format (one JSON array), as a file left by an older version
     path.write_text(json.dumps([good, {"request_id": "r2"}, {**good, "amount": 0}, 5]))
-    queue = SettleQueue(path)
-    assert [e.request_id for e in queue.entries()] == ["r1"]
+    queue = await SettleJournal.open(path)
+    await queue.aclose()
+    assert [e.request_id for e in await queue.entries()] == ["r1"]
     assert queue.dropped == 3
     assert "unreadable" in all_logs.text
-
-
-def test_queue_that_cannot_be_written_keeps_entries_in_memory(
-    tmp_path: Path, all_logs: LogCollector
-) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    queue = SettleQueue(blocker / "settle-queue.json")  # its directory is a file
-    queue.add(entry(1))
-    assert len(queue) == 1
-    assert "cannot write the settle queue" in all_logs.text
-    assert logging.ERROR
 
 
 async def test_a_token_naming_no_payer_is_unmetered_but_never_answered_free(

@@ -3,14 +3,16 @@ every new name or rename is made durable by syncing the directory."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from svc_gateway.selling.state.settle_journal import SettleJournal
-from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_queue import PendingSettle
 
 PAYER = "0x" + "aa" * 20
 
@@ -97,7 +99,8 @@ async def test_migrating_the_old_file_syncs_the_new_one_then_the_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "settle-queue.json"
-    SettleQueue(path).add(entry(1))
+    # the previous format, as the old whole-file store wrote it: one compact JSON array
+    path.write_text(json.dumps([asdict(entry(1))], separators=(",", ":")), encoding="utf-8")
     synced = Synced(monkeypatch)
     store = await SettleJournal.open(path)
     await store.aclose()
@@ -113,11 +116,3 @@ def test_setting_aside_an_unreadable_file_syncs_the_directory(
     assert path.with_name("settle-queue.json.bad").exists()
     # the rename aside, then the new journal's name
     assert synced.calls.count((tmp_path.stat().st_ino, True)) == 2
-
-
-def test_the_old_whole_file_queue_syncs_its_file_and_directory(
-    tmp_path: Path, synced: Synced
-) -> None:
-    queue = SettleQueue(tmp_path / "settle-queue.json")
-    queue.add(entry(1))
-    assert synced.file(queue.path) == 1 and synced.directory_after_file(queue.path)

@@ -20,7 +20,7 @@ from svc_gateway.config import ConfigError
 from svc_gateway.selling.state import settle_journal
 from svc_gateway.selling.state.protocols import SettleStore
 from svc_gateway.selling.state.settle_journal import SettleJournal
-from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_queue import PendingSettle
 from tests.support import LogCollector
 
 PAYER = "0x" + "aa" * 20
@@ -47,6 +47,16 @@ async def journal(tmp_path: Path) -> AsyncIterator[Opener]:
     yield open_
     for store in opened:
         await store.aclose()
+
+
+def write_old_array(path: Path, *entries: PendingSettle) -> list[dict[str, Any]]:
+    """Write ``entries`` in the previous format, byte for byte as the old whole-file store
+    saved it (one compact JSON array, 0600, in a 0700 directory); return the array."""
+    array = [asdict(e) for e in entries]
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(json.dumps(array, separators=(",", ":")), encoding="utf-8")
+    path.chmod(0o600)
+    return array
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -238,13 +248,11 @@ async def test_the_old_array_file_is_read_once_and_rewritten_as_a_journal(
     journal: Opener, tmp_path: Path, all_logs: LogCollector
 ) -> None:
     path = tmp_path / "svc" / "settle-queue.json"
-    old = SettleQueue(path, clock=lambda: NOW)
-    old.add(entry(1, amount=3))
-    old.add(PendingSettle("req-2", "plan-2", None, 2, "tok-2", {}, NOW))
-    array = json.loads(path.read_text())
+    anonymous = PendingSettle("req-2", "plan-2", None, 2, "tok-2", {}, NOW)
+    array = write_old_array(path, entry(1, amount=3), anonymous)
     path.write_text(json.dumps([*array, {"request_id": "half"}]))
     store = journal(path)
-    assert await store.entries() == [entry(1, amount=3), old.entries()[1]]
+    assert await store.entries() == [entry(1, amount=3), anonymous]
     assert "skipped an unreadable entry" in all_logs.text
     assert [r["add"]["request_id"] for r in lines(path)] == ["req-1", "req-2"]  # migrated
     await store.remove("req-1")
@@ -318,7 +326,7 @@ async def test_a_closed_journal_refuses_changes_and_closing_twice_is_harmless(
 
 async def test_open_reads_and_migrates_the_file_off_the_loop(tmp_path: Path) -> None:
     path = tmp_path / "settle-queue.json"
-    SettleQueue(path, clock=lambda: NOW).add(entry(1))  # the old format: rewritten at open
+    write_old_array(path, entry(1))  # the old format: rewritten at open
     threads: set[threading.Thread] = set()
 
     def fsync(fd: int) -> None:

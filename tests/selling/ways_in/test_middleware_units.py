@@ -23,7 +23,8 @@ from svc_gateway.selling import (
 from svc_gateway.selling.flow.plans import PlanFacts, build_envelope
 from svc_gateway.selling.flow.replay import ReplayCache, is_single_use
 from svc_gateway.selling.handlers import Answer
-from svc_gateway.selling.state.settle_queue import PendingSettle, SettleQueue
+from svc_gateway.selling.state.settle_journal import SettleJournal
+from svc_gateway.selling.state.settle_queue import PendingSettle
 from svc_gateway.selling.ways_in.routes import RouteMap, parse_route
 from tests.support.fixtures import StubMarketFactory
 from tests.support.stub_service import BUILDER_KEY, PLAN_ID, StubService, make_token
@@ -202,10 +203,15 @@ async def test_a_settle_queued_by_a_previous_run_is_retried_on_the_first_request
     queue_file = tmp_path / "queue.json"
     facts = PlanFacts.fallback(PLAN_ID, "local")
     envelope = build_envelope(facts, None, "http://x/ask", amount=1, max_timeout_secs=60)
-    old = SettleQueue(queue_file)
-    old.add(PendingSettle("req-old", PLAN_ID, PAYER, 1, make_token(PAYER), envelope.wire(), now()))
+    old = await SettleJournal.open(queue_file)  # the previous run's store
+    await old.add(
+        PendingSettle("req-old", PLAN_ID, PAYER, 1, make_token(PAYER), envelope.wire(), now())
+    )
     # an owed settle whose payer was never known: retried all the same, nothing to restore
-    old.add(PendingSettle("req-anon", PLAN_ID, None, 1, make_token(PAYER), envelope.wire(), now()))
+    await old.add(
+        PendingSettle("req-anon", PLAN_ID, None, 1, make_token(PAYER), envelope.wire(), now())
+    )
+    await old.aclose()  # that run has ended: its lock is released
     settings = {
         "svcApiKey": BUILDER_KEY,
         "environment": "local",

@@ -1,22 +1,22 @@
-"""Settles the service could not take (an outage after the answer was delivered), kept on disk.
+"""What the settle stores share: a settle the service could not take (an outage after the
+answer was delivered), kept to retry, and the durable-file helpers.
 
-Each entry is what a retry needs: the envelope, the access token, the amount and the
-``agentRequestId`` (settle is idempotent on it, so a retry never burns twice). The file lives
-under the plugin's config directory with mode 0600, like the credential file, because it holds
-access tokens; it is rewritten atomically, so a crash leaves the old or the new list, never half
-of one. A second run of the endpoint reads it and finishes what the first left.
+Each :class:`PendingSettle` is what a retry needs: the envelope, the access token, the amount and
+the ``agentRequestId`` (settle is idempotent on it, so a retry never burns twice). The store on
+disk is :class:`~.settle_journal.SettleJournal` (0600, in a 0700 directory, because it holds
+access tokens); replicas share :class:`~.redis_store.RedisSettleStore`. The helpers here write a
+file atomically and durably (a crash leaves the old or the new bytes, never half of them) and set
+an unreadable one aside.
 
-:class:`SettleQueue` is the synchronous whole-file store the flow used first; the append-only,
-locked :class:`~.settle_journal.SettleJournal` replaces it (and reads its file once).
+The synchronous whole-file ``SettleQueue`` that first lived here is gone; its file format (one
+JSON array) is still read, once, by :class:`~.settle_journal.SettleJournal`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from ...redact import get_logger
 
 log = get_logger("svc_gateway.paid")
 
-QUEUE_FILE = "settle-queue.json"
 #: entries kept at most; beyond it the oldest are dropped (and logged), so the file stays small
 MAX_ENTRIES = 10_000
 #: an access token older than this has expired anyway: its settle can no longer succeed
@@ -120,97 +119,3 @@ def log_dropped(entry: PendingSettle, why: str) -> None:
         entry.amount,
         why,
     )
-
-
-class SettleQueue:
-    """An ordered, persistent map ``agentRequestId`` → :class:`PendingSettle`."""
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        max_entries: int = MAX_ENTRIES,
-        max_age_secs: float = MAX_AGE_SECS,
-        clock: Any = time.time,
-        fsync: Fsync = os_fsync,
-    ) -> None:
-        self.path = path
-        self._fsync = fsync
-        self.max_entries = max_entries
-        self.max_age_secs = max_age_secs
-        self._clock = clock
-        self._entries: dict[str, PendingSettle] = {}
-        self.dropped = 0
-        self._load()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __repr__(self) -> str:
-        return f"SettleQueue(path={str(self.path)!r}, pending={len(self)})"
-
-    def __contains__(self, request_id: object) -> bool:
-        return request_id in self._entries
-
-    def entries(self) -> list[PendingSettle]:
-        return list(self._entries.values())
-
-    def add(self, entry: PendingSettle) -> None:
-        self._entries[entry.request_id] = entry
-        while len(self._entries) > self.max_entries:
-            oldest = next(iter(self._entries))
-            self._drop(oldest, "the settle queue is full")
-        self._save()
-
-    def remove(self, request_id: str) -> None:
-        if self._entries.pop(request_id, None) is not None:
-            self._save()
-
-    def _drop(self, request_id: str, why: str) -> None:
-        self.dropped += 1
-        log_dropped(self._entries.pop(request_id), why)
-
-    def _load(self) -> None:
-        try:
-            raw = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.error("cannot read the settle queue %s (%s)", self.path, exc.strerror or exc)
-            return
-        try:
-            items = json.loads(raw)
-        except ValueError:
-            items = None
-        if not isinstance(items, list):
-            log.error("the settle queue %s is unreadable; it is kept aside as .bad", self.path)
-            self._set_aside()
-            return
-        for item in items:
-            entry = PendingSettle.from_json(item)
-            if entry is None:
-                self.dropped += 1
-                log.error("skipped an unreadable entry of the settle queue %s", self.path)
-                continue
-            self._entries[entry.request_id] = entry
-        now = self._clock()
-        for entry in self.entries():
-            if now - entry.queued_at > self.max_age_secs:
-                self._drop(entry.request_id, "too old to settle (its access token has expired)")
-
-    def _set_aside(self) -> None:
-        set_aside(self.path, self._fsync)
-
-    def _save(self) -> None:
-        """Write the whole list atomically, mode 0600 (it holds access tokens)."""
-        data = json.dumps([asdict(e) for e in self._entries.values()], separators=(",", ":"))
-        try:
-            replace_durably(self.path, data.encode("utf-8"), self._fsync)
-        except OSError as exc:
-            log.error(
-                "cannot write the settle queue %s (%s); %d unsettled request(s) are kept in "
-                "memory only",
-                self.path,
-                exc.strerror or exc,
-                len(self._entries),
-            )
