@@ -6,8 +6,8 @@ about a dozen arguments each, so packing cost more of this process's time per re
 the rest of its Redis work. redis-py's synchronous connections pack with hiredis
 (``redis.connection.HiredisRespSerializer``) when it is installed; :func:`pack_with_hiredis`
 gives a client's asyncio connections the same packer. The bytes are the same (hiredis writes
-the RESP array redis-py writes; ``tests/selling/state/test_redis_packing.py`` compares them) and a value
-redis-py refuses (a bool, ``None``) is refused the same way, with ``DataError``.
+the RESP array redis-py writes; ``tests/selling/state/test_redis_packing.py`` compares them)
+and a value redis-py refuses (a bool, ``None``) is refused the same way, with ``DataError``.
 """
 
 from __future__ import annotations
