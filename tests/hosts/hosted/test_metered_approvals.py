@@ -98,3 +98,17 @@ async def test_an_approved_metered_call_runs_only_with_the_arguments_approved(
     meter = handle.extras["meter"]
     assert await balance(builder_client, plan, alice) == GRANTED - 3
     assert await balance(builder_client, plan, alice) + meter.flow.stats.credits_settled == GRANTED
+
+
+async def test_a_metered_call_that_would_buy_the_plan_says_so_in_its_code(
+    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+) -> None:
+    """Issue 41: a user holding no credits is asked for a code whose summary names the top-up
+    (the plan bought first): the person sees that the call would buy the plan."""
+    gateway, _handle, tools, _plan = await hosted_human(make_host, builder, builder_client)
+    await gateway.run_command("svc_login", "new", sender="carol")
+    asked = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="carol")
+    assert isinstance(asked, ToolResult) and asked.isError
+    error = asked.structuredContent["error"]
+    assert error["code"] == "approval_required" and "buying the plan first" in error["message"]
+    assert "image_gen" not in tools.runs
