@@ -79,5 +79,6 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     ).stdout.strip()
     assert demo == SET_UP_DEMO
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'README_TESTS="$(python3 scripts/readme_command.py tests)"' in ci
+    assert f'README_TESTS="{SET_UP_TESTS}"' in ci  # the README's line, verbatim
+    assert '"$(python3 scripts/readme_command.py tests)" != "$README_TESTS"' in ci  # checked
     assert 'eval "$README_TESTS"' in ci
