@@ -1,7 +1,11 @@
 """Hermes Agent 0.19.0 host adapter (entry point ``hermes_agent.plugins: svc``).
 
-Hermes imports this module and calls :func:`register` once per process, inside
-``discover_plugins()``. We build a :class:`svc_gateway.host.GatewayAPI` for the plugin core, let
+Hermes imports this module and calls :func:`register` inside ``discover_plugins()``: once per
+process in 0.19.0, once per profile where a gateway runs several profiles in one process
+(upstream). Each call gets a plugin of its own, closed only by that profile's unload
+(``ctx.on_unload``), a forced rediscovery of that profile, or the process exit.
+
+We build a :class:`svc_gateway.host.GatewayAPI` for the plugin core, let
 ``svc_gateway.register`` declare its tools, commands and hook, and translate each into Hermes terms:
 
 * **tools** → ``ctx.register_tool(..., toolset="svc", is_async=True)``. Hermes runs async tool
@@ -92,7 +96,11 @@ class PluginHandleLike(Protocol):
 
 
 _lock = threading.Lock()
-_handle: PluginHandleLike | None = None
+#: one live plugin per profile: Hermes's plugin manager (one per ``HERMES_HOME``; upstream runs
+#: several profiles in one gateway process) → the handle its ``register()`` call made
+_handles: dict[int, tuple[object, PluginHandleLike]] = {}
+#: the handle ``register()`` made last (what :func:`current_handle` answers)
+_latest: PluginHandleLike | None = None
 _atexit_registered = False
 
 
@@ -311,19 +319,47 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
 
 
 def _close_at_exit() -> None:
-    global _handle
+    global _latest
     with _lock:
-        handle, _handle = _handle, None
-    if handle is not None:
-        try:
-            handle.close()
-        except Exception as error:
-            describe_failure("shutdown", error)
+        handles = [handle for _, handle in _handles.values()]
+        _handles.clear()
+        _latest = None
+    for handle in handles:
+        _close(handle)
+
+
+def _close(handle: PluginHandleLike) -> None:
+    try:
+        handle.close()
+    except Exception as error:
+        describe_failure("shutdown", error)
+
+
+def _profile_of(ctx: Any) -> object:
+    """Who owns this ``register()`` call: Hermes's plugin manager behind ``ctx`` (one per profile,
+    and the same one when a forced rediscovery registers the plugin again), else ``ctx`` itself."""
+    manager = getattr(ctx, "_manager", None)
+    return manager if manager is not None else ctx
+
+
+def _unload(profile: object, handle: PluginHandleLike) -> Callable[..., None]:
+    """``ctx.on_unload`` callback (newer Hermes): closes this profile's plugin, no other."""
+
+    def unload(*_args: Any, **_kwargs: Any) -> None:
+        global _latest
+        with _lock:
+            if _handles.get(id(profile), (None, None))[1] is handle:
+                del _handles[id(profile)]
+            if _latest is handle:
+                _latest = None
+        _close(handle)
+
+    return unload
 
 
 def current_handle() -> PluginHandleLike | None:
-    """The handle of the plugin registered in this process, if any."""
-    return _handle
+    """The handle of the plugin registered last in this process, if it is still open."""
+    return _latest
 
 
 def register(ctx: Any) -> None:
@@ -333,7 +369,7 @@ def register(ctx: Any) -> None:
     exception here is recorded by Hermes as the plugin's ``error`` and the host keeps running
     without it. Messages name fields, never values.
     """
-    global _handle, _atexit_registered
+    global _latest, _atexit_registered
     from .. import register as register_plugin
 
     plugin_id = _plugin_id(ctx)
@@ -346,14 +382,26 @@ def register(ctx: Any) -> None:
     except BaseException:
         handle.close()
         raise
+    # One plugin per profile: another profile's register() leaves this one running. Only a
+    # forced rediscovery of the same profile replaces (and closes) its previous plugin; upstream's
+    # ctx.on_unload closes a profile's plugin when Hermes unloads that profile's plugins.
+    profile = _profile_of(ctx)
     with _lock:
-        previous, _handle = _handle, handle
+        previous = _handles.get(id(profile), (None, None))[1]
+        _handles[id(profile)] = (profile, handle)
+        _latest = handle
         if not _atexit_registered:
             atexit.register(_close_at_exit)
             _atexit_registered = True
+    on_unload = getattr(ctx, "on_unload", None)
+    if callable(on_unload):
+        try:
+            on_unload(_unload(profile, handle))
+        except Exception as error:  # the process exit still closes it
+            describe_failure("ctx.on_unload", error)
     if previous is not None and previous is not handle:
         # A forced rediscovery registered the plugin again; Hermes now calls the new handlers.
-        previous.close()
+        _close(previous)
     log.info(
         "svc plugin loaded into Hermes: %d tools, %d commands, %d prompt hooks",
         len(api.tools),

@@ -9,6 +9,7 @@ Scenarios:
   host      discovery, tools, the pre_llm_call hook, two full agent turns (real plugin)
   commands  discovery, /svc_login and /svc_logout through the gateway and the CLI (real plugin)
   broken    an invalid config: Hermes records the plugin's error and keeps working
+  profiles  two profiles' register() calls in one process (hermes_profiles.py)
   standin   the adapter's own guarantees with a stand-in for ``svc_gateway.register``: error JSON,
             no secrets, the hook budget, command names and the Telegram menu
 
@@ -596,6 +597,7 @@ def main() -> None:
         "broken": scenario_broken,
         "standin": scenario_standin,
         "hosted": importlib.import_module("hermes_hosted").scenario_hosted,
+        "profiles": importlib.import_module("hermes_profiles").scenario_profiles,
     }
     scenarios[scenario](params, report)
     report["total_secs"] = round(time.monotonic() - started, 3)

@@ -31,7 +31,8 @@ from svc_gateway.runtime import PluginRuntime
 class FakeCtx:
     """The slice of Hermes 0.19.0's PluginContext the adapter uses."""
 
-    def __init__(self, fail_on_tool: bool = False) -> None:
+    def __init__(self, fail_on_tool: bool = False, manager: object | None = None) -> None:
+        self._manager = manager  # Hermes's plugin manager: one per profile
         self.tools: dict[str, dict[str, Any]] = {}
         self.commands: dict[str, dict[str, Any]] = {}
         self.hooks: dict[str, list[Any]] = {}
@@ -197,12 +198,42 @@ def test_registration_is_all_or_nothing(standin: dict[str, Any]) -> None:
     assert hermes.current_handle() is None
 
 
-def test_reregistering_closes_the_previous_plugin(standin: dict[str, Any]) -> None:
-    hermes.register(FakeCtx())
-    hermes.register(FakeCtx())
+def test_reregistering_one_profile_closes_its_previous_plugin(standin: dict[str, Any]) -> None:
+    manager = object()
+    hermes.register(FakeCtx(manager=manager))
+    hermes.register(FakeCtx(manager=manager))  # a forced rediscovery of the same profile
     first, second = standin["handles"][-2:]
     assert first.closed and not second.closed
     assert hermes.current_handle() is second
+
+
+class UnloadingCtx(FakeCtx):
+    """Newer Hermes: ``ctx.on_unload(callback)``, called when the profile unloads the plugin."""
+
+    def __init__(self) -> None:
+        super().__init__(manager=object())
+        self.unloads: list[Any] = []
+
+    def on_unload(self, callback: Any) -> None:
+        self.unloads.append(callback)
+
+
+def test_each_profile_keeps_its_plugin_until_its_own_unload(standin: dict[str, Any]) -> None:
+    first_ctx, second_ctx = UnloadingCtx(), UnloadingCtx()
+    hermes.register(first_ctx)
+    hermes.register(second_ctx)
+    first, second = standin["handles"][-2:]
+    assert not first.closed and not second.closed  # the second profile left the first running
+    for ctx in (first_ctx, second_ctx):
+        out = json.loads(asyncio.run(ctx.tools["svc_checkBalance"]["handler"]({"planId": "p"})))
+        assert out == {"planId": "p", "balance": "100"}
+    (unload_first,) = first_ctx.unloads
+    unload_first()
+    assert first.closed and not second.closed
+    assert hermes.current_handle() is second
+    (unload_second,) = second_ctx.unloads
+    unload_second()
+    assert second.closed and hermes.current_handle() is None
 
 
 def test_settings_fall_back_to_the_hermes_config_file(
