@@ -92,6 +92,14 @@ class _RegistryErrors(logging.Filter):
 
 _REGISTRY_FILTER = _RegistryErrors()
 
+#: the metered call (tool name, ``tool_call_id``) whose tool runs in this context: Hermes
+#: 0.19.0's concurrent path wraps one registry tool in the middleware twice
+#: (``agent_runtime_helpers.invoke_tool`` around ``model_tools.handle_function_call``), and the
+#: inner pass, inside the outer's ``next_call``, is the same call: the outer meters it
+_METERED_CALL: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "svc_metered_call", default=None
+)
+
 
 def _watch_registry() -> None:
     registry_log = logging.getLogger(REGISTRY_LOGGER)
@@ -99,16 +107,21 @@ def _watch_registry() -> None:
         registry_log.addFilter(_REGISTRY_FILTER)
 
 
-def run_watched(next_call: Callable[..., Any], args: Any) -> Any:
-    """``next_call(args)`` (a thread of its own); a :class:`HostToolError` around its result
-    when Hermes's registry caught the tool's exception on the way."""
+def run_watched(
+    next_call: Callable[..., Any], args: Any, call: tuple[str, str] | None = None
+) -> Any:
+    """``next_call(args)`` (a thread of its own) for the metered ``call`` (tool name, call id);
+    a :class:`HostToolError` around its result when Hermes's registry caught the tool's
+    exception on the way."""
     from ..selling.ways_in.tool_results import HostToolError
 
     seen: list[tuple[str, str]] = []
     token = _TOOL_ERRORS.set(seen)
+    running = _METERED_CALL.set(call)
     try:
         result = next_call(args)
     finally:
+        _METERED_CALL.reset(running)
         _TOOL_ERRORS.reset(token)
     if seen:
         kind, detail = seen[0]
@@ -222,17 +235,18 @@ def make_tool_middleware(
         name = tool_name if isinstance(tool_name, str) else ""
         if meter.price_of(name) is None:
             return next_call(args)
+        call_id = _text(tool_call_id) or uuid.uuid4().hex
+        if _METERED_CALL.get() == (name, call_id):
+            return next_call(args)  # Hermes wrapped this call twice: the outer pass meters it
         from ..selling.ways_in.tool_results import block, delivered
 
         if senders.unidentified(session_id):
             return render(block(*NO_SENDER))
         arguments = dict(args) if isinstance(args, dict) else {}
-        ctx = ToolCallContext(
-            name, arguments, _text(tool_call_id) or uuid.uuid4().hex, senders.caller(session_id)
-        )
+        ctx = ToolCallContext(name, arguments, call_id, senders.caller(session_id))
 
         async def run_tool() -> Any:
-            return await asyncio.to_thread(run_watched, next_call, args)
+            return await asyncio.to_thread(run_watched, next_call, args, (name, call_id))
 
         try:
             result = runtime.run_sync(meter.meter(ctx, run_tool), timeout=wait)
