@@ -376,7 +376,12 @@ def register(ctx: Any) -> None:
     api = HermesGatewayAPI(read_settings(ctx), get_logger(f"hermes_plugins.{plugin_id}"), plugin_id)
     # A bad config must not leave the model without svc tools and the operator without a clue:
     # every tool and /svc_login status answer with the error and where to fix it.
-    handle: PluginHandleLike = register_plugin(api, on_config_error="degrade")
+    # Upstream Hermes runs import + register() under a 10 s deadline (and drops what registers
+    # after it): register hands over the tools, commands and hooks only; the paid endpoint, MCP
+    # server and A2A agent start on the plugin's loop once register() has returned.
+    handle: PluginHandleLike = register_plugin(
+        api, on_config_error="degrade", background_start=True
+    )
     try:
         _install(ctx, api, handle)
     except BaseException:

@@ -10,6 +10,7 @@ Scenarios:
   commands  discovery, /svc_login and /svc_logout through the gateway and the CLI (real plugin)
   broken    an invalid config: Hermes records the plugin's error and keeps working
   profiles  two profiles' register() calls in one process (hermes_profiles.py)
+  startup   register() with a paid endpoint: nothing heavy before it returns (hermes_startup.py)
   standin   the adapter's own guarantees with a stand-in for ``svc_gateway.register``: error JSON,
             no secrets, the hook budget, command names and the Telegram menu
 
@@ -598,6 +599,7 @@ def main() -> None:
         "standin": scenario_standin,
         "hosted": importlib.import_module("hermes_hosted").scenario_hosted,
         "profiles": importlib.import_module("hermes_profiles").scenario_profiles,
+        "startup": importlib.import_module("hermes_startup").scenario_startup,
     }
     scenarios[scenario](params, report)
     report["total_secs"] = round(time.monotonic() - started, 3)
