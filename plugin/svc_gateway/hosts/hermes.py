@@ -62,6 +62,7 @@ from .hermes_adapters import (
     tool_schema,
 )
 from .hermes_users import (
+    MeteringGuard,
     Senders,
     gateway_message,
     make_tool_middleware,
@@ -307,15 +308,44 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
     if senders is not None:
         ctx.register_hook("pre_gateway_dispatch", pre_gateway_dispatch)
     if meter is not None and isinstance(runtime, PluginRuntime):
+        # Fails closed: where the middleware would not meter a metered tool, pre_tool_call
+        # blocks it (registered even when this Hermes has no middleware at all).
+        guard = MeteringGuard(lambda name: meter.price_of(name) is not None)
+        ctx.register_hook("pre_tool_call", guard.pre_tool_call)
+        ctx.register_hook("post_tool_call", guard.post_tool_call)
         register_middleware = getattr(ctx, "register_middleware", None)
         if callable(register_middleware):
-            middleware = make_tool_middleware(meter, senders or Senders(), runtime, result_json)
+            middleware = make_tool_middleware(
+                meter, senders or Senders(), runtime, result_json, guard
+            )
             register_middleware("tool_execution", middleware)
+            guard.installed(middleware, _middleware_list(ctx))
         else:
             log.warning(
-                "this Hermes has no tool_execution middleware: meteredTools are not charged "
-                "(Hermes 0.19.0 or newer needed)"
+                "this Hermes has no tool_execution middleware: meteredTools (%s) are blocked, "
+                "never run unpaid (Hermes 0.19.0 or newer meters them)",
+                ", ".join(sorted(meter.prices)),
             )
+
+
+def _middleware_list(ctx: Any) -> Callable[[], list[Any] | None]:
+    """The ``tool_execution`` middleware list Hermes runs for this profile, read at each call
+    (``None`` when this Hermes keeps it where the adapter cannot see it)."""
+
+    def listed() -> list[Any] | None:
+        manager = getattr(ctx, "_manager", None)
+        if manager is None:
+            try:
+                from hermes_cli.plugins import get_plugin_manager
+
+                manager = get_plugin_manager()
+            except Exception:
+                return None
+        kinds = getattr(manager, "_middleware", None)
+        found = kinds.get("tool_execution") if isinstance(kinds, Mapping) else None
+        return list(found) if isinstance(found, list) else ([] if kinds is not None else None)
+
+    return listed
 
 
 def _close_at_exit() -> None:

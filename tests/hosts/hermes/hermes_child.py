@@ -11,6 +11,7 @@ Scenarios:
   broken    an invalid config: Hermes records the plugin's error and keeps working
   profiles  two profiles' register() calls in one process (hermes_profiles.py)
   startup   register() with a paid endpoint: nothing heavy before it returns (hermes_startup.py)
+  failclosed  a metered tool where the middleware does not run (hermes_failclosed.py)
   standin   the adapter's own guarantees with a stand-in for ``svc_gateway.register``: error JSON,
             no secrets, the hook budget, command names and the Telegram menu
 
@@ -600,6 +601,7 @@ def main() -> None:
         "hosted": importlib.import_module("hermes_hosted").scenario_hosted,
         "profiles": importlib.import_module("hermes_profiles").scenario_profiles,
         "startup": importlib.import_module("hermes_startup").scenario_startup,
+        "failclosed": importlib.import_module("hermes_failclosed").scenario_failclosed,
     }
     scenarios[scenario](params, report)
     report["total_secs"] = round(time.monotonic() - started, 3)
