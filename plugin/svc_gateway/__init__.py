@@ -326,10 +326,8 @@ def _register_now(
     With ``background_start`` what it sells starts on the plugin loop after this returns
     (``extras["started"]``, a future)."""
     from .host import BEFORE_PROMPT_BUILD
-    from .redact import get_logger
     from .startup import FirstUse
 
-    log = get_logger("svc_gateway")
     live = build(config, runtime, extras)
     handle = PluginHandle(runtime, FirstUse.started(live, api), extras)
     core, commands, accounts = live.core, live.commands, live.accounts
@@ -346,15 +344,9 @@ def _register_now(
         runtime.add_closer(meter.aclose)
         api.on(AROUND_TOOL_CALL, meter)
         handle.extras["meter"] = meter
-        listed = getattr(api, "host_tools", None)  # a host that lists its own tools
-        offered: list[str] = [str(name) for name in listed] if isinstance(listed, dict) else []
-        for pattern in meter.unoffered(offered) if isinstance(listed, dict) else ():
-            log.warning(
-                "meteredTools names %r, but no tool this host offers matches it (the "
-                "host's tools: %s): it will never be charged",
-                pattern,
-                ", ".join(sorted(offered)) or "none",
-            )
+        listed = getattr(api, "host_tools", None)  # a host that lists its own tools at start
+        if isinstance(listed, dict):
+            meter.warn_unoffered(listed)  # the others call it once they know their tools
     if config.enable_paid_endpoint or config.enable_paid_mcp or config.enable_paid_a2a:
         from .startup import said_if_failed, start_selling
 

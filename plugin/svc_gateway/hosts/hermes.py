@@ -64,6 +64,7 @@ from .hermes_adapters import (
 from .hermes_users import (
     MeteringGuard,
     Senders,
+    check_metered_names,
     gateway_message,
     make_tool_middleware,
     pre_gateway_dispatch,
@@ -311,6 +312,7 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
         # Fails closed: where the middleware would not meter a metered tool, pre_tool_call
         # blocks it (registered even when this Hermes has no middleware at all).
         guard = MeteringGuard(lambda name: meter.price_of(name) is not None)
+        ctx.register_hook("pre_llm_call", check_metered_names(meter))
         ctx.register_hook("pre_tool_call", guard.pre_tool_call)
         ctx.register_hook("post_tool_call", guard.post_tool_call)
         register_middleware = getattr(ctx, "register_middleware", None)

@@ -353,3 +353,25 @@ class MeteringGuard:
                 name,
                 tool_call_id,
             )
+
+
+def check_metered_names(meter: ToolMeter) -> Callable[..., None]:
+    """A ``pre_llm_call`` callback that, at the first turn (every plugin's tools and the MCP
+    servers' are registered by then, unlike at ``register()``), warns about each ``meteredTools``
+    entry that names no tool of Hermes's registry."""
+    done = threading.Event()
+
+    def svc_check_metered_tools(**_kwargs: Any) -> None:
+        if done.is_set():
+            return
+        done.set()
+        try:
+            from tools.registry import registry
+
+            names = [str(name) for name in registry.get_all_tool_names()]
+        except Exception as error:  # a Hermes without this registry: nothing to compare with
+            log.info("svc: Hermes's tools could not be listed (%s)", type(error).__name__)
+            return
+        meter.warn_unoffered(names)
+
+    return svc_check_metered_tools
