@@ -24,7 +24,7 @@ from svc_gateway.host import (
     ToolResult,
     ToolSpec,
 )
-from svc_gateway.hosts import hermes
+from svc_gateway.hosts import hermes, hermes_users
 from svc_gateway.runtime import PluginRuntime
 
 
@@ -354,3 +354,56 @@ def test_a_gateway_turn_without_a_sender_runs_no_tool_as_anybody() -> None:
     assert refused["error"]["code"] == "no_account"
     assert json.loads(asyncio.run(handler({}, session_id="cli-session"))) == {"balance": "100"}
     assert callers == [None]  # only the CLI's call ran, as the gateway's own account
+
+
+# -- metering fails closed (issue 43, item 12) ---------------------------------------------------
+
+
+def metered_guard() -> hermes_users.MeteringGuard:
+    return hermes_users.MeteringGuard(lambda name: name == "image_gen")
+
+
+def test_a_hermes_without_the_middleware_blocks_metered_tools_only() -> None:
+    guard = metered_guard()  # nothing installed: this Hermes has no register_middleware
+    blocked = guard.pre_tool_call(tool_name="image_gen", tool_call_id="c1")
+    assert blocked is not None and blocked["action"] == "block"
+    assert "has no tool_execution middleware" in blocked["message"]
+    assert "did not run and nothing was charged" in blocked["message"]
+    assert guard.pre_tool_call(tool_name="read_file") is None
+    assert guard.pre_tool_call(tool_name=None) is None
+
+
+def test_a_middleware_gone_from_hermess_list_blocks_until_it_is_back() -> None:
+    guard = metered_guard()
+    listed: list[Any] = []
+
+    def middleware(**_kwargs: Any) -> None:
+        return None
+
+    guard.installed(middleware, lambda: listed)
+    blocked = guard.pre_tool_call(tool_name="image_gen")
+    assert blocked is not None and "not active in this Hermes process" in blocked["message"]
+    listed.append(middleware)
+    assert guard.pre_tool_call(tool_name="image_gen") is None
+    guard.installed(middleware, lambda: None)  # a Hermes keeping the list out of sight
+    assert guard.pre_tool_call(tool_name="image_gen") is None
+
+
+def test_only_a_metered_call_that_ran_unseen_blocks_the_later_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard = metered_guard()
+    guard.installed(lambda **_k: None, lambda: None)
+    guard.saw("seen")
+    guard.saw("")  # no id: nothing to remember
+    guard.post_tool_call(tool_name="image_gen", tool_call_id="seen", status="ok")
+    guard.post_tool_call(tool_name="image_gen", tool_call_id="c2", status="blocked")
+    guard.post_tool_call(tool_name="image_gen", tool_call_id="", status="ok")
+    guard.post_tool_call(tool_name="read_file", tool_call_id="c3", status="ok")
+    assert guard.bypassed is None and guard.pre_tool_call(tool_name="image_gen") is None
+    with caplog.at_level(logging.ERROR):
+        guard.post_tool_call(tool_name="image_gen", tool_call_id="c4", status="error")
+        guard.post_tool_call(tool_name="image_gen", tool_call_id="c5", status="ok")
+    assert len([r for r in caplog.records if "without the svc plugin" in r.getMessage()]) == 1
+    blocked = guard.pre_tool_call(tool_name="image_gen")
+    assert blocked is not None and "without its tool_execution middleware" in blocked["message"]
