@@ -68,10 +68,48 @@ $ svc --profile builder agents register-agent --agent-metadata '{"name": "Echo"}
       --agent-api '{"endpoints": [{"POST": "https://agent.example/ask"}]}' --payment-plans <plan>
 $ svc --profile subscriber plans order-plan <plan>
 $ svc --profile subscriber x402token get-x402-access-token <plan> --agent-id <agent>
-$ svc x402token build-payment-required <plan> --agent-id <agent> > required.json
-$ svc --profile builder facilitator verify-permissions --params params.json
-$ svc --profile builder facilitator settle-permissions --params params.json
+$ svc --profile builder facilitator verify-permissions --token <token> --plan <plan>
+$ svc --profile builder facilitator settle-permissions --token <token> --plan <plan> \\
+      --agent-request-id <agentRequestId from verify>
 ```
+
+Verify and settle build the `paymentRequired` envelope from the token (the scheme, network,
+agent, URL and verb it was issued for) and your `--plan`; `--params params.json` (an envelope
+from `svc x402token build-payment-required`, `x402AccessToken`, `maxAmount`) still works.
+
+## Pay a URL in one command
+
+`svc pay` does the buyer's side of a paid request at once: it POSTs to the URL, reads its 402,
+checks it as the chat plugin's `svc_queryAgent` does (plain HTTP only to this machine, no
+private addresses, the URL must be one of the agent's registered `POST` endpoints, the plan
+must be one the agent sells), shows the price and asks, orders the plan when your balance is
+short, pays with a single-use token bound to the URL, and prints the answer and the checked
+receipt:
+
+```console
+$ svc --profile subscriber pay http://127.0.0.1:8080/runs/wait \\
+      --data '{"question": "how far is the moon"}'
+Pay agent <agent> at http://127.0.0.1:8080/runs/wait up to 2 credits of plan 'Ask', buying
+the plan first for 1 USDC (100 credits; you hold 0 credits).
+Pay 1.00 USD? [y/N]: y
+{
+  "answer": "You asked 5 words."
+}
+
+Paid 2 credits of plan <plan> to agent <agent>; balance 98 credits; transaction 0x...
+```
+
+- `--yes` pays without asking (the price is still shown); `--max-price '$0.50'` (or `'0.5
+  USDC'`) pays without asking when it costs at most that and refuses above it. Without either,
+  a "no" (or no answer on stdin) pays nothing.
+- `--format json` prints one JSON document (`answer`, `receipt`, `planId`, `agentId`,
+  `ordered`, `balanceAfter`, `idempotencyKey`, `warnings`) for scripts.
+- `--print-header` prints `payment-signature: <token>` instead of sending, for
+  `curl -H "$(svc pay URL --print-header --yes)" ...`; the token pays once, for that URL.
+- `--idempotency-key KEY` is sent as `Idempotency-Key` (default: a random one). A timeout or a
+  dropped connection is sent again with the same token and key, at most 3 times in all, within
+  the one `--timeout` (default 60 s): a seller that already answered replays its answer
+  without charging again.
 """
 
 
