@@ -104,6 +104,8 @@ BAD_USAGE: list[tuple[tuple[str, ...], str]] = [
     (("facilitator", "verify-permissions", "--token", "t", "--plan", "p"), "'--token'"),
     (("facilitator", "settle-permissions", "--params", "{}", "--token", "t"), "leave out --token"),
     (("pay", "http://agent.example/ask", "--yes"), "plain HTTP would expose it"),
+    (("config", "init", "--from-sandbox", "http://127.0.0.1:9", "--environment", "local"),
+     "leave out --environment"),
     (("pay", "https://agent.example/ask", "--max-price", "lots"), "'--max-price'"),
     (("pay", "https://agent.example/ask", "--idempotency-key", " "), "--idempotency-key"),
     (("plans", "get-fiat-price-config", "--amount", "$0.50", "--receiver", ADDRESS),

@@ -23,6 +23,46 @@ organizations and profiles. It is installed with the plugin, beside `svc-gateway
 This page is generated from the commands' help (`python -m svc_gateway.svc_cli.docs >
 docs/cli.md`); `svc <group> <command> --help` prints the same text.
 
+## Try it offline
+
+The package's local sandbox (`svc-gateway sandbox`, [The sandbox](sandbox.md)) stands in for
+the service. Start it in one terminal:
+
+```bash
+svc-gateway sandbox --port 8765 --db sandbox.db
+```
+
+Then, in another, one step makes two profiles on it, `builder` and `subscriber`, each with a
+new sandbox account, and the whole paid cycle runs offline (bash, and python3 to read JSON;
+`tests/svc_cli/test_docs_cli.py` runs this block as written):
+
+```bash
+SANDBOX=${SANDBOX:-http://127.0.0.1:8765}
+json() { python3 -c "import json, sys; print(json.load(sys.stdin)$1)"; }
+svc config init --from-sandbox "$SANDBOX"
+ME=$(svc --profile builder config show --format json | json '["account"]')
+svc plans get-fixed-credits-config --credits-granted 100 > credits.json
+svc plans get-erc20-price-config --amount '$1.00' --receiver "$ME" \\
+    --token-address 0x036CbD53842c5426634e7929541eC2318f3dCF7e > price.json
+PLAN=$(svc --profile builder plans register-credits-plan --plan-metadata '{"name": "Starter"}' \\
+    --price-config price.json --credits-config credits.json --format json | json '["planId"]')
+AGENT=$(svc --profile builder agents register-agent --agent-metadata '{"name": "Echo"}' \\
+    --agent-api '{"endpoints": [{"POST": "http://127.0.0.1:8080/ask"}]}' \\
+    --payment-plans "$PLAN" --format json | json '["data"]["agentId"]')
+svc --profile subscriber plans order-plan "$PLAN"
+TOKEN=$(svc --profile subscriber x402token get-x402-access-token "$PLAN" --agent-id "$AGENT" \\
+    --format json | json '["accessToken"]')
+REQUEST=$(svc --profile builder facilitator verify-permissions --token "$TOKEN" --plan "$PLAN" \\
+    --format json | json '["agentRequest"]["agentRequestId"]')
+svc --profile builder facilitator settle-permissions --token "$TOKEN" --plan "$PLAN" \\
+    --agent-request-id "$REQUEST"
+svc --profile subscriber plans get-plan-balance "$PLAN"    # 99 of the 100 credits left
+```
+
+Verify and settle build the `paymentRequired` envelope from the token (the scheme, network,
+agent, URL and verb it was issued for) and your `--plan`; `--params params.json` (an envelope
+from `svc x402token build-payment-required`, `x402AccessToken`, `maxAmount`) still works.
+
 ## Profiles and keys
 
 A profile names an environment (`sandbox`, `live` or `local`), its REST root (`base-url`,
@@ -34,6 +74,10 @@ $ svc --profile builder config init --api-key - --environment sandbox \\
 $ svc --profile subscriber login -        # reads <env>:<API_KEY> from stdin
 $ svc config show                         # the key is only ever shown masked
 ```
+
+`svc login` checks the key with the service before storing it: a key the service refuses is
+not stored (exit 1); when the service cannot be reached (or no URL is known yet) the key is
+stored and the command says plainly that it was not checked.
 
 Settings live in `config.json` under `$SVC_CONFIG_DIR` (else `$XDG_CONFIG_HOME/svc`, else
 `~/.config/svc`); keys are never written there but kept like the plugin keeps its own: in the
@@ -55,27 +99,6 @@ environment's URL: a mismatch is refused before anything is sent.
   or the JSON text itself.
 - Shell completion: `eval "$(_SVC_COMPLETE=bash_source svc)"` (also `zsh_source`,
   `fish_source`).
-
-## A paid request, end to end
-
-```console
-$ svc plans get-fixed-credits-config --credits-granted 100 > credits.json
-$ svc plans get-erc20-price-config --amount '$1.00' --receiver 0x... \\
-      --token-address 0x036CbD53842c5426634e7929541eC2318f3dCF7e > price.json
-$ svc --profile builder plans register-credits-plan --plan-metadata '{"name": "Starter"}' \\
-      --price-config price.json --credits-config credits.json --format json
-$ svc --profile builder agents register-agent --agent-metadata '{"name": "Echo"}' \\
-      --agent-api '{"endpoints": [{"POST": "https://agent.example/ask"}]}' --payment-plans <plan>
-$ svc --profile subscriber plans order-plan <plan>
-$ svc --profile subscriber x402token get-x402-access-token <plan> --agent-id <agent>
-$ svc --profile builder facilitator verify-permissions --token <token> --plan <plan>
-$ svc --profile builder facilitator settle-permissions --token <token> --plan <plan> \\
-      --agent-request-id <agentRequestId from verify>
-```
-
-Verify and settle build the `paymentRequired` envelope from the token (the scheme, network,
-agent, URL and verb it was issued for) and your `--plan`; `--params params.json` (an envelope
-from `svc x402token build-payment-required`, `x402AccessToken`, `maxAmount`) still works.
 
 ## Pay a URL in one command
 
