@@ -1,0 +1,52 @@
+"""Tables show nested JSON readably: an indented outline, endpoints as ``POST <url>``; never
+dotted column names (``data.agentId``) nor ``0.POST=...`` cells."""
+
+from __future__ import annotations
+
+from svc_gateway.svc_cli.output import Output, key_value_table, list_table
+
+REGISTERED = {
+    "success": True,
+    "data": {
+        "agentId": "did:svc:42",
+        "planIds": ["7", "8"],
+        "agentApi": {"endpoints": [{"POST": "https://a.example/ask"}, {"GET": "https://a/b"}]},
+    },
+    "txHash": None,
+}
+
+
+def test_a_nested_answer_is_an_indented_outline() -> None:
+    text = key_value_table(REGISTERED)
+    assert text.splitlines() == [
+        "success  true",
+        "data",
+        "  agentId  did:svc:42",
+        "  planIds  7, 8",
+        "  agentApi",
+        "    endpoints",
+        "      - POST https://a.example/ask",
+        "      - GET https://a/b",
+        "txHash",
+    ]
+    assert "data.agentId" not in text and "0.POST" not in text and "=" not in text
+
+
+def test_a_list_of_objects_is_items_and_cells_stay_on_one_line() -> None:
+    plans = key_value_table({"plans": [{"id": "1", "name": "A"}, {"id": "2", "name": "Bee"}]})
+    assert plans.splitlines() == [
+        "plans",
+        "  - id    1",
+        "    name  A",
+        "  - id    2",
+        "    name  Bee",
+    ]
+    agents = [{"id": "a1", "endpoints": [{"POST": "http://x/ask"}], "metadata": {"name": "Echo"}}]
+    table = list_table(agents, [("ID", "id"), ("ENDPOINTS", "endpoints"), ("META", "metadata")])
+    assert table.splitlines()[2].split("  ") == ["a1", "POST http://x/ask", "name: Echo"]
+
+
+def test_json_output_is_the_service_json_unchanged(capsys: object) -> None:
+    Output("json").result(REGISTERED)
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert '"agentId": "did:svc:42"' in out and '"POST": "https://a.example/ask"' in out
