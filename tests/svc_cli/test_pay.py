@@ -76,7 +76,7 @@ async def route(
     origin = f"http://127.0.0.1:{sock.getsockname()[1]}"
     ids = await client.register_agent_and_plan(
         AgentMetadata(name="Asker"),
-        AgentApi(endpoints=[{"POST": f"{origin}/ask"}]),
+        AgentApi(endpoints=[{"POST": f"{origin}/ask"}, {"POST": f"{origin}/anon"}]),
         PlanMetadata(name="Starter"),
         erc20_price([1_000_000], [builder["address"]], USDC),
         fixed_credits(100, 1),
@@ -92,10 +92,14 @@ async def route(
         "settleQueuePath": str(tmp_path / "queue.json"),
     }
     config = RouteConfig(plan_id=ids.plan_id, agent_id=ids.agent_id)
-    app = build_payment_app({"POST /ask": config, "POST /elsewhere": config}, settings)
+    # /anon's route names no agent (as docs/selling.md's app.py): its 402 carries none
+    anon = RouteConfig(plan_id=ids.plan_id)
+    routes = {"POST /ask": config, "POST /elsewhere": config, "POST /anon": anon}
+    app = build_payment_app(routes, settings)
     app.middlewares.insert(0, drop_once)
     app.router.add_post("/ask", ask)
     app.router.add_post("/elsewhere", ask)
+    app.router.add_post("/anon", ask)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.SockSite(runner, sock).start()
@@ -164,15 +168,16 @@ async def test_a_dropped_answer_is_asked_again_with_the_same_token_and_key(
     assert await route.ledger(subscriber["address"]) == {"granted": 100, "burned": 1, "balance": 99}
 
 
-async def test_print_header_gives_curl_a_header_that_pays_once(
+async def test_print_header_gives_curl_a_header_that_pays_once_even_when_the_402_names_no_agent(
     profiles: Svc, route: Route, subscriber: dict[str, str]
 ) -> None:
-    run = await profiles.ok("--profile", "subscriber", "pay", route.url, "--print-header", "-y")
+    anon = route.url.replace("/ask", "/anon")  # the service's record says which agent it is
+    run = await profiles.ok("--profile", "subscriber", "pay", anon, "--print-header", "-y")
     name, _, token = run.out.strip().partition(": ")
     assert name == "payment-signature" and len(token) > 100
     async with httpx.AsyncClient() as http:
         answered = await http.post(
-            route.url, json={"question": "x"}, headers={"payment-signature": token}
+            anon, json={"question": "x"}, headers={"payment-signature": token}
         )
     assert answered.status_code == 200 and "payment-response" in answered.headers
     assert await route.ledger(subscriber["address"]) == {"granted": 100, "burned": 1, "balance": 99}

@@ -122,6 +122,10 @@ Pay 1.00 USD? [y/N]: y
 Paid 2 credits of plan <plan> to agent <agent>; balance 98 credits; transaction 0x...
 ```
 
+- The plan and the agent come from the 402 (`--plan` and `--agent-id` choose or override);
+  when the 402 names no agent (a route configured without `agent_id`, as in
+  [app.py](selling.md#sell-routes-of-your-own-aiohttp-app)), the agent selling the plan that
+  registered the URL is found in the service's record.
 - `--yes` pays without asking (the price is still shown); `--max-price '$0.50'` (or `'0.5
   USDC'`) pays without asking when it costs at most that and refuses above it. Without either,
   a "no" (or no answer on stdin) pays nothing.

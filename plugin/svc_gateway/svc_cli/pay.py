@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 #: the most times the paid request is sent (the first try and its retries), same token and key
 ATTEMPTS = 3
 DEFAULT_TIMEOUT_SECS = 60.0
+#: pages of 100 agents read to find the one that registered the URL (a 402 naming no agent)
+AGENT_PAGES = 5
 #: a token's delegation lives this long (it is single-use and bound to the URL)
 TOKEN_DURATION_SECS = 3600
 #: buying/'s refusals of the URL itself, before any traffic: bad usage (exit 2)
@@ -232,6 +235,8 @@ async def _pay(
             code="no_payment_required",
         )
     plan_id, agent_id = _pick(accepts, plan_flag, agent_flag)
+    if agent_id is None and plan_id is not None:  # the 402 names no agent: the service's record
+        agent_id = await agent_at(core, plan_id, url)
     found = await fetch_card(http, url)
     purchase = await decide_purchase(core, PayQuery(url, plan_id, agent_id), found)
     sold = agent_plan_ids(await agent_document(core, purchase.agent_id))
@@ -289,6 +294,23 @@ async def _pay(
     return {**base, **result, "balanceAfter": str(after.balance), "warnings": warnings}
 
 
+async def agent_at(core: PluginCore, plan_id: str, url: str) -> str | None:
+    """The one agent selling ``plan_id`` that registered ``url`` as a ``POST`` endpoint, when
+    the 402 names none (a seller whose routes name no agent); ``None`` when not exactly one."""
+    from ..buying.purchase import is_registered, registered_endpoints
+
+    found: list[str] = []
+    client = core.public_client()
+    for page in range(1, AGENT_PAGES + 1):
+        listed = await client.get_plan_agents(plan_id, page=page, page_size=100)
+        for agent in listed.agents:
+            if is_registered(url, registered_endpoints({"endpoints": agent.endpoints}), agent.id):
+                found.append(agent.id)
+        if page * 100 >= listed.total or not listed.agents:
+            break
+    return found[0] if len(found) == 1 else None
+
+
 def receipt_text(result: dict[str, Any]) -> str:
     """The answer, then one line of what was paid (and any warnings), for a person."""
     from ..safe_text import plural
@@ -309,6 +331,13 @@ def receipt_text(result: dict[str, Any]) -> str:
     lines = [text, "", line + "."]
     lines += [f"Note: {warning}" for warning in result.get("warnings") or []]
     return "\n".join(lines)
+
+
+def cli_words(hint: str) -> str:
+    """svc_queryAgent's hints in this command's words (its parameters are flags here)."""
+    for said, flag in (("agentId", "--agent-id"), ("planId", "--plan"), ("agentUrl", "the URL")):
+        hint = re.sub(rf"\b{said}\b", flag, hint)
+    return hint
 
 
 @click.command("pay")
@@ -377,7 +406,7 @@ def pay_command(
     except ToolFailure as failure:
         if failure.code in LOCAL_REFUSALS:  # refused before anything was sent
             raise BadUsage(f"{failure.message}. {failure.hint}") from None
-        raise Refused(f"{failure.message}. {failure.hint}", code=failure.code) from None
+        raise Refused(f"{failure.message}. {cli_words(failure.hint)}", code=failure.code) from None
     if print_header:  # the credential asked for, printed whole (stdout only)
         if output.json:
             output.result(result, verbatim=("header",))
