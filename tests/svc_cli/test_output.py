@@ -50,3 +50,25 @@ def test_json_output_is_the_service_json_unchanged(capsys: object) -> None:
     Output("json").result(REGISTERED)
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert '"agentId": "did:svc:42"' in out and '"POST": "https://a.example/ask"' in out
+
+
+def test_an_agents_answer_reaches_the_terminal_without_escape_sequences() -> None:
+    from svc_gateway.svc_cli.pay import for_terminal
+
+    shown = for_terminal("line one\n\x1b[2J\x1b]0;owned\x07two\u202e\u200b\tend")
+    assert shown == "line one\n[2J]0;ownedtwo\tend"
+
+
+def test_max_price_reads_dollars_and_token_amounts() -> None:
+    import click
+    import pytest
+
+    from svc_gateway.svc_cli.pay_price import Cap, read_cap
+
+    ctx = click.Context(click.Command("pay"))
+    option = click.Option(["--max-price"])
+    assert read_cap(ctx, option, "$1.50") == Cap(1_500_000, "USD")
+    assert read_cap(ctx, option, "0.5 USDC") == Cap(500_000, "USD")  # USDC counts as USD
+    assert read_cap(ctx, option, "2") == Cap(2_000_000, None)
+    with pytest.raises(click.BadParameter):
+        read_cap(ctx, option, "lots")

@@ -39,6 +39,7 @@ class Route:
     base_url: str
     seen_keys: list[str | None] = field(default_factory=list)
     drop_next_paid: list[bool] = field(default_factory=list)
+    unpaid_with_key: int = 0
 
     async def ledger(self, address: str) -> dict[str, int]:
         async with httpx.AsyncClient(base_url=self.base_url) as http:
@@ -64,6 +65,8 @@ async def route(
         route = holder[0]
         if request.headers.get("payment-signature"):
             route.seen_keys.append(request.headers.get("Idempotency-Key"))
+        elif "Idempotency-Key" in request.headers:
+            route.unpaid_with_key += 1
         response = await handler(request)
         if request.headers.get("payment-signature") and route.drop_next_paid:
             route.drop_next_paid.pop()
@@ -163,6 +166,7 @@ async def test_a_dropped_answer_is_asked_again_with_the_same_token_and_key(
     )  # fmt: skip
     assert paid["answer"] == {"answer": "You asked 2 words."}
     assert route.seen_keys == ["order-42", "order-42"]  # the retry carried the same key
+    assert route.unpaid_with_key == 0  # the 402 probe carries none: a seller keeps no 402 for it
     assert paid["idempotencyKey"] == "order-42"
     # the seller replayed the answer it was paid for: one credit, not two
     assert await route.ledger(subscriber["address"]) == {"granted": 100, "burned": 1, "balance": 99}

@@ -22,6 +22,7 @@ import asyncio
 import json
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 #: the most times the paid request is sent (the first try and its retries), same token and key
 ATTEMPTS = 3
 DEFAULT_TIMEOUT_SECS = 60.0
+#: character categories never printed from an agent's answer: controls, format, surrogates
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co"})
 #: pages of 100 agents read to find the one that registered the URL (a 402 naming no agent)
 AGENT_PAGES = 5
 #: a token's delegation lives this long (it is single-use and bound to the URL)
@@ -215,7 +218,9 @@ async def _pay(
 
     key_header = {"Idempotency-Key": idempotency_key}
     try:
-        first = await send_paid(http, url, body, key_header)
+        # the key goes with the paid request only: a seller keeping answers by key must not
+        # keep this 402 for it
+        first = await send_paid(http, url, body, {})
     except httpx.HTTPError as exc:
         raise Refused(
             f"Could not reach {url} ({type(exc).__name__}); nothing was paid",
@@ -330,7 +335,13 @@ def receipt_text(result: dict[str, Any]) -> str:
         line += " (the plan was bought first)"
     lines = [text, "", line + "."]
     lines += [f"Note: {warning}" for warning in result.get("warnings") or []]
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))
+
+
+def for_terminal(text: str) -> str:
+    """An agent's answer as a terminal shows it safely: its lines and tabs kept, control and
+    invisible formatting characters (ESC sequences, bidi overrides, zero-width) removed."""
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in _HIDDEN)
 
 
 def cli_words(hint: str) -> str:
