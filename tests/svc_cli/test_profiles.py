@@ -116,8 +116,19 @@ async def test_login_checks_the_key_and_never_says_logged_in_for_a_refused_one(
     write_profile(svc, "down", key, tripwire.base_url)  # a service that cannot say (500)
     await svc.ok("--profile", "good", "config", "init", "--base-url", sandbox.base_url,
                  "--environment", "local")  # fmt: skip
-    refused, unchecked, no_url = await asyncio.gather(
+    refused, refused_init, unchecked, no_url = await asyncio.gather(
         svc("--profile", "good", "login", "-", stdin=corrupted + "\n"),
+        svc(
+            "--profile",
+            "bad",
+            "config",
+            "init",
+            "--api-key",
+            "-",
+            "--base-url",
+            sandbox.base_url,
+            stdin=corrupted + "\n",
+        ),
         svc("--profile", "down", "login", "-", stdin=key + "\n"),
         svc("--profile", "nowhere", "login", "-", stdin=key + "\n"),
     )
@@ -125,6 +136,8 @@ async def test_login_checks_the_key_and_never_says_logged_in_for_a_refused_one(
     assert "Logged in" not in refused.out + refused.err and "nothing was stored" in refused.err
     stored = config_dir(svc) / "profiles" / "good" / "credentials.json"
     assert not stored.exists() or corrupted.split(":", 1)[1] not in stored.read_text()
+    assert refused_init.code == 1 and "refused this API key" in refused_init.err
+    assert "bad" not in (await svc.json("config", "show"))["profiles"]  # init made nothing
     for run in (unchecked, no_url):
         assert run.code == 0 and "Logged in" not in run.out, str(run)
         assert "could NOT check it" in run.out, str(run)

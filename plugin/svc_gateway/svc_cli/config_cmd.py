@@ -145,6 +145,10 @@ def init(
     url = check_base_url(base_url, "--base-url") if base_url else None
     if env == "local" and url is None and not os.environ.get("SVC_LOCAL_BASE_URL"):
         raise BadUsage("--base-url is required for environment local (the sandbox's URL)")
+    if key is not None:  # as login: a key the service refuses is not stored (exit 1)
+        checked = check_key(key, env, url or login_url({}, env))
+        if not checked.ok:
+            echo(f"Note: the key was NOT checked with the service: {checked.why}.", err=True)
     book.update(name, activate=True, environment=env, baseUrl=url, apiVersion=None)
     store = book.store(name, for_writing=True)
     store.delete_all()
