@@ -123,6 +123,10 @@ PAY_WITH_OAUTH = Recipe(
     "tests/e2e/mcp_oauth/test_docs_oauth.py",
 )
 
+CLI_OFFLINE = Recipe(
+    "docs/cli.md", "## Try it offline", "bash", 2, "tests/svc_cli/test_docs_cli.py"
+)
+
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
     "CURL_WALKTHROUGH": CURL_WALKTHROUGH,
@@ -135,4 +139,5 @@ RECIPES: dict[str, Recipe] = {
     "README_SET_UP": README_SET_UP,
     "DOCS_SET_UP": DOCS_SET_UP,
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
+    "CLI_OFFLINE": CLI_OFFLINE,
 }

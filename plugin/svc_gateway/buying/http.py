@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
-from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
+from ..interop.agent_card import FoundCard, fetch_card
 from ..redact import get_logger
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
 from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
-from .purchase import HTTP_VERB, decide_purchase
+from .purchase import decide_purchase
 from .request import AgentQuery
+from .send import send_paid
 from .tokens import mint, token_version
 
 if TYPE_CHECKING:
@@ -84,20 +85,7 @@ async def post_prompt(
 ) -> AgentReply:
     """POST the prompt; read at most :data:`MAX_ANSWER_BYTES` of the answer. The status goes
     into ``answered`` as soon as the response headers arrive."""
-    async with http.stream(
-        HTTP_VERB,
-        url,
-        json={"prompt": prompt},
-        headers={"payment-signature": token, "Accept": "application/json"},
-    ) as response:
-        if answered is not None:
-            answered.append(response.status_code)
-        headers = {k.lower(): v for k, v in response.headers.items()}
-        try:
-            body, truncated = await read_limited(response, MAX_ANSWER_BYTES), False
-        except TooLarge as exc:
-            body, truncated = exc.head, True
-        return AgentReply(response.status_code, headers, body, truncated)
+    return await send_paid(http, url, {"prompt": prompt}, {"payment-signature": token}, answered)
 
 
 async def post_prompt_once_more(
