@@ -76,8 +76,8 @@ $ svc config show                         # the key is only ever shown masked
 ```
 
 `svc login` (and `config init --api-key`) checks the key with the service before storing it: a
-key the service refuses is not stored (exit 1); when the service cannot be reached (or no URL is known yet) the key is
-stored and the command says plainly that it was not checked.
+key the service refuses is not stored (exit 1); when the service cannot be reached (or no URL
+is known yet) the key is stored and the command says plainly that it was not checked.
 
 Settings live in `config.json` under `$SVC_CONFIG_DIR` (else `$XDG_CONFIG_HOME/svc`, else
 `~/.config/svc`); keys are never written there but kept like the plugin keeps its own: in the
