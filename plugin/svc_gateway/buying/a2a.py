@@ -125,17 +125,38 @@ async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) ->
         raise NotA2A
 
 
+#: the environment a2a-sdk 1.x needs: payments-py pins a2a-sdk 0.3, both ship the package ``a2a``
+_OWN_VENV = (
+    "Run the gateway from a virtual environment of its own with the plugin's a2a extra and "
+    "without payments-py (the test extra pins a2a-sdk 0.3; the two majors cannot share one): "
+    "python -m venv .venv-a2a && .venv-a2a/bin/pip install -e '.[a2a]' (from a checkout)."
+)
+
+
+def _installed_a2a() -> str | None:
+    """The installed a2a-sdk's version, ``None`` when there is none."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("a2a-sdk")
+    except PackageNotFoundError:
+        return None
+
+
 def _sdk() -> Any:
-    """The a2a-sdk 1.x client names, or a failure saying how to install them."""
+    """The a2a-sdk 1.x client names, or a failure saying which environment to run in."""
     import importlib
 
     try:
         importlib.import_module("a2a.helpers")  # new in 1.x: a2a-sdk 0.3 lacks it
     except ImportError:
+        found = _installed_a2a()
         raise ToolFailure(
             "a2a_unavailable",
-            "This agent speaks A2A, and paying it needs a2a-sdk 1.x; nothing was paid",
-            "Install the plugin's a2a extra (from a checkout: pip install -e '.[a2a]').",
+            "This agent speaks A2A, and paying it needs a2a-sdk 1.x"
+            + (f"; this environment has a2a-sdk {one_line(found, 20)}" if found else "")
+            + "; nothing was paid",
+            _OWN_VENV,
         ) from None
     import a2a.client
     import a2a.types
