@@ -1,7 +1,10 @@
 """svc_queryAgent for an A2A agent: pay it in band with the official a2a-sdk 1.x client.
 
 An agent is an A2A agent when the card at its origin's ``/.well-known/agent-card.json`` names
-``agentUrl`` as one of its interfaces (:func:`a2a_interface`); anything else, or a probe that
+``agentUrl`` as one of its interfaces (:func:`a2a_interface`), or when ``agentUrl`` is the
+agent's address, where its card is (``<agentUrl>/.well-known/agent-card.json``, as every A2A
+client starts): then the JSON-RPC interface that card names is paid (:func:`named_interface`),
+under every rule below, the registered-endpoint one included. Anything else, or a probe that
 fails within :data:`PROBE_SECS`, is left to the HTTP path (:class:`NotA2A`), which runs its own
 checks under its own deadline. The same rules as HTTP and MCP, in the same order, nothing minted
 before every check has passed:
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -43,7 +47,7 @@ from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .capped import capped_transport, too_large_failure
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
-from .request import AgentQuery
+from .request import AgentQuery, AtUrl
 from .tokens import mint, token_version
 
 if TYPE_CHECKING:
@@ -86,11 +90,36 @@ def a2a_interface(card: dict[str, Any], agent_url: str) -> bool:
     )
 
 
-async def _card_json(http: httpx.AsyncClient, agent_url: str) -> dict[str, Any] | None:
+def named_interface(card: dict[str, Any]) -> str | None:
+    """The JSON-RPC interface a card (as JSON) names for a client that starts at its address:
+    the first of version 1.x (what this client speaks), else the first JSON-RPC one."""
+    listed = card.get("supportedInterfaces")
+    urls = [
+        (str(item.get("protocolVersion") or ""), item["url"])
+        for item in (listed if isinstance(listed, list) else [])
+        if isinstance(item, dict)
+        and item.get("protocolBinding") == "JSONRPC"
+        and isinstance(item.get("url"), str)
+        and item["url"]
+    ]
+    return next((url for version, url in urls if version.startswith("1.")), None) or next(
+        (url for _version, url in urls), None
+    )
+
+
+@dataclass(frozen=True)
+class Interface:
+    """Where to pay: the JSON-RPC interface URL, and the base URL its card resolves at."""
+
+    url: str
+    card_base: str
+
+
+async def _card_json(http: httpx.AsyncClient, card_url: str) -> dict[str, Any] | None:
     import httpx
 
     try:
-        async with http.stream("GET", _origin(agent_url) + CARD_PATH) as reply:
+        async with http.stream("GET", card_url) as reply:
             if reply.status_code != 200:
                 return None
             data = json.loads(await read_limited(reply, CARD_MAX_BYTES))
@@ -99,10 +128,12 @@ async def _card_json(http: httpx.AsyncClient, agent_url: str) -> dict[str, Any] 
     return data if isinstance(data, dict) else None
 
 
-async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) -> None:
-    """:class:`NotA2A` unless the agent's address is allowed and its origin's card names
-    ``agent_url`` as an A2A interface. A refused address is left to the HTTP path, which checks
-    (and reports) it again; a DNS lookup that outlasts the deadline is reported here."""
+async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) -> Interface:
+    """The interface to pay: ``agent_url`` when its origin's card names it as an A2A
+    interface, else the one the card at ``agent_url`` (the agent's address) names;
+    :class:`NotA2A` when neither is there, or the agent's address is not allowed. A refused
+    address is left to the HTTP path, which checks (and reports) it again; a DNS lookup that
+    outlasts the deadline is reported here."""
     import httpx
 
     deadline = core.config.request_timeout_secs
@@ -114,15 +145,22 @@ async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) ->
         raise timed_out(Step(), deadline, agent_url) from None  # as the HTTP path says it
     except ToolFailure:
         raise NotA2A from None  # the HTTP path checks again and reports it
+    origin, base = _origin(agent_url), agent_url.rstrip("/")
     try:
         left = max(0.0, min(secs, until - asyncio.get_running_loop().time()))
         async with asyncio.timeout(left):
             async with httpx.AsyncClient(timeout=secs, follow_redirects=False) as http:
-                raw = await _card_json(http, agent_url)
+                raw = await _card_json(http, origin + CARD_PATH)
+                if raw is not None and a2a_interface(raw, agent_url):
+                    return Interface(agent_url, origin)
+                if base != origin:  # the agent's address has a path: its card is below it
+                    raw = await _card_json(http, base + CARD_PATH)
     except TimeoutError:
         raise NotA2A from None
-    if raw is None or not a2a_interface(raw, agent_url):
+    named = named_interface(raw) if raw is not None else None
+    if named is None:
         raise NotA2A
+    return Interface(named, base)
 
 
 #: the environment a2a-sdk 1.x needs: payments-py pins a2a-sdk 0.3, both ship the package ``a2a``
@@ -176,12 +214,15 @@ async def query_a2a_agent(
     deadline = core.config.request_timeout_secs
     if until is None:
         until = asyncio.get_running_loop().time() + deadline
-    await _probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
+    found = await _probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
+    if not _same(found.url, p.agent_url):  # the address of the agent: pay the interface named
+        check_agent_url(found.url)
+        p = AtUrl.of(p, found.url)
     step = Step()
     try:
-        answer = await _query(core, p, step, until)
+        answer = await _query(core, p, step, until, found)
     except BaseException:
         await finish_ticket(core, step, None)
         raise
@@ -189,7 +230,9 @@ async def query_a2a_agent(
     return answer
 
 
-async def _query(core: PluginCore, p: AgentQuery, step: Step, until: float) -> dict[str, Any]:
+async def _query(
+    core: PluginCore, p: AgentQuery, step: Step, until: float, found: Interface
+) -> dict[str, Any]:
     """The query once the probe found an A2A interface: what its docstring says, paid through
     the gate's ticket."""
     client = core.client()
@@ -197,7 +240,7 @@ async def _query(core: PluginCore, p: AgentQuery, step: Step, until: float) -> d
     scope = asyncio.timeout_at(until)  # ONE deadline: the probe, DNS, the card, service, send
     try:
         async with scope:
-            purchase, token, reply = await _buy(core, p, step, scope)
+            purchase, token, reply = await _buy(core, p, step, scope, found)
             completed = _sdk().types.TaskState.TASK_STATE_COMPLETED
             answer = _interpret(reply, client.address, purchase, completed)
     except TimeoutError:
@@ -235,7 +278,7 @@ class _Answered(Exception):
 
 
 async def _buy(
-    core: PluginCore, p: AgentQuery, step: Step, scope: asyncio.Timeout
+    core: PluginCore, p: AgentQuery, step: Step, scope: asyncio.Timeout, found: Interface
 ) -> tuple[Purchase, str, Any]:
     import httpx
 
@@ -254,17 +297,19 @@ async def _buy(
     ) as http:
         step.waiting = "agent"
         sdk = _sdk()
+        if _origin(p.agent_url) != _origin(found.card_base):  # a host the probe did not check
+            await check_agent_address(core, p.agent_url)
         try:
-            card = await sdk.client.A2ACardResolver(http, _origin(p.agent_url)).get_agent_card()
+            card = await sdk.client.A2ACardResolver(http, found.card_base).get_agent_card()
         except sdk.client.A2AClientError as exc:
             raise ToolFailure(
                 "agent_card_invalid",
-                f"The agent's A2A card at {_origin(p.agent_url)}{CARD_PATH} does not resolve "
+                f"The agent's A2A card at {found.card_base}{CARD_PATH} does not resolve "
                 f"({type(exc).__name__}); nothing was paid",
                 "Check agentUrl, or ask the agent's owner to fix its card.",
             ) from None
         step.waiting = "service"
-        purchase = await _decide(core, p, card)
+        purchase = await _decide(core, p, card, found.card_base)
         step.plan_id = purchase.plan_id
         step.ticket = ticket = await query_ticket(
             core, purchase.plan_id, purchase.agent_id, lambda: query_a2a_agent(core, p)
@@ -286,15 +331,15 @@ def _params(card: Any) -> dict[str, Any]:
     return {}
 
 
-async def _decide(core: PluginCore, p: AgentQuery, card: Any) -> Purchase:
-    """The card's payment extension against the service's record of the agent."""
+async def _decide(core: PluginCore, p: AgentQuery, card: Any, where: str) -> Purchase:
+    """The card's payment extension (of the card at ``where``) against the service's record of
+    the agent; ``p.agent_url`` is the interface paid."""
     params = _params(card)
     named = params.get("agentId") if isinstance(params.get("agentId"), str) else None
     if not params:
         raise ToolFailure(
             "agent_card_unpaid",
-            f"The A2A card at {_origin(p.agent_url)} declares no x402 payment extension; "
-            "nothing was paid",
+            f"The A2A card at {where} declares no x402 payment extension; nothing was paid",
             "This agent does not sell through the Agent Payments Service.",
         )
     if p.agent_id and named and named != p.agent_id:
@@ -308,7 +353,7 @@ async def _decide(core: PluginCore, p: AgentQuery, card: Any) -> Purchase:
     if not agent_id:
         raise ToolFailure(
             "unknown_agent",
-            f"The A2A card at {_origin(p.agent_url)} names no agent id; nothing was paid",
+            f"The A2A card at {where} names no agent id; nothing was paid",
             "Pass agentId (the id the agent registered with the service).",
         )
     document = await agent_document(core, agent_id)
