@@ -1,20 +1,19 @@
 """svc_queryAgent for an A2A agent: pay it in band with the official a2a-sdk 1.x client.
 
-An agent is an A2A agent when the card at its origin's ``/.well-known/agent-card.json`` names
-``agentUrl`` as one of its interfaces (:func:`a2a_interface`), or when ``agentUrl`` is the
-agent's address, where its card is (``<agentUrl>/.well-known/agent-card.json``, as every A2A
-client starts): then the JSON-RPC interface that card names is paid (:func:`named_interface`),
-under every rule below, the registered-endpoint one included. Anything else, or a probe that
-fails within :data:`PROBE_SECS`, is left to the HTTP path (:class:`NotA2A`), which runs its own
-checks under its own deadline. The same rules as HTTP and MCP, in the same order, nothing minted
-before every check has passed:
+An agent is an A2A agent when the card at its origin names ``agentUrl`` as one of its
+interfaces, or when ``agentUrl`` is the agent's address, where its card is (as every A2A client
+starts): then the JSON-RPC interface that card names is paid, under every rule below, the
+registered-endpoint one included (:mod:`.a2a_probe`). Anything else is left to the HTTP path
+(:class:`NotA2A`), which runs its own checks under its own deadline. The same rules as HTTP and
+MCP, in the same order, nothing minted before every check has passed:
 
 1. the URL (HTTPS, or plain HTTP on this machine) and its address (loopback, public or
    allow-listed), before any traffic;
 2. the card, resolved with the SDK's ``A2ACardResolver``; its payment extension must agree with
-   the service: the agent id it names (or ``agentId``) is an agent the service knows, ``agentUrl``
-   is one of that agent's registered endpoints (an impostor serving another agent's id is
-   refused here), and the plan paid with is one the agent sells;
+   the service: the agent id it names (or ``agentId``) is an agent the service knows, the
+   interface paid (``agentUrl`` from here on) is one of that agent's registered endpoints (an
+   impostor serving another agent's id is refused here), and the plan paid with is one the
+   agent sells;
 3. a v3 token bound to ``agentUrl`` (:func:`..tokens.mint`), sent as ``x402.payment.payload`` in
    the message's metadata with one blocking ``SendMessage`` to ``agentUrl`` only (the client is
    given a card holding that one interface: the SDK posts to whatever URL a card names), with
@@ -27,20 +26,28 @@ before every check has passed:
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
 from ..interop import a2a_x402 as x402
-from ..interop.agent_card import ID_LIMIT, TooLarge, read_limited
+from ..interop.agent_card import ID_LIMIT
 from ..redact import get_logger
 from ..safe_text import one_line, quoted
+from .a2a_probe import (
+    CARD_PATH,
+    PROBE_SECS,
+    Interface,
+    NotA2A,
+    a2a_interface,
+    named_interface,
+    origin_of,
+    probe,
+    same_url,
+)
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, Purchase, check_receipt
 from .approval import finish_ticket, query_ticket, redeemed, topped_up
@@ -53,114 +60,13 @@ from .tokens import mint, token_version
 if TYPE_CHECKING:
     import httpx
 
+__all__ = ["CARD_PATH", "NotA2A", "a2a_interface", "named_interface", "query_a2a_agent"]
+
 log = get_logger("svc_gateway.tools.query")
-
-CARD_PATH = "/.well-known/agent-card.json"
-CARD_MAX_BYTES = 64 * 1024
-#: the longest the A2A probe (address check and card) may take before the HTTP path is tried
-PROBE_SECS = 5.0
-
-
-class NotA2A(Exception):
-    """``agentUrl`` is not an interface of an A2A agent card: the HTTP path buys from it."""
 
 
 class _SdkTimeout(TimeoutError):
     """The A2A SDK gave up waiting: its timeout is what was left of the query's deadline."""
-
-
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def _same(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
-
-
-def a2a_interface(card: dict[str, Any], agent_url: str) -> bool:
-    """The card (as JSON) names ``agent_url`` as one of its A2A 1.x JSON-RPC interfaces."""
-    listed = card.get("supportedInterfaces")
-    return isinstance(listed, list) and any(
-        isinstance(item, dict)
-        and isinstance(item.get("url"), str)
-        and _same(item["url"], agent_url)
-        and item.get("protocolBinding") == "JSONRPC"
-        for item in listed
-    )
-
-
-def named_interface(card: dict[str, Any]) -> str | None:
-    """The JSON-RPC interface a card (as JSON) names for a client that starts at its address:
-    the first of version 1.x (what this client speaks), else the first JSON-RPC one."""
-    listed = card.get("supportedInterfaces")
-    urls = [
-        (str(item.get("protocolVersion") or ""), item["url"])
-        for item in (listed if isinstance(listed, list) else [])
-        if isinstance(item, dict)
-        and item.get("protocolBinding") == "JSONRPC"
-        and isinstance(item.get("url"), str)
-        and item["url"]
-    ]
-    return next((url for version, url in urls if version.startswith("1.")), None) or next(
-        (url for _version, url in urls), None
-    )
-
-
-@dataclass(frozen=True)
-class Interface:
-    """Where to pay: the JSON-RPC interface URL, and the base URL its card resolves at."""
-
-    url: str
-    card_base: str
-
-
-async def _card_json(http: httpx.AsyncClient, card_url: str) -> dict[str, Any] | None:
-    import httpx
-
-    try:
-        async with http.stream("GET", card_url) as reply:
-            if reply.status_code != 200:
-                return None
-            data = json.loads(await read_limited(reply, CARD_MAX_BYTES))
-    except (httpx.HTTPError, TooLarge, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) -> Interface:
-    """The interface to pay: ``agent_url`` when its origin's card names it as an A2A
-    interface, else the one the card at ``agent_url`` (the agent's address) names;
-    :class:`NotA2A` when neither is there, or the agent's address is not allowed. A refused
-    address is left to the HTTP path, which checks (and reports) it again; a DNS lookup that
-    outlasts the deadline is reported here."""
-    import httpx
-
-    deadline = core.config.request_timeout_secs
-    scope = asyncio.timeout_at(until)  # the query's one deadline
-    try:
-        async with scope:
-            await check_agent_address(core, agent_url)
-    except TimeoutError:  # only the scope's: a resolver's own is an OSError, a ToolFailure here
-        raise timed_out(Step(), deadline, agent_url) from None  # as the HTTP path says it
-    except ToolFailure:
-        raise NotA2A from None  # the HTTP path checks again and reports it
-    origin, base = _origin(agent_url), agent_url.rstrip("/")
-    try:
-        left = max(0.0, min(secs, until - asyncio.get_running_loop().time()))
-        async with asyncio.timeout(left):
-            async with httpx.AsyncClient(timeout=secs, follow_redirects=False) as http:
-                raw = await _card_json(http, origin + CARD_PATH)
-                if raw is not None and a2a_interface(raw, agent_url):
-                    return Interface(agent_url, origin)
-                if base != origin:  # the agent's address has a path: its card is below it
-                    raw = await _card_json(http, base + CARD_PATH)
-    except TimeoutError:
-        raise NotA2A from None
-    named = named_interface(raw) if raw is not None else None
-    if named is None:
-        raise NotA2A
-    return Interface(named, base)
 
 
 #: the environment a2a-sdk 1.x needs: payments-py pins a2a-sdk 0.3, both ship the package ``a2a``
@@ -214,10 +120,10 @@ async def query_a2a_agent(
     deadline = core.config.request_timeout_secs
     if until is None:
         until = asyncio.get_running_loop().time() + deadline
-    found = await _probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
+    found = await probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
-    if not _same(found.url, p.agent_url):  # the address of the agent: pay the interface named
+    if not same_url(found.url, p.agent_url):  # the address of the agent: pay the interface named
         check_agent_url(found.url)
         p = AtUrl.of(p, found.url)
     step = Step()
@@ -297,7 +203,7 @@ async def _buy(
     ) as http:
         step.waiting = "agent"
         sdk = _sdk()
-        if _origin(p.agent_url) != _origin(found.card_base):  # a host the probe did not check
+        if origin_of(p.agent_url) != origin_of(found.card_base):  # a host the probe did not check
             await check_agent_address(core, p.agent_url)
         try:
             card = await sdk.client.A2ACardResolver(http, found.card_base).get_agent_card()
