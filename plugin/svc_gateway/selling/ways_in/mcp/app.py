@@ -4,8 +4,13 @@ Server info, health, the OAuth discovery documents and dynamic client registrati
 endpoints table): one authorization server, the service's (:mod:`.authorization`).
 
 ``/mcp`` itself is the SDK's streamable-HTTP session manager (POST JSON-RPC, GET SSE, DELETE
-session). Missing bearer → HTTP 401 with ``WWW-Authenticate`` naming the protected-resource
-metadata (a layer distinct from payment-required, which travels in band).
+session), stateful for a client that opens a session (``initialize``, then ``Mcp-Session-Id``)
+and stateless for one that does not: a POST without a session that opens none is served on its
+own, so a client that keeps no session (stateless HTTP, the bearer on every request) pays per
+request; on mcp 2.x the SDK serves the newest revision (2026-07-28: no session, per-request
+auth) from either. Every request needs its bearer: missing → HTTP 401 with
+``WWW-Authenticate`` naming the protected-resource metadata (a layer distinct from
+payment-required, which travels in band).
 
 The app needs the session manager's task group running: as an ASGI lifespan (uvicorn), or with
 :meth:`McpAsgiApp.running` (the aiohttp bridge).
@@ -89,6 +94,16 @@ def request_without_id(body: bytes) -> str | None:
     return None
 
 
+def opens_session(body: bytes) -> bool:
+    """Whether a JSON-RPC POST body opens a session (holds an ``initialize`` request)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    items = message if isinstance(message, list) else [message]
+    return any(isinstance(item, dict) and item.get("method") == "initialize" for item in items)
+
+
 def _rpc_error(code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
@@ -132,6 +147,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 class McpAsgiApp:
     """ASGI application of the managed server; ``prefix`` is where it is mounted ('' at root).
 
+    ``manager`` serves sessions, ``stateless`` a POST that belongs to none and opens none;
     ``base_url(scope)`` gives the public origin + prefix (for the discovery documents)."""
 
     def __init__(
@@ -139,11 +155,14 @@ class McpAsgiApp:
         server: PaidMcpServer,
         manager: Any,
         *,
+        stateless: Any,
         base_url: Callable[[Scope], str],
         prefix: str = "",
     ) -> None:
         self.server = server
         self.manager = manager
+        #: the SDK's stateless manager: a POST that belongs to no session and opens none
+        self.stateless = stateless
         self.base_url = base_url
         self.prefix = prefix.rstrip("/")
         #: the service, as the one authorization server (its documents, its registration)
@@ -151,8 +170,8 @@ class McpAsgiApp:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The session manager's task group (enter and leave in one task)."""
-        async with self.manager.run():
+        """The session managers' task groups (enter and leave in one task)."""
+        async with self.manager.run(), self.stateless.run():
             yield
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -202,6 +221,7 @@ class McpAsgiApp:
                 {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'},
             )
             return
+        manager = self.manager
         if str(scope.get("method") or "").upper() == "POST":
             body = await _read_body(receive, MAX_MESSAGE_BYTES)
             if body is None:
@@ -212,9 +232,11 @@ class McpAsgiApp:
                 await send_json(send, 400, _rpc_error(-32600, problem))
                 return
             receive = _replay(body, receive)
+            if _header(scope, b"mcp-session-id") is None and not opens_session(body):
+                manager = self.stateless  # no session to keep: served on its own
         if self.prefix:  # the SDK routes on its own path
             scope = {**scope, "path": MCP_PATH, "root_path": self.prefix}
-        await self.manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, receive, send)
 
     async def _discovery(self, send: Send, path: str, base: str) -> None:
         """The protected-resource metadata, ours; the authorization server's documents, the
