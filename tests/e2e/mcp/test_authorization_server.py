@@ -101,11 +101,18 @@ async def test_a_document_that_cannot_be_read_is_unavailable_and_not_kept(
     assert (await authorization.document(AS_METADATA))["issuer"] == service.origin
 
 
-async def test_a_registration_the_service_drops_is_unavailable(service: Service) -> None:
+async def test_a_registration_the_service_drops_or_cannot_take_is_unavailable(
+    service: Service,
+) -> None:
     authorization = ServiceAuthorization(lambda: service.origin)
     with pytest.raises(Unavailable):
         await authorization.register(b'{"redirect_uris": ["http://127.0.0.1:9/cb"]}')
     assert service.registered == [b'{"redirect_uris": ["http://127.0.0.1:9/cb"]}']
+    async with serve_app(web.Application()) as gone:
+        pass  # a port that was just closed: nothing listens there
+    service.document(registration_endpoint=gone + "/oauth/register")
+    with pytest.raises(Unavailable, match="ClientConnectorError"):
+        await ServiceAuthorization(lambda: service.origin).register(b"{}")
 
 
 async def test_an_unreachable_service_gets_503s_and_the_info_names_it_only(
