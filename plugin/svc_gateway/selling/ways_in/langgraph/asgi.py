@@ -15,10 +15,11 @@ What the app answers decides what is charged:
   result gets the receipt in ``payment-response``;
 * an event stream (``text/event-stream``: ``/runs/stream``) is verified and its credits held
   before the first byte, streamed through as the app sends it, and settled when it ends; the
-  receipt comes in a last event ``event: payment-response`` (``data``: the base64 receipt,
-  the header's value). A stream whose events include ``event: error`` is not charged (a
-  last ``event: payment-error`` says so). Once a stream has started, it is settled when it
-  ends even when its client left: it was delivered as far as the client read it.
+  receipt comes in a last event ``event: payment-response`` (``data``: the receipt as JSON,
+  what the ``payment-response`` header holds in base64). A stream whose events include
+  ``event: error`` is not charged (a last ``event: payment-error`` says so). Once a stream
+  has started, it is settled when it ends even when its client left: it was delivered as far
+  as the client read it.
 
 Nothing here blocks the event loop: the service calls are aiohttp's, the settle file is
 opened and written off the loop (``langgraph dev``'s blocking-call detector stays quiet).

@@ -8,7 +8,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from ....encoding import b64_json
+from ....encoding import compact_json
 from ....redact import get_logger
 from ...flow.flow import PaidFlow
 from ...flow.replay import digest
@@ -250,7 +250,7 @@ class Sale:
 
     async def _end_stream(self, outcome: PaidOutcome) -> None:
         if outcome.kind is Outcome.PAID and outcome.receipt is not None:
-            event = f"event: {RECEIPT_EVENT}\ndata: {b64_json(outcome.receipt)}\n\n"
+            event = f"event: {RECEIPT_EVENT}\ndata: {compact_json(outcome.receipt)}\n\n"
         else:
             reason = outcome.reason or outcome.kind.value
             if self.stream_failed:
