@@ -27,6 +27,7 @@ opened and written off the loop (``langgraph dev``'s blocking-call detector stay
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import replace
 from typing import Any
@@ -40,6 +41,7 @@ from ...flow.replay import digest
 from ...state.open import shared_state
 from ...state.stats import PaidStats
 from ..routes import Route, RouteConfig, RouteMap, out_of_range
+from .langsmith_runs import install_langsmith, prepare_langsmith
 from .sale import Sale
 
 __all__ = ["PaymentMiddleware", "RouteConfig", "Routes", "build_payment_app"]
@@ -93,6 +95,8 @@ class PaymentMiddleware:
     def __init__(self, app: ASGIApp, *, payments: Seller, routes: Routes) -> None:
         self.app = app
         self.routes = RouteMap(routes)
+        #: LangSmith runs of each sale, while LangSmith's switch is on (langsmith installed)
+        self._langsmith = install_langsmith()
         install("httpx", "httpcore", "aiohttp.client", "uvicorn.access")
         self.payments = payments
         plans = sorted({route.config.plan_id for route in self.routes.routes})
@@ -121,6 +125,8 @@ class PaymentMiddleware:
         if self._started:
             return
         self._started = True
+        if self._langsmith:  # its first run's blocking setup, off the loop
+            await asyncio.to_thread(prepare_langsmith)
         if self.shared is not None:
             self.shared.share(self.flow.stats)
         owed = await self.flow.settler.start()
