@@ -184,3 +184,15 @@ async def test_build_payment_app_and_the_middleware_alone() -> None:
     assert middleware.cls is PaymentMiddleware
     assert middleware.kwargs["payments"] is payments
     await payments.aclose()
+
+
+async def test_a_public_url_names_the_resource_behind_a_proxy(
+    make_seller: SellerFactory, sell: Sell, langgraph_server: LangGraphServer
+) -> None:
+    seller: Seller = await make_seller()
+    sell(seller, routes_of(seller), paidEndpointPublicUrl="https://agent.example.com/base")
+    async with httpx.AsyncClient(base_url=langgraph_server.origin, timeout=30) as http:
+        refused = await http.post("/runs/wait?debug=1", json=ECHO)
+    envelope = decode_b64_json(refused.headers["payment-required"])
+    assert envelope is not None
+    assert envelope["resource"]["url"] == "https://agent.example.com/runs/wait"

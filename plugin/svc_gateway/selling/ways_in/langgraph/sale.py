@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from ....encoding import compact_json
 from ....redact import get_logger
@@ -158,7 +159,14 @@ class Sale:
         return self.streaming or not self.gone
 
     def _url(self) -> str:
-        """The resource URL: the request's own, without its query."""
+        """The resource URL: the request's own, without its query, on the public origin when
+        the seller's ``paidEndpointPublicUrl`` names one (behind a proxy)."""
+        path = f"{self.scope.get('root_path', '')}{self.scope['path']}"
+        public = self.gate.flow.seller.settings.public_url
+        if public:
+            parts = urlsplit(public)
+            if parts.netloc:
+                return f"{parts.scheme}://{parts.netloc}{path}"
         scheme = self.scope.get("scheme", "http")
         host = ""
         for name, value in self.scope["headers"]:
@@ -168,7 +176,7 @@ class Sale:
         if not host:
             server = self.scope.get("server") or ("localhost", None)
             host = server[0] if server[1] in (None, 80, 443) else f"{server[0]}:{server[1]}"
-        return f"{scheme}://{host}{self.scope.get('root_path', '')}{self.scope['path']}"
+        return f"{scheme}://{host}{path}"
 
     async def _price(self) -> int:
         from starlette.requests import Request  # the extra's: only a price function needs it
