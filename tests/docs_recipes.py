@@ -127,6 +127,14 @@ CLI_OFFLINE = Recipe(
     "docs/cli.md", "## Try it offline", "bash", 2, "tests/svc_cli/test_docs_cli.py"
 )
 
+LANGGRAPH_DEPLOYMENT = Recipe(
+    "docs/langgraph.md",
+    "## Walk-through",
+    "",
+    4,
+    "tests/selling/ways_in/langgraph/test_docs_langgraph.py",
+)
+
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
     "CURL_WALKTHROUGH": CURL_WALKTHROUGH,
@@ -140,4 +148,5 @@ RECIPES: dict[str, Recipe] = {
     "DOCS_SET_UP": DOCS_SET_UP,
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
     "CLI_OFFLINE": CLI_OFFLINE,
+    "LANGGRAPH_DEPLOYMENT": LANGGRAPH_DEPLOYMENT,
 }

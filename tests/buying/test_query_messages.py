@@ -266,7 +266,7 @@ async def test_the_prompt_goes_with_the_token_and_a_long_answer_is_marked_cut() 
         return httpx.Response(200, content=b"z" * (qa.MAX_ANSWER_BYTES + 10))
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as http:
-        answer = await qh.post_prompt(http, "https://a.example/x", "hi", "tok")
+        answer = await qh.post_prompt(http, "https://a.example/x", {"prompt": "hi"}, "tok")
     assert answer.truncated is True and len(answer.body) <= qa.MAX_ANSWER_BYTES
     assert seen[0].method == "POST"
     assert seen[0].headers["payment-signature"] == "tok"

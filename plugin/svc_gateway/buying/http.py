@@ -36,6 +36,7 @@ from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
 from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
+from .langgraph import find_assistant, is_langgraph_run, run_body
 from .purchase import decide_purchase
 from .request import AgentQuery
 from .send import send_paid
@@ -81,15 +82,20 @@ async def check_answer_size(http: httpx.AsyncClient, url: str, found: FoundCard 
 
 
 async def post_prompt(
-    http: httpx.AsyncClient, url: str, prompt: str, token: str, answered: list[int] | None = None
+    http: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    token: str,
+    answered: list[int] | None = None,
 ) -> AgentReply:
-    """POST the prompt; read at most :data:`MAX_ANSWER_BYTES` of the answer. The status goes
-    into ``answered`` as soon as the response headers arrive."""
-    return await send_paid(http, url, {"prompt": prompt}, {"payment-signature": token}, answered)
+    """POST the request (``{"prompt"}``, or a LangGraph run); read at most
+    :data:`MAX_ANSWER_BYTES` of the answer. The status goes into ``answered`` as soon as the
+    response headers arrive."""
+    return await send_paid(http, url, body, {"payment-signature": token}, answered)
 
 
 async def post_prompt_once_more(
-    http: httpx.AsyncClient, url: str, prompt: str, token: str, version: int
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], token: str, version: int
 ) -> AgentReply:
     """:func:`post_prompt`; when the connection drops before any answer arrived with a
     single-use (v3) token, once more with the same token: a seller that settled it replays the
@@ -98,12 +104,12 @@ async def post_prompt_once_more(
 
     answered: list[int] = []
     try:
-        return await post_prompt(http, url, prompt, token, answered)
+        return await post_prompt(http, url, body, token, answered)
     except httpx.TransportError:
         if version < 3 or answered:
             raise
         log.info("the agent's answer was lost in transit; asking once more with the same token")
-        return await post_prompt(http, url, prompt, token)
+        return await post_prompt(http, url, body, token)
 
 
 async def query_http_agent(
@@ -126,7 +132,7 @@ async def query_http_agent(
 async def _query(
     core: PluginCore, p: AgentQuery, step: Step, until: float | None
 ) -> dict[str, Any]:
-    if not p.prompt.strip():
+    if not p.prompt.strip() and not (is_langgraph_run(p.agent_url) and p.arguments is not None):
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
     check_agent_url(p.agent_url)
     client = core.client()  # NotLoggedIn before any traffic
@@ -188,6 +194,9 @@ async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, i
         purchase = await decide_purchase(core, p, found)
         step.waiting = "agent"
         await check_answer_size(http, p.agent_url, found)
+        body: dict[str, Any] = {"prompt": p.prompt}
+        if is_langgraph_run(p.agent_url):  # LangGraph's request shape (before any token)
+            body = run_body(p, p.assistant_id or await find_assistant(http, p.agent_url))
         step.waiting = "service"
         step.plan_id = purchase.plan_id
         step.ticket = ticket = await query_ticket(
@@ -200,7 +209,7 @@ async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, i
         step.waiting, step.token_sent = "agent", True
         try:
             reply = await post_prompt_once_more(
-                http, p.agent_url, p.prompt, token, token_version(token)
+                http, p.agent_url, body, token, token_version(token)
             )
         except httpx.HTTPError as exc:
             raise ToolFailure(

@@ -27,6 +27,8 @@ class AgentQuery(Protocol):
     def payment_type(self) -> str | None: ...
     @property
     def payment_method_id(self) -> str | None: ...
+    @property
+    def assistant_id(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class AtUrl:
     agent_id: str | None
     payment_type: str | None
     payment_method_id: str | None
+    assistant_id: str | None
 
     @classmethod
     def of(cls, p: AgentQuery, url: str) -> AtUrl:
@@ -56,4 +59,5 @@ class AtUrl:
             p.agent_id,
             p.payment_type,
             p.payment_method_id,
+            p.assistant_id,
         )

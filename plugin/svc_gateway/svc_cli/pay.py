@@ -67,6 +67,7 @@ class PayQuery:
     list_tools: bool = False
     payment_type: str | None = None
     payment_method_id: str | None = None
+    assistant_id: str | None = None
 
 
 def _failure(code: str, message: str, hint: str) -> Refused:

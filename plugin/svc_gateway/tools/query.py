@@ -68,6 +68,14 @@ class QueryAgentParams(Params):
     payment_method_id: str | None = Field(
         default=None, alias="paymentMethodId", description="Card for fiat payments"
     )
+    assistant_id: str | None = Field(
+        default=None,
+        alias="assistantId",
+        max_length=200,
+        description="LangGraph deployments (agentUrl ending in /runs/wait): the graph id or "
+        "assistant UUID to run; defaults to the deployment's only graph. The run's input is "
+        "arguments when given, else the prompt as one user message",
+    )
 
 
 @tool(

@@ -5,6 +5,7 @@ loopback HTTP against the sandbox. No attribute holds a full token or key."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +21,10 @@ from opentelemetry.trace import StatusCode
 from svc_gateway.selling import RouteConfig, build_payment_app
 from svc_gateway.selling.flow.tracing import (
     NULL_TRACE,
+    NullTrace,
     abbreviate,
+    add_trace_backend,
+    remove_trace_backend,
     start_trace,
     use_tracer_provider,
 )
@@ -256,3 +260,74 @@ def test_many_providers_in_turn_each_get_their_own_spans() -> None:
             use_tracer_provider(None)
         exporters.append(exporter)
     assert [len(exporter.get_finished_spans()) for exporter in exporters] == [1] * 10
+
+
+class Recording(NullTrace):
+    """Another tracing backend (as the LangSmith runs are): what each hook was told."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    @contextmanager
+    def _span(self, name: str) -> Iterator[None]:
+        self.events.append(("open", name))
+        yield
+        self.events.append(("close", name))
+
+    def request(self) -> Any:
+        return self._span("request")
+
+    def verify(self) -> Any:
+        return self._span("verify")
+
+    def settlement(self) -> Any:
+        return self._span("settlement")
+
+    def set(self, **attrs: Any) -> None:
+        self.events.extend(("set", k, v) for k, v in attrs.items() if v is not None)
+
+    def fail(self, reason: str, *, parent: bool = True) -> None:
+        self.events.append(("fail", reason, parent))
+
+
+async def test_another_backend_is_traced_beside_opentelemetry(
+    make_seller: SellerFactory, spans: InMemorySpanExporter
+) -> None:
+    """A backend added with ``add_trace_backend`` gets every hook of a request while the
+    OpenTelemetry spans are still recorded; off (``None``), only OpenTelemetry's remain."""
+    made: list[Recording] = []
+    switch = {"on": True}
+
+    def backend() -> NullTrace | None:
+        if not switch["on"]:
+            return None
+        made.append(Recording())
+        return made[-1]
+
+    add_trace_backend(backend)
+    add_trace_backend(backend)  # once only
+    try:
+        seller = await make_seller()
+        await serve(seller)
+        token = await seller.token(seller.fixed_plan, seller.fixed_agent)
+        async with httpx.AsyncClient(base_url=seller.origin) as http:
+            await http.post("/ask", json={}, headers={"payment-signature": token})
+            await http.post("/ask", json={}, headers={"payment-signature": tamper(token)})
+            use_tracer_provider(None)  # OpenTelemetry off: the backend alone
+            await http.post("/ask", json={}, headers={"payment-signature": token})
+            switch["on"] = False
+            assert start_trace() is NULL_TRACE or not start_trace().enabled
+    finally:
+        remove_trace_backend(backend)
+        remove_trace_backend(backend)
+    assert len(made) == 3
+    paid, refused, alone = (recording.events for recording in made)
+    opened = [event[1] for event in paid if event[0] == "open"]
+    assert opened == ["request", "verify", "settlement"]
+    assert ("set", "credits_redeemed", 2) in paid and ("set", "payer", seller.buyer_address) in paid
+    assert any(event[0] == "fail" and event[2] for event in refused)
+    assert [event[1] for event in alone if event[0] == "open"] == opened
+    names = [span.name for span in spans.get_finished_spans()]
+    assert names.count("svc:x402-request") == 2  # the first two requests, OpenTelemetry's too

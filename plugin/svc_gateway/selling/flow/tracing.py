@@ -6,14 +6,18 @@ and the verify span failed; a settle failure after the work succeeded marks only
 settlement span. The token appears only abbreviated (first and last 4 characters), never a
 key. ``opentelemetry-api`` is an optional extra (``otel``): without it this module imports
 nothing and every call is a no-op on a shared null object.
+
+Other tracing backends add themselves with :func:`add_trace_backend` (the ``langgraph`` extra's
+LangSmith runs): each gives a trace for a request when its own switch is on, and the flow's hooks
+reach every trace that is on (:class:`Traces`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 REQUEST_SPAN = "svc:x402-request"
@@ -174,7 +178,68 @@ def _global_provider(trace: Any) -> Any:
     return provider
 
 
+#: more backends: each gives one request's trace, or ``None`` while its switch is off
+_backends: list[Callable[[], NullTrace | None]] = []
+
+
+def add_trace_backend(backend: Callable[[], NullTrace | None]) -> None:
+    """Trace every paid request with ``backend`` too (added once)."""
+    if backend not in _backends:
+        _backends.append(backend)
+
+
+def remove_trace_backend(backend: Callable[[], NullTrace | None]) -> None:
+    if backend in _backends:
+        _backends.remove(backend)
+
+
+class Traces(NullTrace):
+    """Several traces of one request (OpenTelemetry's and another backend's): each hook reaches
+    all of them, each span opened in every one."""
+
+    enabled = True
+
+    def __init__(self, traces: list[NullTrace]) -> None:
+        self._traces = traces
+
+    @contextmanager
+    def _all(self, hook: str) -> Iterator[None]:
+        with ExitStack() as stack:
+            for trace in self._traces:
+                stack.enter_context(getattr(trace, hook)())
+            yield
+
+    def request(self) -> AbstractContextManager[Any]:
+        return self._all("request")
+
+    def verify(self) -> AbstractContextManager[Any]:
+        return self._all("verify")
+
+    def settlement(self) -> AbstractContextManager[Any]:
+        return self._all("settlement")
+
+    def set(self, **attrs: str | int | float | bool | None) -> None:
+        for trace in self._traces:
+            trace.set(**attrs)
+
+    def fail(self, reason: str, *, parent: bool = True) -> None:
+        for trace in self._traces:
+            trace.fail(reason, parent=parent)
+
+
 def start_trace() -> NullTrace:
+    """The request's trace: OpenTelemetry's (:func:`otel_trace`) and those of the backends
+    whose switch is on, or the shared null object when none is."""
+    otel = otel_trace()
+    if not _backends:
+        return otel
+    more = [trace for backend in _backends if (trace := backend()) is not None]
+    if not more:
+        return otel
+    return Traces([otel, *more]) if otel.enabled else more[0] if len(more) == 1 else Traces(more)
+
+
+def otel_trace() -> NullTrace:
     """A trace for one request: a real one when OpenTelemetry is installed and a tracer
     provider is set (the tracing switch: :func:`use_tracer_provider` at once, OpenTelemetry's
     global one within :data:`GLOBAL_RECHECK_SECS`), else the shared null object."""

@@ -67,31 +67,41 @@ def shared_cache_header(lowered: str) -> bool:
     )
 
 
-def paid_response(answer: Answer) -> web.Response:
-    """A paid route's answer, cached as x402's reference servers say: a 402 ``no-store``, any
-    other answer ``private``, so a shared cache or CDN never serves one payer's answer to
-    another (or to someone who never paid). The handler's own ``Cache-Control`` directives are
-    kept but ``public`` and ``s-maxage``; every header that instructs a shared cache
-    (:func:`shared_cache_header`: ``CDN-Cache-Control``, ``Surrogate-Control``, ``Expires``...)
-    is dropped, whatever the status."""
-    headers: CIMultiDict[str] = CIMultiDict({hdrs.CONTENT_TYPE: answer.content_type})
+def paid_headers(answer: Answer) -> list[tuple[str, str]]:
+    """A paid route's response headers, cached as x402's reference servers say: a 402
+    ``no-store``, any other answer ``private``, so a shared cache or CDN never serves one
+    payer's answer to another (or to someone who never paid). The handler's own
+    ``Cache-Control`` directives are kept but ``public`` and ``s-maxage``; every header that
+    instructs a shared cache (:func:`shared_cache_header`: ``CDN-Cache-Control``,
+    ``Surrogate-Control``, ``Expires``...) is dropped, whatever the status. Shared by every
+    HTTP way in (aiohttp's :func:`paid_response`, the ASGI middleware)."""
+    headers: list[tuple[str, str]] = [(hdrs.CONTENT_TYPE, answer.content_type)]
     own = ""
     for name, value in answer.headers:
         lowered = name.lower()
         if lowered == "cache-control":
             own = value  # the handler's own directives: kept below
-        elif not shared_cache_header(lowered):
-            headers[name] = value
+        elif lowered != "content-type" and not shared_cache_header(lowered):
+            headers.append((name, value))
     if answer.status == 402:
-        headers[hdrs.CACHE_CONTROL] = "no-store"
+        cache = "no-store"
     elif not own:
-        headers[hdrs.CACHE_CONTROL] = "private"
+        cache = "private"
     else:
         kept = [d.strip() for d in own.split(",") if d.strip()]
         kept = [d for d in kept if d.split("=", 1)[0].strip().lower() not in SHARED_DIRECTIVES]
         if "private" not in (d.lower() for d in kept):
             kept.append("private")
-        headers[hdrs.CACHE_CONTROL] = ", ".join(kept)
+        cache = ", ".join(kept)
+    headers.append((hdrs.CACHE_CONTROL, cache))
+    return headers
+
+
+def paid_response(answer: Answer) -> web.Response:
+    """A paid route's answer as an aiohttp response (headers: :func:`paid_headers`)."""
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in paid_headers(answer):
+        headers[name] = value
     return web.Response(status=answer.status, body=answer.body, headers=headers)
 
 

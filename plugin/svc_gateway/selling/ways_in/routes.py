@@ -27,8 +27,9 @@ from ...service.models import Scheme
 if TYPE_CHECKING:
     from ..flow.plans import PlanFacts
 
-#: credits of one request: a fixed number, or a function of the request (sync or async)
-RouteCredits = int | Callable[[web.Request], "int | Awaitable[int]"]
+#: credits of one request: a fixed number, or a function of the request (sync or async): an
+#: aiohttp ``web.Request`` on an aiohttp app, a Starlette ``Request`` on an ASGI app
+RouteCredits = int | Callable[[Any], "int | Awaitable[int]"]
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "*"})
 _SCHEMES = ("svc:erc4337", "svc:card-delegation")
@@ -74,7 +75,7 @@ class RouteConfig:
         scheme: Scheme | None = self.scheme  # type: ignore[assignment]  # checked above
         return scheme
 
-    async def price(self, request: web.Request) -> int:
+    async def price(self, request: Any) -> int:
         """The credits this request costs; a function's exception propagates (answered 500)."""
         credits = self.credits
         if isinstance(credits, int):
