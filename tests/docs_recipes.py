@@ -122,6 +122,13 @@ PAY_WITH_OAUTH = Recipe(
     2,
     "tests/e2e/mcp_oauth/test_docs_oauth.py",
 )
+MCP_SELLER = Recipe(
+    "docs/selling.md",
+    "### A complete MCP seller",
+    "",
+    2,
+    "tests/e2e/mcp_oauth/test_docs_mcp_seller.py",
+)
 
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
@@ -135,4 +142,5 @@ RECIPES: dict[str, Recipe] = {
     "README_SET_UP": README_SET_UP,
     "DOCS_SET_UP": DOCS_SET_UP,
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
+    "MCP_SELLER": MCP_SELLER,
 }

@@ -151,9 +151,9 @@ async def _chat(args: argparse.Namespace) -> int:
                     for note in startup_notes(handle.core):
                         print(note)
                 if (paid_mcp := handle.extras.get("paid_mcp")) is not None:
-                    from .chat.seller_notes import mcp_notes
+                    from .chat.seller_notes import mcp_banner
 
-                    for note in mcp_notes(handle.core, paid_mcp.url, paid_mcp.logical_uri("ask")):
+                    for note in await mcp_banner(handle.core, paid_mcp):
                         print(note)
                 if (paid_a2a := handle.extras.get("paid_a2a")) is not None:
                     from .chat.seller_notes import a2a_notes
