@@ -20,6 +20,8 @@ _CODE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)+$|^[a-z]+$")
 _CODE_FIRST = {"ToolFailure", "CardRejected", "block", "error", "_error_json", "OAuthError"}
 _CODE_KEYWORDS = {"code", "error"}
 #: codes set where no call names them: the literal must still be in the source
+#: a line the reference chat prints itself: ``error [<code>]: ...``
+_SHOWN = re.compile(r"^error \[([a-z_]+)\]")
 _ELSEWHERE = {"network_error", "http_<status>", "refused", "access_denied"}
 
 
@@ -54,6 +56,8 @@ def codes_in_source() -> dict[str, set[str]]:
                 for key, value in zip(node.keys, node.values, strict=True):
                     if isinstance(key, ast.Constant) and key.value == "code" and value is not None:
                         values += _strings(value)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                values += _SHOWN.findall(node.value)  # "error [unknown_input]: ..." lines
             for value in values:
                 if _CODE.match(value):
                     found.setdefault(value, set()).add(where)

@@ -70,6 +70,21 @@ CODES: dict[str, Code] = {
         "Hermes: the plugin was shut down, so its tools cannot run.",
         "Restart the gateway to use the svc tools again.",
     ),
+    "unknown_input": _c(
+        "tool",
+        "The reference chat: the line is neither a /command nor a tool name.",
+        "Type /tools to list the tools, /help for the commands.",
+    ),
+    "invalid_json": _c(
+        "tool",
+        "The reference chat: a tool's parameters are not a JSON object.",
+        'Write them as JSON after the tool name, e.g. svc_checkBalance {"planId": "1"}.',
+    ),
+    "host": _c(
+        "tool",
+        "The reference chat could not handle the line (the message names the error).",
+        "Try again; if it repeats, report it with the line you typed.",
+    ),
     "unknown_tool": _c(
         "tool",
         "No tool of that name (a host tool, or a tool the MCP server does not list).",

@@ -242,6 +242,7 @@ class ToolMeter:
                 f"{name} could not be priced; it did not run and nothing was charged",
                 "Try again; if it keeps failing, tell the gateway's operator.",
             )
+        ticket: Ticket | None = None
         try:
             facts = await self.flow.facts(plan_id)
             price = facts.clamp(credits)
@@ -262,7 +263,7 @@ class ToolMeter:
             return block("not_logged_in", f"{name} is a paid tool. {exc.message}", exc.hint)
         except errors.ServiceError as exc:
             log.info("no payment for %s: %s", name, exc.code)
-            return await self._short(ctx, payer, plan_id, credits, exc.message)
+            return await self._short(ctx, payer, plan_id, credits, exc.message, ticket)
 
         async def work() -> Answer:
             call.ran = True
@@ -309,7 +310,7 @@ class ToolMeter:
                 "Try again, perhaps with a smaller request.",
             )
         if outcome.kind is Outcome.REFUSED:
-            return await self._short(ctx, payer, plan_id, price, outcome.reason)
+            return await self._short(ctx, payer, plan_id, price, outcome.reason, ticket)
         if outcome.kind is Outcome.WITHHELD:
             return block(
                 "payment_refused",
@@ -345,10 +346,18 @@ class ToolMeter:
         return await spend.token(payer.client(), ticket, payment_type=kind)
 
     async def _short(
-        self, ctx: ToolCallContext, payer: PluginCore, plan_id: str, price: int, reason: str
+        self,
+        ctx: ToolCallContext,
+        payer: PluginCore,
+        plan_id: str,
+        price: int,
+        reason: str,
+        ticket: Ticket | None = None,
     ) -> ToolResult:
         """The block result of a payment refused: price, balance, how to buy when the balance
-        says the payer is short; otherwise the refusal as it is (never "insufficient")."""
+        says the payer is short; otherwise the refusal as it is (never "insufficient"). A call
+        the person approved with a code that still cannot be paid says so plainly, and what
+        else it needs."""
         balance: int | None = None
         fiat = False
         try:
@@ -378,11 +387,30 @@ class ToolMeter:
             else "svc_orderPlan buys it (it asks you to confirm first)"
         )
         shown = "unknown" if balance is None else str(balance)
+        message = (
+            f"{ctx.tool_name} costs {price} credit{'s' if price != 1 else ''} per call on plan "
+            f"{plan_id}; your balance is {shown}. The tool did not run and nothing was charged"
+        )
+        hint = f"Buy credits for plan {plan_id}: {how}. Then call {ctx.tool_name} again."
+        if ticket is not None and ticket.by_code:
+            why = (
+                f"the approval covered buying the plan, and that purchase did not go through "
+                f"({reason[:200]})"
+                if ticket.top_up_micro
+                else "the approval covered the call's credits only (the balance held them "
+                "when it was asked for), and they were spent since"
+            )
+            message = (
+                f"The person approved this call, but it still cannot be paid: {message}; {why}"
+            )
+            hint = (
+                f"Call {ctx.tool_name} again: its new code names what it needs now (the plan's "
+                f"purchase too, when the balance is short), or buy credits first: {how}."
+            )
         return block(
             "insufficient_credits",
-            f"{ctx.tool_name} costs {price} credit{'s' if price != 1 else ''} per call on plan "
-            f"{plan_id}; your balance is {shown}. The tool did not run and nothing was charged",
-            f"Buy credits for plan {plan_id}: {how}. Then call {ctx.tool_name} again.",
+            message,
+            hint,
             price=price,
             balance=balance,
             planId=plan_id,
