@@ -200,6 +200,7 @@ class Approvals:
         if seen:
             left = "; ".join(
                 f"{format_money(s.left_micro, s.mandate.currency)} left of {s.mandate.describe()}"
+                f"{s.explained()}"
                 for s in seen
             )
             lines.append(
