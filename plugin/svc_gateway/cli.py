@@ -160,6 +160,11 @@ async def _chat(args: argparse.Namespace) -> int:
 
                     for note in a2a_notes(handle.core, paid_a2a.card_url):
                         print(note)
+                from .service.checks import start_check
+
+                core = handle.core
+                check = start_check(core.public_client(), core.config.state_url)
+                print((await handle.runtime.run(check)).line)
                 print(
                     f"svc-gateway {__version__} reference chat. Type /help; "
                     "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."

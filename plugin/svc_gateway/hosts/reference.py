@@ -170,7 +170,10 @@ class ReferenceGateway(CollectingGateway):
                 return self._describe_tools()
             if name == "context":
                 text = await self.context_text(sender=sender)
-                return text or "(nothing: log in and set a plan)"
+                return text or (
+                    "(nothing injected: no balance to show; /svc_login status says whether you "
+                    "are logged in, and a plan shows once it is set (planId) or bought)"
+                )
             return await self.run_command(name, args.strip(), sender=sender)
         name, _, raw = line.partition(" ")
         if name not in self.tools and name not in self.host_tools:
