@@ -194,7 +194,7 @@ CODES: dict[str, Code] = {
     "plan_not_sold": _c(
         "tool",
         "The A2A agent does not sell the plan named (or the plans its card names).",
-        "Pass one of the agent's plans (svc_getPlan, the agent's card).",
+        "Pass one of the plans the agent's card names.",
     ),
     "a2a_unavailable": _c(
         "tool",
