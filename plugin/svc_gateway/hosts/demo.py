@@ -22,6 +22,12 @@ from ..selling import PaidEndpoint
 from .embedded import DEMO_TOKEN
 from .reference import ReferenceGateway
 
+
+def credits_of(count: object) -> str:
+    """``1 credit``, ``2 credits``, ``? credits``: a receipt's count with its noun."""
+    return f"{count} credit" if str(count) == "1" else f"{count} credits"
+
+
 CREDITS_GRANTED = 10
 CREDITS_PER_REQUEST = 2
 PLAN_PRICE = 1_000_000  # 1 USDC-like token (6 decimals)
@@ -165,7 +171,7 @@ class Demo:
             self.line(
                 "subscriber",
                 "svc_queryAgent",
-                f"paid {receipt.get('creditsRedeemed', '?')} credits "
+                f"paid {credits_of(receipt.get('creditsRedeemed', '?'))} "
                 f"(left {receipt.get('remainingBalance', '?')}): {text}",
             )
         after = await self.balance(subscriber, plan_id, "svc_checkBalance")
@@ -206,7 +212,7 @@ class Demo:
         self.line(
             "subscriber",
             "svc_queryAgent",
-            f"MCP tool 'ask': paid {receipt.get('creditsRedeemed', '?')} credits "
+            f"MCP tool 'ask': paid {credits_of(receipt.get('creditsRedeemed', '?'))} "
             f"(left {answer.get('balanceAfter')})",
         )
         if moved != CREDITS_PER_REQUEST or receipt.get("creditsRedeemed") != str(moved):
