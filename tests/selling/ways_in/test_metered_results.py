@@ -10,7 +10,8 @@ from svc_gateway.account.receipts import ReceiptBook
 from svc_gateway.host import Caller, ToolCallContext
 from svc_gateway.selling.handlers import Answer
 from svc_gateway.selling.types import Outcome, PaidOutcome
-from svc_gateway.selling.ways_in.metered_results import record_top_up
+from svc_gateway.selling.ways_in.metered_results import balance, record_top_up
+from svc_gateway.service.errors import TransportError
 
 CTX = ToolCallContext("image_gen", {"p": 1}, "call-1", Caller("alice", "cli"))
 PAYER: Any = SimpleNamespace(session=SimpleNamespace(address="0xabc"))
@@ -34,3 +35,11 @@ def test_no_purchase_is_kept_without_a_rise_or_a_balance() -> None:
     record_top_up(book, CTX, PAYER, "p1", 3, 12, outcome("9"))  # paid from what it held
     record_top_up(book, CTX, PAYER, "p1", 3, 0, outcome(None))  # the receipt names no balance
     assert book.all() == []
+
+
+async def test_a_balance_the_service_cannot_give_is_none() -> None:
+    async def refused(plan_id: str) -> Any:
+        raise TransportError("unreachable")
+
+    payer: Any = SimpleNamespace(client=lambda: SimpleNamespace(get_plan_balance=refused))
+    assert await balance(payer, "p1") is None
