@@ -122,6 +122,13 @@ PAY_WITH_OAUTH = Recipe(
     2,
     "tests/e2e/mcp_oauth/test_docs_oauth.py",
 )
+MCP_SELLER = Recipe(
+    "docs/selling.md",
+    "### A complete MCP seller",
+    "",
+    2,
+    "tests/e2e/mcp_oauth/test_docs_mcp_seller.py",
+)
 
 CLI_OFFLINE = Recipe(
     "docs/cli.md", "## Try it offline", "bash", 2, "tests/svc_cli/test_docs_cli.py"
@@ -149,4 +156,5 @@ RECIPES: dict[str, Recipe] = {
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
     "CLI_OFFLINE": CLI_OFFLINE,
     "LANGGRAPH_DEPLOYMENT": LANGGRAPH_DEPLOYMENT,
+    "MCP_SELLER": MCP_SELLER,
 }

@@ -27,7 +27,7 @@ def test_one_credit_is_singular_in_balances_and_spend() -> None:
     receipt = Receipt("agent", "0xpayer", None, "p1", 1, None, "queued", time.time())
     text = spend_text([receipt])
     assert "1 call" in text and "1 more are" not in text and "call(s)" not in text
-    assert ", and 1 credit more is being settled" in text
+    assert ", and 1 credit (price unknown) more is being settled" in text
 
 
 def test_an_error_ending_in_a_question_gets_no_second_stop() -> None:

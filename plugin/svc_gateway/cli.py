@@ -23,6 +23,12 @@ The svc chat-gateway plugin's command line:
   chat     the reference chat gateway (an embedded sandbox when no key or service is set)
   demo     sell and buy an agent answer end to end, offline
   astrbot-install  place the svc plugin into an AstrBot data directory"""
+EPILOG = """Start here:
+  svc-gateway demo              the whole cycle offline in one command (exits 0 when it adds up)
+  svc-gateway chat              chat with an embedded sandbox and a demo agent to buy from
+  svc-gateway sandbox --port 8765   the local service for curl, svc and your own code
+  svc-gateway <command> --help  a command's options
+The svc command line (svc --help) runs every operation of the service from a shell."""
 
 #: The chat reads an API key from here when the config has none (never typed, never stored).
 KEY_VARIABLE = "SVC_API_KEY"
@@ -176,15 +182,20 @@ async def _chat(args: argparse.Namespace) -> int:
                     for note in startup_notes(handle.core):
                         print(note)
                 if (paid_mcp := handle.extras.get("paid_mcp")) is not None:
-                    from .chat.seller_notes import mcp_notes
+                    from .chat.seller_notes import mcp_banner
 
-                    for note in mcp_notes(handle.core, paid_mcp.url, paid_mcp.logical_uri("ask")):
+                    for note in await mcp_banner(handle.core, paid_mcp):
                         print(note)
                 if (paid_a2a := handle.extras.get("paid_a2a")) is not None:
                     from .chat.seller_notes import a2a_notes
 
                     for note in a2a_notes(handle.core, paid_a2a.card_url):
                         print(note)
+                from .service.checks import start_check
+
+                core = handle.core
+                check = start_check(core.public_client(), core.config.state_url)
+                print((await handle.runtime.run(check)).line)
                 print(
                     f"svc-gateway {__version__} reference chat. Type /help; "
                     "Ctrl-C cancels a running line or leaves, Ctrl-D leaves."
@@ -198,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="svc-gateway",
         description=DESCRIPTION,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -236,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     astrbot.add_argument("--data", required=True, help="AstrBot's data directory")
     astrbot.add_argument("--copy", action="store_true", help="copy the files instead of a link")
     astrbot.add_argument("--force", action="store_true", help="replace an existing plugins/svc")
+    if not (sys.argv[1:] if argv is None else argv):  # no command: what there is to do
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -1,9 +1,8 @@
 """Plugin configuration: ``PluginConfig``, loading it, and the service URLs it resolves to.
 
 ``PluginConfig``'s camelCase aliases *are* the manifest's ``configSchema`` (a test checks that
-the two agree). Errors name the field and never echo a value, so a key can't leak through them.
-API keys are parsed in :mod:`.api_keys`, home of :class:`ConfigError` (re-exported here, where
-every caller imports it from).
+the two agree). Errors name the field and never echo a secret. :class:`ConfigError` (from
+:mod:`.api_keys`) and :func:`check_base_url` (from :mod:`.environments`) are re-exported here.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -28,6 +28,8 @@ from .api_keys import KEY_PREFIXES, ApiKey, normalize_version, parse_api_key
 from .api_keys import ConfigError as ConfigError  # re-exported: config and keys share it
 from .environments import ENVIRONMENTS as ENVIRONMENTS  # re-exported, as ConfigError
 from .environments import base_url_from_env
+from .environments import check_base_url as check_base_url  # re-exported for svc's base-url
+from .suggest import did_you_mean
 
 Environment = Literal["sandbox", "live", "local"]
 PaymentType = Literal["crypto", "fiat"]
@@ -307,9 +309,9 @@ class PluginConfig(BaseModel):
 
     @field_validator("base_url", "frontend_url", "paid_endpoint_public_url", "paid_a2a_public_url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+    def _http_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or info.field_name == "base_url":
+            return None if value is None else check_base_url(value)
         value = value.strip().rstrip("/")
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must be an http(s) URL")
@@ -422,10 +424,13 @@ def resolve_frontend_url(config: PluginConfig, environment: str, base_url: str) 
 
 
 def _describe(error: ValidationError) -> str:
-    parts = []
+    parts = []  # the fields' own words, and for a key no field has, the nearest one
     for item in error.errors(include_url=False, include_input=False, include_context=False):
         where = ".".join(str(p) for p in item["loc"]) or "config"
         message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and len(item["loc"]) == 1:
+            keys = (f.alias or n for n, f in PluginConfig.model_fields.items())
+            message = f"not a setting of the svc plugin.{did_you_mean(where, keys)}"
         parts.append(f"{where}: {message}")
     return "; ".join(parts)
 

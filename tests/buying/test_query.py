@@ -148,7 +148,9 @@ async def test_answer_receipt_and_service_balance_from_the_real_endpoint(market:
     assert data["balanceAfter"] == "8"  # what the service says, not the agent
     assert await market.balance() == 8
     spend = await market.subscriber_gw.run_command("svc_spend")  # the plugin kept the receipt
-    assert "You paid 2 credits for 1 call " in spend and f"agent {market.agent_id}" in spend
+    assert (
+        "You paid 2 credits (0.20 USD) for 1 call " in spend and f"agent {market.agent_id}" in spend
+    )
     assert str(receipt["transaction"]) in spend
     # a v3 token is bound and single use; a v2 fallback is said out loud (and only then)
     v2_warning = [w for w in data.get("warnings", []) if "reusable (v2)" in w]

@@ -123,5 +123,27 @@ async def test_a_balance_that_rose_during_a_paid_answer_is_a_top_up_said_out_lou
     assert result["balanceAfter"] == str(after)
     top_up = [w for w in result["warnings"] if "automatic top-up" in w]
     assert bool(top_up) == warned
-    if warned:
-        assert top_up[0].startswith("Your balance went from 0 to 8 credits during this request")
+    if warned:  # no receipt: nothing known burned, the rise is what was bought
+        assert top_up[0].startswith("This request bought the plan (automatic top-up: 8 credits")
+        assert "your balance went from 0 to 8 credits" in top_up[0]
+        assert "defaultSpendingLimitCents" in top_up[0]  # "model" mode: the delegation's limit
+
+
+@pytest.mark.parametrize(("redeemed", "bought"), [("2", 10), ("x", 8)])
+async def test_a_top_up_counts_what_it_bought_and_a_person_is_told_what_they_approved(
+    redeemed: str, bought: int
+) -> None:
+    """Issue 44: the credits bought are the rise plus what the request burned after the
+    top-up (10 bought, 2 burned: 0 -> 8), and in "human" mode the warning names the person's
+    approval, not defaultSpendingLimitCents; a receipt's unreadable count is taken as 0."""
+    client = _After(8)
+    core = cast(
+        PluginCore,
+        SimpleNamespace(client=lambda: client, approvals=SimpleNamespace(human=True)),
+    )
+    result: dict[str, Any] = {"receipt": {"creditsRedeemed": redeemed}}
+    await qo.balance_after(core, "p1", result, 0)
+    assert result["topUp"]["creditsBought"] == str(bought)
+    (warning,) = [w for w in result["warnings"] if "automatic top-up" in w]
+    assert f"automatic top-up: {bought} credits, within what you approved" in warning
+    assert "defaultSpendingLimitCents" not in warning

@@ -49,7 +49,13 @@ def test_the_hosted_gateway_is_tried_offline_as_written(tmp_path: Path) -> None:
     assert "Demo host tools: image_gen, web_search" in out
     assert "Your payments account is open" in out
     assert '"image": "data:image/png;base64,' in out and '"tool": "web_search"' in out
-    assert "You paid 2 credits for 2 calls" in out
+    # the plan her first call bought is a purchase apart from the calls, in money and credits
+    # (100 credits bought, not the 99 left after the call), and each call in money too
+    assert (
+        "You bought 100 credits for 1.00 USD (1 purchase of a plan) and paid 2 credits "
+        "(0.02 USD) for 2 calls" in out
+    )
+    assert "plan bought by automatic top-up (for tool image_gen), 100 credits (1.00 USD)" in out
     assert "Earned 2 credits settled, 0 queued" in out and "over 2 sales" in out
     assert "neither a /command nor a tool" not in out
     assert "WARNING" not in done.stderr, done.stderr

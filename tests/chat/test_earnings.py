@@ -34,7 +34,7 @@ async def test_the_seller_earns_the_sale_and_the_buyer_only_spends(
     bought = await market.subscriber_gw.run_command("svc_earnings")
     assert bought.startswith("The gateway has sold nothing yet"), bought
     spent = await market.subscriber_gw.run_command("svc_spend")
-    assert spent.startswith("You paid 2 credits for 1 call "), spent
+    assert spent.startswith("You paid 2 credits (0.20 USD) for 1 call "), spent
     assert "paid for nothing" in await market.builder_gw.run_command("svc_spend")
 
 

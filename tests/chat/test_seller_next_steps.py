@@ -200,3 +200,64 @@ async def test_paid_mcp_names_its_url_and_the_uri_to_register_at_start(
         "Paid MCP: not selling yet: run svc_registerAgent with agentUrl "
         "mcp://svc-agent/tools/ask" in text
     )
+
+
+async def test_paid_mcp_banner_reads_the_registration_and_never_asks_for_what_is_there(
+    sandbox: SandboxServer, builder: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 44: a chat selling a registered agent over MCP says the agent lists the tool,
+    not "must register" under a line saying it did; a missing endpoint is named with the fix."""
+    from svc_gateway.service.client import ServiceClient
+    from svc_gateway.service.models import AgentApi, AgentMetadata, PlanMetadata
+    from svc_gateway.service.pricing import crypto_price, fixed_credits
+
+    client = ServiceClient(sandbox.base_url, builder["apiKey"])
+    try:
+        plan_id = await client.register_plan(
+            PlanMetadata(name="MCP banner"),
+            crypto_price([1_000_000], [builder["address"]], USDC),
+            fixed_credits(10, 1),
+        )
+        listed = await client.register_agent(
+            AgentMetadata(name="Listed"),
+            AgentApi(endpoints=[{"POST": "mcp://svc-agent/tools/*"}]),
+            [plan_id],
+        )
+        unlisted = await client.register_agent(
+            AgentMetadata(name="Unlisted"),
+            AgentApi(endpoints=[{"POST": "https://example.test/agent"}]),
+            [plan_id],
+        )
+    finally:
+        await client.aclose()
+
+    async def banner(agent_id: str) -> str:
+        config = {
+            "environment": "local",
+            "baseUrl": sandbox.base_url,
+            "enablePaidMcp": True,
+            "paidMcpPort": 0,
+            "serverName": "svc-agent",
+            "planId": plan_id,
+            "agentId": agent_id,
+            "settleQueuePath": str(tmp_path / f"{agent_id[-6:]}.json"),
+        }
+        (tmp_path / "seller.json").write_text(json.dumps(config))
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "svc_gateway.cli", "chat", "--config", str(tmp_path / "seller.json")),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**chat_env(tmp_path), "SVC_API_KEY": builder["apiKey"]},
+        )
+        out, err = await asyncio.wait_for(child.communicate(b""), WAIT_SECS)
+        assert child.returncode == 0, err.decode()
+        return out.decode()
+
+    text = await banner(listed)
+    assert f"Paid MCP: agent {listed} lists mcp://svc-agent/tools/ask: buyers can pay" in text
+    assert "must register" not in text
+    text = await banner(unlisted)
+    assert f"agent {unlisted} does not list mcp://svc-agent/tools/ask" in text
+    assert f"PUT /protocol/agents/{unlisted}" in text

@@ -181,7 +181,9 @@ async def test_messages_name_the_call(client: ServiceClient) -> None:
     assert seen[0].message == f"{call} answered 200 with a non-JSON body"
     assert seen[1].message.startswith(f"{call} got no complete answer within ")
     assert isinstance(seen[1], errors.RequestTimeout) and seen[1].code == "timeout"
-    assert seen[2].message == f"{call} failed: ServerDisconnectedError"
+    assert seen[2].message == (
+        f"Could not reach the service at http://127.0.0.1:9 (ServerDisconnectedError) for {call}"
+    )
     assert (seen[2].code, seen[2].status) == ("network_error", None)
     assert seen[3].message == "HTTP 503: \ufffd\ufffd down"  # not UTF-8: replaced, not raised
     assert seen[4].message == "HTTP 503: Service Unavailable"  # the reason phrase stands in

@@ -134,7 +134,10 @@ async def deny(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -
 
 def _state_line(state: MandateState) -> str:
     left = format_money(state.left_micro, state.mandate.currency)
-    return f"- {state.mandate.describe()}: {left} left {window_word(state.mandate.period)}"
+    return (
+        f"- {state.mandate.describe()}: {left} left {window_word(state.mandate.period)}"
+        + state.explained()
+    )
 
 
 async def allow(approvals: Approvals, users: CommandUsers, ctx: CommandContext) -> str:

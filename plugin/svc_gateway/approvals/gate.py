@@ -106,6 +106,11 @@ class Ticket:
         """Allowed by the person (a code or a mandate), not by ``"model"`` mode."""
         return self.max_transactions is not None
 
+    @property
+    def by_code(self) -> bool:
+        """Allowed by the code the person approved for this one purchase (no mandate)."""
+        return self.by_person and not self.rid
+
     def spent_micro(self, credits: int | None, topped_up: bool | None) -> int:
         """What the purchase cost in money: ``credits`` at the plan's price plus the top-up
         when one happened; the whole reservation when either is not known."""
@@ -195,6 +200,7 @@ class Approvals:
         if seen:
             left = "; ".join(
                 f"{format_money(s.left_micro, s.mandate.currency)} left of {s.mandate.describe()}"
+                f"{s.explained()}"
                 for s in seen
             )
             lines.append(
@@ -302,6 +308,7 @@ class Approvals:
             ONE_SETTLE,
             value,
             approved.amount_micro,
+            value.price_micro if approved.top_up else 0,
         )
 
     def order_ticket(self, core: Account, plan_id: str, kind: str) -> Ticket:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .mandates import Mandate, window
+from .money import format_money
 
 #: a slot's mandate id for the operator's cap (``maxUserSpendPerDay``): never stored as a mandate
 CAP_ID = "!cap"
@@ -50,6 +51,20 @@ class MandateState:
     @property
     def left_micro(self) -> int:
         return max(self.mandate.amount_micro - self.spent_micro - self.held_micro, 0)
+
+    def explained(self) -> str:
+        """What the mandate's figures come from: spent (the purchases and calls /svc_spend
+        lists at their prices) and held (payments in progress)."""
+        currency = self.mandate.currency
+        parts = []
+        if self.spent_micro:
+            parts.append(
+                f"{format_money(self.spent_micro, currency)} spent: the purchases and calls "
+                "/svc_spend lists, at their prices"
+            )
+        if self.held_micro:
+            parts.append(f"{format_money(self.held_micro, currency)} held by payments in progress")
+        return f" ({'; '.join(parts)})" if parts else ""
 
 
 class MandateLedger(Protocol):

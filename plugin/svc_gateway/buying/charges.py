@@ -82,6 +82,12 @@ async def read_balance(core: PluginCore, plan_id: str) -> int | None:
         return None
 
 
+def _person_approves(core: PluginCore) -> bool:
+    """Purchases are the person's to approve (``"human"`` mode), not the delegation's limit."""
+    approvals = getattr(core, "approvals", None)
+    return approvals is not None and bool(approvals.human)
+
+
 def _credits(n: int) -> str:
     return f"{n} credit" + ("" if n == 1 else "s")
 
@@ -122,9 +128,11 @@ async def with_charge(
             "bought the plan again (automatic top-up) during the request, so what the request "
             "burned cannot be told from the balance"
         )
-        hint = (
-            "Check svc_checkBalance before retrying: a top-up is charged to your delegation, "
-            "up to its spending limit (defaultSpendingLimitCents)."
+        hint = "Check svc_checkBalance before retrying: " + (
+            "a top-up is charged within what you approved (/svc_spend lists it)."
+            if _person_approves(core)
+            else "a top-up is charged to your delegation, up to its spending limit "
+            "(defaultSpendingLimitCents)."
         )
     return ToolFailure(failure.code, message, hint)
 
@@ -141,14 +149,25 @@ async def balance_after(
         warnings.append("Could not read your balance from the service after the call.")
         return
     result["balanceAfter"] = str(balance)
-    if before is not None and balance > before:
-        result["topUp"] = record_top_up(core, plan_id, before, balance)
-        warnings.append(
-            f"Your balance went from {before} to {credits_text(balance)} during this request: the "
-            "token's delegation bought the plan (automatic top-up), charged to the "
-            "delegation within its spending limit (defaultSpendingLimitCents)."
-        )
     receipt = result.get("receipt") or {}
+    if before is not None and balance > before:
+        try:
+            redeemed = int(str(receipt.get("creditsRedeemed") or 0))
+        except ValueError:
+            redeemed = 0
+        bought = balance - before + max(redeemed, 0)  # the top-up came before the burn
+        result["topUp"] = record_top_up(core, plan_id, before, balance, bought)
+        within = (
+            "within what you approved (your /svc_allow mandate or the code you typed)"
+            if _person_approves(core)
+            else "charged to the token's delegation within its spending limit "
+            "(defaultSpendingLimitCents)"
+        )
+        warnings.append(
+            f"This request bought the plan (automatic top-up: {bought} credits, "
+            f"{within}); then it used {redeemed}: your balance went from {before} to "
+            f"{balance} credits. /svc_spend lists the purchase and its price."
+        )
     claimed = receipt.get("remainingBalance")
     if claimed is not None and claimed != str(balance):
         warnings.append(
@@ -157,19 +176,28 @@ async def balance_after(
         )
 
 
-def record_top_up(core: PluginCore, plan_id: str, before: int, after: int) -> dict[str, Any]:
+def record_top_up(
+    core: PluginCore, plan_id: str, before: int, after: int, bought: int | None = None
+) -> dict[str, Any]:
     """A top-up the query's delegation made: kept as a receipt (``/svc_spend`` lists it) and
-    named in the result."""
+    named in the result. ``bought``: the credits it bought (the rise in balance plus what the
+    request burned after it), else the rise."""
+    bought = after - before if bought is None else bought
     sink = getattr(core, "receipt_sink", None)
     if sink is not None and core.session is not None:
         sink(
-            what=f"automatic top-up of plan {plan_id} (balance {before} -> {after})",
+            what="plan bought by automatic top-up",
             payer=core.session.address,
             identity=core.identity,
             plan_id=plan_id,
-            credits=after - before,
+            credits=bought,
             transaction=None,
             status="top-up",
             at=time.time(),
         )
-    return {"planId": plan_id, "balanceBefore": str(before), "balanceAfter": str(after)}
+    return {
+        "planId": plan_id,
+        "balanceBefore": str(before),
+        "balanceAfter": str(after),
+        "creditsBought": str(bought),
+    }

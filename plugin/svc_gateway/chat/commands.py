@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 from ..account.core import PluginCore
 from ..account.receipts import ReceiptBook, spend_text
 from ..approvals.commands import approval_specs
+from ..approvals.money import PlanValue, plan_value
 from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
 from ..host import Caller, CommandContext, CommandSpec
 from ..menu import EARNINGS, LOGIN, LOGOUT, SPEND
 from ..redact import get_logger
+from ..service.errors import ServiceError
 from .browser_login import BrowserLogin, LoginError, manual_instructions
 from .earnings import Sales, earnings_text
 
@@ -318,16 +320,28 @@ class Commands:
             text += " svcApiKey is still set in the plugin config; remove it there as well."
         return text
 
-    def spend(self, ctx: CommandContext) -> str:
+    async def spend(self, ctx: CommandContext) -> str:
         """``/svc_spend``: what the calling user paid (the gateway's own account at the host's
-        console or on a single-user gateway)."""
+        console or on a single-user gateway), in money at each plan's price and in credits."""
         if self.unidentified(ctx):
             return NO_SENDER
         caller = self.chat_user(ctx)
         if caller is not None:
-            return spend_text(self.receipts.of(caller.identity, None))
-        session = self.core.session
-        return spend_text(self.receipts.of(None, session.address if session else None))
+            items = self.receipts.of(caller.identity, None)
+        else:
+            session = self.core.session
+            items = self.receipts.of(None, session.address if session else None)
+        return spend_text(items, await self._plan_values({r.plan_id for r in items}))
+
+    async def _plan_values(self, plan_ids: set[str]) -> dict[str, PlanValue]:
+        """Each plan's price, read from the service (a plan it cannot read has none)."""
+        values: dict[str, PlanValue] = {}
+        for plan_id in sorted(plan_ids):
+            try:
+                values[plan_id] = plan_value(await self.core.public_client().get_plan(plan_id))
+            except ServiceError:
+                continue
+        return values
 
     async def earnings(self, ctx: CommandContext) -> str:
         """``/svc_earnings``: what this gateway sold (never what it bought); the operator's
@@ -340,7 +354,7 @@ class Commands:
         runtime = self.core.runtime
 
         async def spend(ctx: CommandContext) -> str:
-            return self.spend(ctx)
+            return await runtime.run(self.spend(ctx))
 
         async def earnings(ctx: CommandContext) -> str:
             return await self.earnings(ctx)

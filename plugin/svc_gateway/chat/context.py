@@ -96,6 +96,8 @@ class BalanceCache:
         self._stale: dict[str, BalanceEntry] = {}
         self._durations: dict[str, int] = {}  # plan facts never change: fetched once per plan
         self._inflight: dict[str, asyncio.Task[BalanceEntry | None]] = {}
+        #: plan id -> why its balance could not be read last time (cleared when it is)
+        self.failures: dict[str, str] = {}
         self._generation = 0
         #: Bumped by every change; :class:`BalanceContext` keys its ready-made text on it.
         self.version = 0
@@ -206,7 +208,9 @@ class BalanceCache:
             )
         except ServiceError as exc:
             log.info("balance of plan %s unavailable: %s", ref.plan_id, exc.code)
+            self.failures[ref.plan_id] = exc.message
             return None
+        self.failures.pop(ref.plan_id, None)
         entry = BalanceEntry(
             plan_id=ref.plan_id,
             name=ref.name or balance.plan_name or ref.plan_id,
@@ -341,6 +345,11 @@ class BalanceContext:
             entry = entry or self.cache.stale(ref.plan_id)
             if entry is not None:
                 lines.append(format_line(entry))
+            elif (failure := self.cache.failures.get(ref.plan_id)) is not None:
+                lines.append(  # logged in: say what failed, never "log in"
+                    f"- plan {one_line(ref.plan_id, 100)}: balance unavailable "
+                    f"({one_line(failure, 300)})"
+                )
         text = "Payments service balance (svc plugin):\n" + "\n".join(lines) if lines else None
         if complete:  # every line fresh: later prompts can read it without the loop
             version = self.cache.version  # read first: a later invalidation makes it stale

@@ -7,10 +7,20 @@ The words live here so the chat banner, the log and ``svc_registerAgent`` say th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..account.core import PluginCore
+
+
+class PaidMcp(Protocol):
+    """What the banner reads of a running paid MCP server (``selling.ways_in.mcp.PaidMcp``)."""
+
+    url: str
+
+    def logical_uri(self, name: str, kind: str = "tools") -> str: ...
+
+    async def registration_notes(self) -> list[str]: ...
 
 
 def _port(url: str | None) -> int | None:
@@ -57,6 +67,16 @@ def mcp_notes(core: PluginCore, url: str, uri: str) -> list[str]:
     else:
         notes.append(f"Paid MCP: not selling yet: run svc_registerAgent with agentUrl {uri}")
     return notes
+
+
+async def mcp_banner(core: PluginCore, paid_mcp: PaidMcp) -> list[str]:
+    """The chat banner's lines for ``enablePaidMcp``: where it listens, then, when it sells a
+    known agent, what that agent's registration (read from the service) lets buyers pay, so
+    the banner never asks to register what is registered."""
+    first, *rest = mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask"))
+    if core.agent_id is None or not (core.plan_id or core.config.plan_id or core.config.plans):
+        return [first, *rest]
+    return [first, *await paid_mcp.registration_notes()]
 
 
 def a2a_notes(core: PluginCore, card_url: str) -> list[str]:

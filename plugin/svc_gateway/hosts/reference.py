@@ -31,6 +31,7 @@ from ..host import (
     ToolCallContext,
     ToolResult,
 )
+from ..suggest import did_you_mean
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -103,7 +104,9 @@ class ReferenceGateway(CollectingGateway):
         spec = self.tools.get(name)
         if spec is None:
             return ToolResult.error(
-                "unknown_tool", f"No tool named {name}", "Type /tools to list the tools."
+                "unknown_tool",
+                f"No tool named {name}.{did_you_mean(name, self.tools)}",
+                "Type /tools to list the tools.",
             )
         if caller is None:
             return await spec.handler(arguments)
@@ -128,7 +131,8 @@ class ReferenceGateway(CollectingGateway):
     ) -> str:
         spec = self.commands.get(name)
         if spec is None:
-            return f"Unknown command /{name}. Type /help."
+            known = [*self.commands, "help", "tools", "context"]
+            return f"Unknown command /{name}.{did_you_mean(name, known, '/')} Type /help."
         caller = self._caller(sender)
         ctx = CommandContext(
             args=args,
@@ -170,12 +174,16 @@ class ReferenceGateway(CollectingGateway):
                 return self._describe_tools()
             if name == "context":
                 text = await self.context_text(sender=sender)
-                return text or "(nothing: log in and set a plan)"
+                return text or (
+                    "(nothing injected: no balance to show; /svc_login status says whether you "
+                    "are logged in, and a plan shows once it is set (planId) or bought)"
+                )
             return await self.run_command(name, args.strip(), sender=sender)
         name, _, raw = line.partition(" ")
         if name not in self.tools and name not in self.host_tools:
             return (
-                f"error [unknown_input]: '{name[:40]}' is neither a /command nor a tool. "
+                f"error [unknown_input]: '{name[:40]}' is neither a /command nor a tool."
+                f"{did_you_mean(name, [*self.tools, *self.host_tools])} "
                 "Type /tools to list the tools, /help for the commands."
             )
         try:

@@ -18,11 +18,27 @@ from .ledger import complete_checkout
 
 routes = web.RouteTableDef()
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+#: every page's head: one small inline stylesheet (nothing fetched from elsewhere)
+STYLE = (
+    "<meta name='viewport' content='width=device-width, initial-scale=1'><style>"
+    "body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;"
+    "color:#1f2328;background:#f6f8fa}"
+    "h1{font-size:1.5rem;margin:0 0 1rem}"
+    "p{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:.75rem 1rem}"
+    "code{background:#eff1f3;padding:.1rem .3rem;border-radius:4px;word-break:break-all}"
+    "form{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end}"
+    "label{flex:1 1 100%}input[type=password]{width:100%;box-sizing:border-box;"
+    "padding:.5rem;border:1px solid #d0d7de;border-radius:6px;font:inherit}"
+    "button{padding:.5rem 1.25rem;border-radius:6px;border:1px solid #d0d7de;font:inherit;"
+    "cursor:pointer;background:#fff}button[value=approve]{background:#1f883d;color:#fff;"
+    "border-color:#1f883d}a{color:#0969da}"
+    "</style>"
+)
 
 
 def page(title: str, text: str, status: int = 200) -> web.Response:
     body = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<!doctype html><html><head><meta charset='utf-8'>{STYLE}"
         f"<title>{html.escape(title)}</title></head><body>"
         f"<h1>{html.escape(title)}</h1><p>{html.escape(text)}</p></body></html>"
     )
@@ -82,7 +98,7 @@ KEYS_PATH = "/permissions/global-permissions"
 def link_page(title: str, paragraphs: list[str], status: int = 200) -> web.Response:
     """A page whose paragraphs are trusted HTML built here (links); callers escape data."""
     body = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<!doctype html><html><head><meta charset='utf-8'>{STYLE}"
         f"<title>{html.escape(title)}</title></head><body>"
         f"<h1>{html.escape(title)}</h1>" + "".join(f"<p>{p}</p>" for p in paragraphs)
     )

@@ -437,8 +437,8 @@ class ServiceClient(ApiTransport):
         send = functools.partial(self._request, "POST", "x402/settle", data=body, within=within)
         return cast(SettleResult, await send(retry=bool(agent_request_id), model=SettleResult))
 
-    async def get_versions(self) -> VersionInfo:
-        data = await self._request("GET", "meta/versions", retry=True)
+    async def get_versions(self, *, auth: bool = True) -> VersionInfo:
+        data = await self._request("GET", "meta/versions", auth=auth, retry=True)
         return parse_model(VersionInfo, data)
 
 

@@ -104,6 +104,11 @@ class TransportError(ServiceError):
 
     default_hint = "Could not reach the service; check the network and baseUrl, then retry."
 
+    def __init__(self, message: str, *, reason: str = "", **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        #: why, in words (``connection refused: ClientConnectorError``), when known
+        self.reason = reason
+
 
 class RequestTimeout(TransportError):
     """The service did not answer within the configured timeout."""

@@ -17,11 +17,12 @@ import email.utils
 import json
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 from aiohttp import hdrs
@@ -62,6 +63,27 @@ def default_session_factory() -> aiohttp.ClientSession:
     sets may ride along on another account's request."""
     connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
     return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of a URL: where a connection goes, without the API's path."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else url
+
+
+def unreachable(exc: BaseException) -> str:
+    """Why a connection failed, in words (``connection refused``), then the exception's kind:
+    the first OS error number along the exception's causes."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        cause = getattr(seen, "os_error", None) or seen
+        number = getattr(cause, "errno", None)
+        if isinstance(number, int):
+            return f"{os.strerror(number).lower()}: {type(exc).__name__}"
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
 
 
 class ApiTransport:
@@ -211,7 +233,15 @@ class ApiTransport:
                     f"{method} {path} got no complete answer within {left:.3g} s", code="timeout"
                 )
             except aiohttp.ClientError as exc:  # code: network_error, status: None
-                failure = errors.TransportError(f"{method} {path} failed: {type(exc).__name__}")
+                where = origin(self.base_url)
+                failure = errors.TransportError(
+                    f"Could not reach the service at {where} ({unreachable(exc)}) for "
+                    f"{method} {path.split('?')[0]}",
+                    reason=unreachable(exc),
+                    hint=f"Check that the service at {where} is running and that baseUrl (or "
+                    "environment) names it; a local sandbox is started with 'svc-gateway "
+                    "sandbox'. Then retry.",
+                )
             else:
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug(

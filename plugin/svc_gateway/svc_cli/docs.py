@@ -16,8 +16,10 @@ from .main import cli
 INTRO = """\
 # The `svc` command-line client
 
-`svc` is the command-line client of the Agent Payments Service: every operation of SPEC.md's
-client table (plans, agents, access tokens, verify and settle), plus delegations,
+`svc` is the command-line client of the Agent Payments Service: every operation of the
+service's client (plans, agents, access tokens, verify and settle; the sandbox's own reference
+at `http://127.0.0.1:8765/docs` lists them: [Sandbox](sandbox.md#sandbox-with-curl)), plus
+delegations,
 organizations and profiles. It is installed with the plugin, beside `svc-gateway`.
 
 This page is generated from the commands' help (`python -m svc_gateway.svc_cli.docs >

@@ -7,7 +7,6 @@ raises into the host.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ..redact import get_logger
 from ..runtime import RuntimeClosed
 from ..service.errors import NotFound, ServiceError
 from ..service.pricing import PriceError
+from ..suggest import nearest
 
 if TYPE_CHECKING:
     from ..chat.accounts import UserAccounts
@@ -133,11 +133,9 @@ def field_names(params: type[BaseModel]) -> list[str]:
 
 
 def _unknown_field(field: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
-    if not close:  # a case slip (planid) is not always "close" by ratio
-        close = [k for k in known if k.lower() == field.lower()][:1]
+    close = nearest(field, known)
     if close:
-        return f"{field}: unknown field; did you mean {close[0]}?"
+        return f"{field}: unknown field; did you mean {close}?"
     listed = ", ".join(known) if known else "none"
     return f"{field}: unknown field (the fields are: {listed})"
 

@@ -112,3 +112,66 @@ async def test_a_metered_call_that_would_buy_the_plan_says_so_in_its_code(
     error = asked.structuredContent["error"]
     assert error["code"] == "approval_required" and "buying the plan first" in error["message"]
     assert "image_gen" not in tools.runs
+
+
+async def test_an_approved_call_that_buys_the_plan_first_then_runs(
+    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+) -> None:
+    """Issue 44: a user holding no credits and no mandate approves the call's code, which
+    names the plan's purchase and its price; the approved call then runs (the top-up buys the
+    plan, one call's credits are burned), instead of answering "insufficient_credits"."""
+    gateway, handle, tools, plan = await hosted_human(make_host, builder, builder_client)
+    await gateway.run_command("svc_login", "new", sender="carol")
+    asked = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="carol")
+    assert isinstance(asked, ToolResult) and asked.isError
+    error = asked.structuredContent["error"]
+    assert "buying the plan first" in error["message"] and "1.25 USD" in error["message"]
+    approved = await approve(gateway, error["pending"]["code"], sender="carol")
+    assert approved.startswith("Approved once") and "buying the plan first" in approved
+    ran = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="carol")
+    assert ran == {"tool": "image_gen", "arguments": {"p": "cat"}}, ran
+    address = (
+        await gateway.call_tool("svc_checkBalance", {"planId": plan}, sender="carol")
+    ).structuredContent["address"]
+    assert await balance(builder_client, plan, str(address).lower()) == GRANTED - 3
+    assert tools.runs["image_gen"] == 1
+    assert handle.extras["meter"].flow.stats.credits_settled == 3
+
+
+async def test_an_approved_call_the_balance_no_longer_pays_says_what_else_it_needs(
+    make_host: HostFactory, builder: dict[str, str], builder_client: ServiceClient
+) -> None:
+    """Issue 44: the code was asked while the user held the credits (no purchase in it); the
+    credits are spent before the person approves; the approved call does not run, and its
+    answer says plainly that the approval covered the credits only and what to do next."""
+    plan = await metering_plan(builder_client, builder["address"])
+    gateway, _handle = await make_host(
+        builder["apiKey"],
+        perUserAccounts=True,
+        planId=plan,
+        meteredTools={"image_gen": 3},
+        approval="human",
+    )
+    tools = Tools(gateway)
+    alice = await user_who_approved_credits(gateway, "alice", plan)
+    asked = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="alice")
+    assert isinstance(asked, ToolResult) and "buying the plan" not in asked.text
+    code = asked.structuredContent["error"]["pending"]["code"]
+    assert (await gateway.run_command("svc_allow", "1 USD total", sender="alice")).startswith(
+        "Allowed"
+    )
+    for n in range(GRANTED // 3):  # spend every credit within the mandate
+        ran = await gateway.call_host_tool("image_gen", {"p": f"dog {n}"}, sender="alice")
+        assert ran == {"tool": "image_gen", "arguments": {"p": f"dog {n}"}}, ran
+    assert await balance(builder_client, plan, alice) == 0
+    assert (await approve(gateway, code, sender="alice")).startswith("Approved once")
+    short = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="alice")
+    assert isinstance(short, ToolResult) and short.isError
+    error = short.structuredContent["error"]
+    assert error["code"] == "insufficient_credits"
+    assert "approved this call, but it still cannot be paid" in error["message"]
+    assert "covered the call's credits only" in error["message"]
+    assert "new code names what it needs now" in error["hint"]
+    assert (
+        tools.runs["image_gen"] == GRANTED // 3 and await balance(builder_client, plan, alice) == 0
+    )

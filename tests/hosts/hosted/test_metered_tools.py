@@ -245,7 +245,7 @@ async def test_a_call_id_reused_by_another_user_is_their_own_call(
     assert await balance(builder_client, plan, alice) == GRANTED - 3
     assert await balance(builder_client, plan, bob) == GRANTED - 3
     spend = await gateway.run_command("svc_spend", sender="bob")
-    assert "You paid 3 credits for 1 call " in spend and "tool image_gen" in spend
+    assert "You paid 3 credits (0.25 USD) for 1 call " in spend and "tool image_gen" in spend
     assert "Only the gateway's operator" in await gateway.run_command("svc_earnings", sender="bob")
     earnings = await gateway.run_command("svc_earnings")
     for payer in (alice, bob):

@@ -28,7 +28,6 @@ import asyncio
 import fnmatch
 import inspect
 import json
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -38,15 +37,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...account.receipts import ReceiptBook
 from ...approvals import spend
 from ...approvals.gate import ApprovalNeeded, Ticket
-from ...host import Caller, CallNext, ToolCallContext, ToolResult
+from ...host import Caller, CallNext, ToolCallContext
 from ...redact import get_logger
 from ...service import errors
 from ...service.models import SCHEME_CARD
 from ..handlers import Answer, load_handler
-from ..state.book import IN_PROGRESS_NOTE
 from ..state.settle_journal import SettleJournal
-from ..types import Outcome, PaidOutcome, PaidRequest
+from ..types import Outcome, PaidRequest
 from .metered_approval import approval_block, metered_ticket
+from .metered_results import balance, record_call, record_top_up, short_block, who
 from .tool_results import (
     FailedFn,
     ToolFailed,
@@ -256,10 +255,13 @@ class ToolMeter:
                 f"{name} could not be priced; it did not run and nothing was charged",
                 "Try again; if it keeps failing, tell the gateway's operator.",
             )
+        ticket: Ticket | None = None
         try:
             facts = await self.flow.facts(plan_id)
             price = facts.clamp(credits)
             ticket = await metered_ticket(payer, ctx, plan_id, price)
+            # a ticket that may buy the plan: the balance before, to tell a top-up afterwards
+            before = await balance(payer, plan_id) if ticket.top_up_micro else None
             try:
                 token = await self._mint(payer, ticket, facts.scheme)
             except BaseException:
@@ -276,7 +278,7 @@ class ToolMeter:
             return block("not_logged_in", f"{name} is a paid tool. {exc.message}", exc.hint)
         except errors.ServiceError as exc:
             log.info("no payment for %s: %s", name, exc.code)
-            return await self._short(ctx, payer, plan_id, credits, exc.message)
+            return await short_block(ctx, payer, plan_id, credits, exc.message, ticket)
 
         async def work() -> Answer:
             call.ran = True
@@ -309,7 +311,9 @@ class ToolMeter:
             raise
         charged = outcome.kind in (Outcome.PAID, Outcome.DEFERRED)
         await (ticket.settle(price) if charged else ticket.release())
-        self._record(ctx, payer, plan_id, price, outcome)
+        record_call(self.receipts, ctx, payer, plan_id, price, outcome)
+        if charged and before is not None:
+            record_top_up(self.receipts, ctx, payer, plan_id, price, before, outcome)
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
             return call.result
         if outcome.kind is Outcome.WORK_FAILED and call.finished:
@@ -323,7 +327,7 @@ class ToolMeter:
                 "Try again, perhaps with a smaller request.",
             )
         if outcome.kind is Outcome.REFUSED:
-            return await self._short(ctx, payer, plan_id, price, outcome.reason)
+            return await short_block(ctx, payer, plan_id, price, outcome.reason, ticket)
         if outcome.kind is Outcome.WITHHELD:
             return block(
                 "payment_refused",
@@ -358,76 +362,6 @@ class ToolMeter:
         kind = "fiat" if scheme == SCHEME_CARD else "crypto"
         return await spend.token(payer.client(), ticket, payment_type=kind)
 
-    async def _short(
-        self, ctx: ToolCallContext, payer: PluginCore, plan_id: str, price: int, reason: str
-    ) -> ToolResult:
-        """The block result of a payment refused: price, balance, how to buy when the balance
-        says the payer is short; otherwise the refusal as it is (never "insufficient")."""
-        balance: int | None = None
-        fiat = False
-        try:
-            balance = (await payer.client().get_plan_balance(plan_id)).balance
-            plan = await payer.public_client().get_plan(plan_id)
-            fiat = plan.scheme == SCHEME_CARD
-        except errors.ServiceError:
-            pass
-        held = IN_PROGRESS_NOTE in reason  # the admission book: their calls in progress
-        if not held and (balance is None or balance >= price):
-            shown = "could not be read" if balance is None else f"is {balance}"
-            return block(
-                "payment_refused",
-                f"{ctx.tool_name} did not run: the payment for it was not accepted "
-                f"({reason[:200]}); your balance on plan {plan_id} {shown}. Nothing was "
-                "charged",
-                "This is not a shortage of credits: try again, and if it keeps failing, tell "
-                "the gateway's operator.",
-                price=price,
-                balance=balance,
-                planId=plan_id,
-                reason=reason[:200],
-            )
-        how = (
-            "svc_orderFiatPlan gives you your own checkout link"
-            if fiat
-            else "svc_orderPlan buys it (it asks you to confirm first)"
-        )
-        shown = "unknown" if balance is None else str(balance)
-        return block(
-            "insufficient_credits",
-            f"{ctx.tool_name} costs {price} credit{'s' if price != 1 else ''} per call on plan "
-            f"{plan_id}; your balance is {shown}. The tool did not run and nothing was charged",
-            f"Buy credits for plan {plan_id}: {how}. Then call {ctx.tool_name} again.",
-            price=price,
-            balance=balance,
-            planId=plan_id,
-            reason=reason[:200],
-        )
-
-    def _record(
-        self,
-        ctx: ToolCallContext,
-        payer: PluginCore,
-        plan_id: str,
-        price: int,
-        outcome: PaidOutcome,
-    ) -> None:
-        if outcome.settle in (None, "refused"):
-            return
-        receipt = outcome.receipt or {}
-        self.receipts.add(
-            what=f"tool {ctx.tool_name}",
-            payer=payer.session.address if payer.session else "",
-            identity=_who(ctx.caller),
-            plan_id=plan_id,
-            credits=int(receipt.get("creditsRedeemed") or price),
-            transaction=str(receipt.get("transaction") or "") or None,
-            status={"paid": "settled", "deferred": "queued"}.get(outcome.settle, "lost"),
-            at=time.time(),
-            call_id=ctx.call_id,
-            request_id=outcome.request_id,
-            sold=True,
-        )
-
     async def aclose(self) -> None:
         await self.flow.aclose()
 
@@ -438,11 +372,7 @@ def _call_key(ctx: ToolCallContext) -> str:
     if not ctx.call_id:
         return ""
     arguments = json.dumps(ctx.arguments, sort_keys=True, default=repr)
-    return "\x00".join((_who(ctx.caller) or "", ctx.tool_name, ctx.call_id, arguments))
-
-
-def _who(caller: Caller | None) -> str | None:
-    return caller.identity if caller is not None else None
+    return "\x00".join((who(ctx.caller) or "", ctx.tool_name, ctx.call_id, arguments))
 
 
 async def _await(call_next: CallNext) -> Any:

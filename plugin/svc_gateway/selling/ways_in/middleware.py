@@ -122,6 +122,10 @@ class PaymentMiddleware:
             return
         self._started = True
         if self.shared is not None:
+            from ...service.checks import log_start_check
+
+            # an unreachable stateUrl is told now, in one line, not as refusals later
+            await log_start_check(None, self.payments.settings.state_url)
             self.shared.share(self.flow.stats)
         owed = await self.flow.settler.start()
         if owed:

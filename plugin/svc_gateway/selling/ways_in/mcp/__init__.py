@@ -3,7 +3,7 @@
 Needs the ``mcp`` extra; importing this package does not import the SDK (only using it does).
 """
 
-from .serve import PaidMcp, attach_paid_mcp, create_server, mount, serve
+from .serve import PaidMcp, attach_paid_mcp, create_server, mount, paid_server, serve
 from .server import Options, PaidMcpServer
 
 __all__ = [
@@ -13,5 +13,6 @@ __all__ = [
     "attach_paid_mcp",
     "create_server",
     "mount",
+    "paid_server",
     "serve",
 ]

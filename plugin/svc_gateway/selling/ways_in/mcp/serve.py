@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -78,8 +78,57 @@ class PaidMcp:
         if flow is not None:
             await flow.aclose()
 
+    async def registration_notes(self) -> list[str]:
+        """What the sold agent's registration lets buyers do, read from the service (plugin
+        loop): the logical URIs a buyer's token names and this server's URL (what an OAuth
+        client names as its ``resource``) each listed, or missing with what to do."""
+        return await self.server.core.runtime.run(_registration_notes(self))
+
     def __repr__(self) -> str:
         return f"PaidMcp(url={self.url!r}, serverName={self.server.server_name!r})"
+
+
+def _covered(uri: str, listed: set[str]) -> bool:
+    """``uri`` is registered as itself or by its kind's wildcard (``mcp://srv/tools/*``)."""
+    return uri in listed or (uri.startswith("mcp://") and uri.rsplit("/", 1)[0] + "/*" in listed)
+
+
+async def _registration_notes(handle: PaidMcp) -> list[str]:
+    from ....buying.purchase import is_registered, registered_endpoints
+
+    server = handle.server
+    uris = server.logical_uris() or [server.logical_uri("tools", "*")]
+    agent_id = server.agent_id()
+    if agent_id is None or server.plan_id() is None:
+        return [
+            "Paid MCP: not selling yet: no agentId and planId; register an agent with a plan "
+            f"and the endpoints {', '.join(uris)} and {handle.url}, then set them"
+        ]
+    try:
+        document = await server.flow.seller.public_client().get_agent_document(agent_id)
+    except Exception as exc:
+        return [
+            f"Paid MCP: could not read agent {agent_id} from the service ({type(exc).__name__}"
+            f"), so its endpoints are unchecked: it must list {', '.join(uris)}"
+        ]
+    endpoints = registered_endpoints(document)
+    listed = {url for _verb, url in endpoints}
+    missing = [uri for uri in uris if not _covered(uri, listed)]
+    lines = []
+    if missing:
+        lines.append(
+            f"Paid MCP: agent {agent_id} does not list {', '.join(missing)} among its "
+            "endpoints: buyers' tokens for it are refused until you add it (PUT "
+            f"/protocol/agents/{agent_id}, or svc_registerAgent)"
+        )
+    else:
+        lines.append(f"Paid MCP: agent {agent_id} lists {', '.join(uris)}: buyers can pay")
+    if handle.url.startswith("http") and not is_registered(handle.url, endpoints, agent_id):
+        lines.append(
+            f"Paid MCP: agent {agent_id} does not list {handle.url}, so OAuth clients (MCP "
+            "Inspector, Claude) get invalid_target; add it to pay with OAuth"
+        )
+    return lines
 
 
 class _ClosedStreamFilter(logging.Filter):
@@ -235,6 +284,35 @@ def create_server(
         flow = PaidFlow(core, runtime=core.runtime)
         core.runtime.add_closer(flow.aclose)
     return PaidMcpServer(core, flow, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
+
+
+def paid_server(
+    settings: Mapping[str, Any],
+    *,
+    server_name: str,
+    plan_id: str | None = None,
+    agent_id: str | None = None,
+) -> PaidMcpServer:
+    """A paid MCP server with no chat host: ``settings`` are the plugin's config keys
+    (``svcApiKey``, ``environment``, ``baseUrl``, ``planId``, ``agentId``, ...), as
+    ``build_payment_app`` takes them. The key comes from ``settings`` only (no credential store
+    or keyring is read); its flow runs on a plugin loop of its own, in a daemon thread. A
+    configuration that cannot work raises :class:`ConfigError` saying what to set."""
+    from ....account.credentials import CredentialStore, default_config_dir
+    from ....config import load_config, resolve_base_url
+    from ....runtime import PluginRuntime
+
+    config = load_config(settings)
+    if config.api_key is None:
+        raise ConfigError("a paid MCP server needs the builder's key: set svcApiKey")
+    resolve_base_url(config, config.environment)  # no URL for the environment: say which
+    core = PluginCore(
+        config,
+        PluginRuntime(name="svc-mcp-seller"),
+        store=CredentialStore(default_config_dir(), use_keyring=False),
+    )
+    core.restore_session()
+    return create_server(core, server_name=server_name, plan_id=plan_id, agent_id=agent_id)
 
 
 async def attach_paid_mcp(
