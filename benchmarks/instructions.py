@@ -95,22 +95,25 @@ def _control(pid: int, *flags: str) -> None:
     subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True)
 
 
-def count_round(server: Counted, secs: float) -> float:
-    """Zero the counters, count ``secs`` of load at :data:`CLIENTS` clients, dump: Ir a request."""
+def count_round(server: Counted, secs: float, clients: int = CLIENTS) -> float:
+    """Zero the counters, count ``secs`` of load at ``clients`` clients, dump: Ir a request."""
     _control(server.pid, "-z")
     _control(server.pid, "-i", "on")
     answered = 0
     # a busy machine can starve a server slowed ~50x by callgrind for a whole short round: the
     # count goes on (counters still on) for up to MORE_ROUNDS more rounds until one answers
     for _ in range(1 + MORE_ROUNDS):
-        result = load.load(server.url, TOKEN, CLIENTS, secs)
+        result = load.load(server.url, TOKEN, clients, secs)
         answered += result.requests - result.errors
         if answered > 0:
             break
     _control(server.pid, "-i", "off")
     _control(server.pid, "-d")
     if answered <= 0:
-        raise RuntimeError(f"{server.kind} answered no request under callgrind")
+        raise RuntimeError(
+            f"{server.kind} answered no request under callgrind (last round: {result.requests} "
+            f"requests, {result.errors} errors)"
+        )
     return read_total(newest_dump(server.out)) / answered
 
 
@@ -126,7 +129,9 @@ def start(kind: str, stack: ExitStack, folder: Path, stub: str, state: str | Non
     return server
 
 
-def measure(kinds: list[str], rounds: int, secs: float) -> dict[str, Counted]:
+def measure(
+    kinds: list[str], rounds: int, secs: float, clients: int = CLIENTS
+) -> dict[str, Counted]:
     """Each kind's Ir per answered request in ``rounds`` alternating rounds of ``secs``."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise RuntimeError("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -136,7 +141,7 @@ def measure(kinds: list[str], rounds: int, secs: float) -> dict[str, Counted]:
         servers = [start(k, stack, Path(tmp), stub + "/api/v1", state) for k in kinds]
         for _ in range(rounds):
             for server in servers:
-                server.rounds.append(count_round(server, secs))
+                server.rounds.append(count_round(server, secs, clients))
         return {server.kind: server for server in servers}
 
 
@@ -148,10 +153,16 @@ def ratios(counted: dict[str, Counted]) -> Iterator[tuple[str, float, float, flo
             yield label, statistics.median(pairs), min(pairs), max(pairs)
 
 
-def case(report: Report, rounds: int, secs: float, kinds: list[str] | None = None) -> None:
+def case(
+    report: Report,
+    rounds: int,
+    secs: float,
+    kinds: list[str] | None = None,
+    clients: int = CLIENTS,
+) -> None:
     """Instructions per answered request under callgrind: the paid endpoint, the route
     middleware and the Redis book against the chain (and the chain as a middleware)."""
-    counted = measure(kinds or list(KINDS), rounds, secs)
+    counted = measure(kinds or list(KINDS), rounds, secs, clients)
     for kind, server in counted.items():
         shown = ", ".join(f"{v / 1e6:.3f}" for v in server.rounds)
         median = statistics.median(server.rounds)

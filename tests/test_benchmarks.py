@@ -272,7 +272,9 @@ def test_instructions_case_counts_a_server_under_callgrind_per_request() -> None
     from benchmarks.instructions import case
 
     report = Report(meta={})
-    case(report, rounds=1, secs=5.0, kinds=["chain"])
+    # 4 clients: 32 queued on a server slowed ~50x by callgrind, on a busy machine, waited past
+    # the load's 10 s timeout and a round answered nothing (seen on two xdist workers)
+    case(report, rounds=1, secs=5.0, kinds=["chain"], clients=4)
     ((row,),) = [[r for r in report.rows if r["case"] == "instructions: chain"]]
     assert 1e5 < row["ir_per_request"] < 1e8  # about 1.5 million a request here
     assert report.figures == []  # a ratio needs both of its sides counted
