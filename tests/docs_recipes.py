@@ -123,6 +123,14 @@ PAY_WITH_OAUTH = Recipe(
     "tests/e2e/mcp_oauth/test_docs_oauth.py",
 )
 
+RETRY_BUYER = Recipe(
+    "docs/retries.md",
+    "## What a buyer should do",
+    "python",
+    1,
+    "tests/selling/flow/test_docs_retries.py",
+)
+
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
     "CURL_WALKTHROUGH": CURL_WALKTHROUGH,
@@ -135,4 +143,5 @@ RECIPES: dict[str, Recipe] = {
     "README_SET_UP": README_SET_UP,
     "DOCS_SET_UP": DOCS_SET_UP,
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
+    "RETRY_BUYER": RETRY_BUYER,
 }

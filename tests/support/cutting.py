@@ -1,10 +1,13 @@
 """A loopback proxy in front of a seller that loses paid answers in flight: it forwards each
-request as it came (its Host header too), and for the first ``cuts`` answers that carry a
-receipt (``payment-response``) it sends the status and headers, then closes the connection
+request as it came (its Host header too), and for the first ``cuts`` paid answers (HTTP: a
+``payment-response`` header; MCP: a ``tools/call`` whose result carries
+``x402/payment-response``) it sends the status and headers, then closes the connection
 before the body. The one fault a real seller cannot produce on demand; everything else is
 the seller's own answer."""
 
 from __future__ import annotations
+
+import json
 
 import aiohttp
 from aiohttp import web
@@ -13,6 +16,21 @@ from svc_gateway.encoding import decode_b64_json
 
 #: hop-by-hop headers a proxy does not forward
 HOP = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "date"})
+
+
+def _mcp_receipt(body: bytes) -> dict[str, object] | None:
+    """The receipt of an MCP tool result (JSON or one SSE event), when it carries one."""
+    text = body.decode("utf-8", errors="replace")
+    for line in text.splitlines() or [text]:
+        data = line.removeprefix("data:").strip()
+        if '"x402/payment-response"' not in data:
+            continue
+        try:
+            receipt = json.loads(data)["result"]["_meta"]["x402/payment-response"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        return receipt if isinstance(receipt, dict) else None
+    return None
 
 
 class CutProxy:
@@ -53,7 +71,7 @@ class CutProxy:
         ) as answer:
             body = await answer.read()
             kept = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
-        receipt = decode_b64_json(answer.headers.get("payment-response"))
+        receipt = decode_b64_json(answer.headers.get("payment-response")) or _mcp_receipt(body)
         if receipt is not None and self.cuts > 0:
             self.cuts -= 1
             self.lost.append(receipt)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -44,6 +43,7 @@ from .capped import capped_transport, too_large_failure
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
 from .request import AgentQuery
+from .retrying import IDEMPOTENCY_META, MAX_ATTEMPTS, new_key, with_retries
 from .tokens import mint, token_version
 
 if TYPE_CHECKING:
@@ -196,6 +196,8 @@ async def _query(core: PluginCore, p: AgentQuery, step: Step, until: float) -> d
         step.done(core)
     answer["agentUrl"] = p.agent_url
     answer["tokenVersion"] = token_version(token)
+    if step.retries:  # the answer came from a retry (the first send was lost in flight)
+        answer["retries"] = step.retries
     await balance_after(core, purchase.plan_id, answer, step.balance_before)
     core.paid_for(f"agent {purchase.agent_id}", purchase.plan_id, answer.get("receipt"))
     warnings = [*purchase.warnings, *answer.pop("warnings", [])]
@@ -252,8 +254,18 @@ async def _buy(
             mint(core, p, purchase, ticket), read_balance(core, purchase.plan_id)
         )
         step.waiting, step.token_sent = "agent", True
-        reply = await _send(sdk, http, card, p, token, scope)
-    return purchase, token, reply
+        key = new_key()  # one per query: every send of it carries it (as its message id too)
+
+        def lost(exc: BaseException) -> bool:  # the connection dropped before any answer
+            return isinstance(exc, ToolFailure) and exc.code == "agent_unreachable"
+
+        retried = await with_retries(
+            lambda: _send(sdk, http, card, p, token, scope, key),
+            lost=lost,
+            attempts=MAX_ATTEMPTS if token_version(token) >= 3 else 1,
+        )
+        step.retries = retried.attempts - 1
+    return purchase, token, retried.value
 
 
 def _params(card: Any) -> dict[str, Any]:
@@ -314,9 +326,16 @@ async def _decide(core: PluginCore, p: AgentQuery, card: Any) -> Purchase:
 
 
 async def _send(
-    sdk: Any, http: httpx.AsyncClient, card: Any, p: AgentQuery, token: str, scope: asyncio.Timeout
+    sdk: Any,
+    http: httpx.AsyncClient,
+    card: Any,
+    p: AgentQuery,
+    token: str,
+    scope: asyncio.Timeout,
+    key: str,
 ) -> Any:
-    """One blocking send to ``agentUrl`` only, the payment in the message's metadata."""
+    """One blocking send to ``agentUrl`` only, the payment in the message's metadata, the
+    query's idempotency ``key`` as its message id and in its metadata."""
     types, client_mod = sdk.types, sdk.client
     only = types.AgentCard()
     only.CopyFrom(card)
@@ -330,11 +349,12 @@ async def _send(
     client = client_mod.ClientFactory(config).create(only)
     message = types.Message(
         role=types.Role.ROLE_USER,
-        message_id=str(uuid.uuid4()),
+        message_id=key,
         parts=[types.Part(text=p.prompt)],
         metadata={
             x402.STATUS: x402.PAYMENT_SUBMITTED,
             x402.PAYLOAD: decode_access_token(token),
+            IDEMPOTENCY_META: key,
         },
     )
     when = scope.when()

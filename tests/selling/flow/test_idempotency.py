@@ -249,3 +249,16 @@ async def test_the_in_process_store_is_bounded_in_time_entries_and_leases() -> N
     for scope in ("c", "d", "e"):
         await store.begin(scope, "fp")
     assert len(store) == 2
+
+
+async def test_the_agent_card_says_how_a_retry_avoids_paying_twice(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    async with httpx.AsyncClient(timeout=30) as http:
+        card = (await http.get(market.endpoint.card_url)).json()
+    assert card["idempotency"] == {
+        "header": "Idempotency-Key",
+        "paymentIdentifier": True,
+        "ttlSecs": 86400.0,
+    }

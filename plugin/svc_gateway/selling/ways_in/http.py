@@ -300,6 +300,7 @@ class PaidRoutes:
             scheme=facts.scheme,
             network=facts.network,
             credits_per_request=facts.clamp(self.flow.seller.settings.credits_per_request),
+            idempotency_ttl_secs=self.flow.seller.settings.idempotency_ttl_secs,
         )
 
     async def _agent_name(self, agent_id: str | None) -> tuple[str, str | None]:
