@@ -103,3 +103,16 @@ async def test_the_deadline_s_own_expiry_is_not_taken_for_a_slow_attempt() -> No
 def test_a_key_is_a_payment_identifier() -> None:
     key = new_key()
     assert 16 <= len(key) <= 128 and key.replace("_", "").isalnum() and key != new_key()
+
+
+async def test_a_timeout_of_the_attempt_s_own_making_is_not_retried() -> None:
+    calls: list[int] = []
+
+    async def own_timeout() -> str:
+        calls.append(1)
+        raise TimeoutError  # the attempt's own (an SDK's), not its share of the deadline
+
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        await with_retries(own_timeout, lost=lost, deadline=loop.time() + 10)
+    assert calls == [1]

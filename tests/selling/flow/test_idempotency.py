@@ -20,7 +20,11 @@ from x402.schemas import PaymentPayload
 
 from svc_gateway.selling.handlers import Answer
 from svc_gateway.selling.state.idempotency import Kept, MemoryIdempotency, State
+from svc_gateway.selling.state.redis_idempotency import RedisIdempotency
+from svc_gateway.selling.state.redis_store import connect_client
+from tests.support import LogCollector
 from tests.support.fixtures import StubMarketFactory
+from tests.support.redis_server import RedisServer
 from tests.support.stub_service import StubService, make_token
 
 PAYER = "0x" + "aa" * 20
@@ -262,3 +266,53 @@ async def test_the_agent_card_says_how_a_retry_avoids_paying_twice(
         "paymentIdentifier": True,
         "ttlSecs": 86400.0,
     }
+
+
+async def test_a_key_without_a_token_is_an_ordinary_402(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(
+            market.url, json={"prompt": "hi"}, headers={"Idempotency-Key": KEY}
+        )
+    assert answer.status_code == 402 and market.stub.calls["verify"] == 0
+
+
+async def test_an_unreachable_key_store_refuses_before_verify_and_charges_nothing(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    market = await make_stub_market(stub=StubService(balance=10))
+    flow = market.endpoint.flow
+    client = connect_client("redis://127.0.0.1:1/0")  # nothing listens there
+    store = RedisIdempotency(client, where="127.0.0.1:1/0", prefix="svc:s:")
+    assert "127.0.0.1:1/0" in repr(store) and "entries" in repr(flow.retries.store)
+    flow.retries.store = store
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            refused = await post(http, market.url, make_token(PAYER))
+    finally:
+        await client.aclose()
+    assert refused.status_code == 503 and "Retry-After" in refused.headers
+    assert market.stub.calls["verify"] == 0 and market.stub.burned == 0
+
+
+async def test_a_key_store_lost_after_the_sale_still_delivers_the_paid_answer(
+    make_stub_market: StubMarketFactory, redis_server: RedisServer, all_logs: LogCollector
+) -> None:
+    async def handler(request: dict[str, Any]) -> Any:
+        redis_server.stop()  # Redis goes away while the work runs
+        return {"answer": "paid for"}
+
+    market = await make_stub_market(stub=StubService(balance=10), handler=handler)
+    flow = market.endpoint.flow
+    client = connect_client(redis_server.url)
+    flow.retries.store = RedisIdempotency(client, where="test", prefix="svc:s:")
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            paid = await post(http, market.url, make_token(PAYER))
+    finally:
+        await client.aclose()
+    assert paid.status_code == 200 and paid.json() == {"answer": "paid for"}
+    assert market.stub.burned == 1
+    assert "could not keep a paid answer for its idempotency key" in all_logs.text

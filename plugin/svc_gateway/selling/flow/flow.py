@@ -235,8 +235,7 @@ class PaidFlow:
     async def _verify_payer(self, token: str, request: PaidRequest) -> str | None:
         """Who ``token`` pays as for ``request`` (verified, nothing claimed)."""
         plan_id = request.plan_id or self.plan_id()
-        if plan_id is None:
-            return None
+        assert plan_id is not None  # a request without a plan is refused before its key
         agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
         async with asyncio.timeout(self.seller.settings.paid_budget_secs):
             return await self.admitter.verified_payer(
