@@ -85,9 +85,26 @@ async def test_an_attempt_gets_its_share_of_the_deadline_then_the_next_one_runs(
 
     deadline = loop.time() + 0.4
     async with asyncio.timeout_at(deadline):
-        retried = await with_retries(slow_then_fast, lost=lost, deadline=deadline)
+        retried = await with_retries(
+            slow_then_fast, lost=lost, deadline=deadline, min_retry_secs=0.05
+        )
     assert retried.value == "answer" and retried.attempts == 2
     assert started[1] - started[0] < 0.4  # cut at its share (75 % of the time left)
+
+
+async def test_with_too_little_time_left_to_retry_an_attempt_gets_all_of_it() -> None:
+    loop = asyncio.get_running_loop()
+    calls: list[int] = []
+
+    async def slow() -> str:
+        calls.append(1)
+        await asyncio.sleep(0.2)
+        return "answer"
+
+    deadline = loop.time() + 1.0  # under twice the 2 s a retry keeps: no share, no cut
+    async with asyncio.timeout_at(deadline):
+        retried = await with_retries(slow, lost=lost, deadline=deadline)
+    assert retried.value == "answer" and calls == [1]
 
 
 async def test_the_deadline_s_own_expiry_is_not_taken_for_a_slow_attempt() -> None:

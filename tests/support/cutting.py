@@ -2,7 +2,8 @@
 request as it came (its Host header too), and for the first ``cuts`` paid answers (HTTP: a
 ``payment-response`` header; MCP: a ``tools/call`` whose result carries
 ``x402/payment-response``) it sends the status and headers, then closes the connection
-before the body. The one fault a real seller cannot produce on demand; everything else is
+before the body (each paid answer once: its replay to a retry, with the same transaction,
+goes through). The one fault a real seller cannot produce on demand; everything else is
 the seller's own answer."""
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class CutProxy:
         self.origin = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._seen: set[object] = set()  # the transactions of the answers cut
 
     async def start(self) -> str:
         self._session = aiohttp.ClientSession(auto_decompress=False)
@@ -72,7 +74,9 @@ class CutProxy:
             body = await answer.read()
             kept = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
         receipt = decode_b64_json(answer.headers.get("payment-response")) or _mcp_receipt(body)
-        if receipt is not None and self.cuts > 0:
+        first = receipt is not None and receipt.get("transaction") not in self._seen
+        if receipt is not None and first and self.cuts > 0:  # each paid answer cut once
+            self._seen.add(receipt.get("transaction"))
             self.cuts -= 1
             self.lost.append(receipt)
             response = web.StreamResponse(status=answer.status, headers=kept)

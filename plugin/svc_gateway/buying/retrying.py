@@ -29,8 +29,10 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 3
 #: the longest a 409's ``Retry-After`` is waited for (the deadline may cut it shorter)
 MAX_BUSY_WAIT_SECS = 5.0
-#: of the time left, what a later attempt keeps: the first gets the rest
+#: of the time left, what a later attempt keeps (at least MIN_RETRY_SECS): the first gets the
+#: rest; with less than twice MIN_RETRY_SECS left, an attempt gets all of it
 RETRY_RESERVE = 0.25
+MIN_RETRY_SECS = 2.0
 #: the HTTP header, MCP ``_meta`` key and A2A metadata key the key travels in
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 IDEMPOTENCY_META = "x402/idempotency-key"
@@ -61,6 +63,7 @@ async def with_retries(
     busy: Callable[[T], float | None] = lambda _value: None,
     attempts: int = MAX_ATTEMPTS,
     deadline: float | None = None,
+    min_retry_secs: float = MIN_RETRY_SECS,
 ) -> Retried[T]:
     """``attempt()`` until it answers, at most ``attempts`` times: again when it raises what
     ``lost`` says is an answer lost in flight (a dropped connection), when it takes longer
@@ -70,7 +73,7 @@ async def with_retries(
     for number in range(1, attempts + 1):
         last = number == attempts
         try:
-            share = _share(last, deadline)
+            share = _share(last, deadline, min_retry_secs)
             if share is None:
                 value = await attempt()
             else:
@@ -94,13 +97,16 @@ async def with_retries(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _share(last: bool, deadline: float | None) -> float | None:
-    """The time this attempt may take: ``None`` (the caller's deadline) for the last attempt or
-    without a deadline, else all but :data:`RETRY_RESERVE` of what is left."""
+def _share(last: bool, deadline: float | None, min_retry: float) -> float | None:
+    """The time this attempt may take: ``None`` (the caller's deadline) for the last attempt,
+    without a deadline, or with too little time left to retry (under ``2 × min_retry``); else
+    what is left but the reserve (:data:`RETRY_RESERVE` of it, at least ``min_retry``)."""
     if last or deadline is None:
         return None
     left = deadline - asyncio.get_running_loop().time()
-    return max(left * (1 - RETRY_RESERVE), 0.0)
+    if left < 2 * min_retry:
+        return None
+    return left - max(left * RETRY_RESERVE, min_retry)
 
 
 def retry_after(status: int, headers: dict[str, str]) -> float | None:

@@ -27,8 +27,8 @@ async def test_a_lost_tool_result_comes_back_to_its_retry_paid_once(
     mcp_market: McpMarket, make_buyer: BuyerFactory
 ) -> None:
     # the SDK's client waits out a cut response: the retry comes when the first attempt has
-    # taken its share (75 %) of the query's one deadline
-    buyer = await make_buyer(mcp_market, requestTimeoutSecs=4)
+    # taken its share of the query's one deadline (all but 2 s here)
+    buyer = await make_buyer(mcp_market, requestTimeoutSecs=5)
     calls: list[dict[str, Any]] = []
     sell_forecast(mcp_market, calls)
     proxy = CutProxy(cuts=1)
