@@ -137,11 +137,9 @@ async def test_an_agent_that_settles_and_gives_no_answer_is_reported_with_the_ex
         # a v3 answer lost in flight or late is asked for again with the SAME token and key
         # (issues 18, 46: a seller that settled it replays the answer), a bounded number of
         # times within the one deadline; never a new token
+        # (a 2 s deadline is too short to keep time for a retry: the hang gets all of it)
         assert set(agent.tokens) == {agent.tokens[0]}
-        if then in (_502, _402):
-            assert len(agent.tokens) == 1
-        else:
-            assert 1 < len(agent.tokens) <= MAX_ATTEMPTS
+        assert len(agent.tokens) == (MAX_ATTEMPTS if then is _drop else 1)
     assert failed
     error = data["error"]
     assert error["code"] == code
