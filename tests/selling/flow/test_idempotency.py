@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from x402.extensions.payment_identifier import (
     PAYMENT_IDENTIFIER,
     append_payment_identifier_to_extensions,
@@ -18,10 +19,13 @@ from x402.extensions.payment_identifier import (
 )
 from x402.schemas import PaymentPayload
 
+from svc_gateway.selling.flow import idempotency
 from svc_gateway.selling.handlers import Answer
 from svc_gateway.selling.state.idempotency import Kept, MemoryIdempotency, State
 from svc_gateway.selling.state.redis_idempotency import RedisIdempotency
 from svc_gateway.selling.state.redis_store import connect_client
+from svc_gateway.selling.state.stats import PaidStats
+from svc_gateway.selling.types import PaidRequest
 from tests.support import LogCollector
 from tests.support.fixtures import StubMarketFactory
 from tests.support.redis_server import RedisServer
@@ -316,3 +320,43 @@ async def test_a_key_store_lost_after_the_sale_still_delivers_the_paid_answer(
     assert paid.status_code == 200 and paid.json() == {"answer": "paid for"}
     assert market.stub.burned == 1
     assert "could not keep a paid answer for its idempotency key" in all_logs.text
+
+
+def test_the_key_is_the_way_ins_else_the_payments_identifier_read_once_per_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(idempotency, "IDENTIFIERS_KEPT", 2)
+    reads: list[str] = []
+    real = idempotency.payment_identifier
+
+    def counting(token: str | None) -> str | None:
+        reads.append(str(token))
+        return real(token)
+
+    monkeypatch.setattr(idempotency, "payment_identifier", counting)
+    retries = idempotency.Retries(
+        MemoryIdempotency(), PaidStats(), max_answer_bytes=lambda: 1, verify_payer=_no_payer
+    )
+
+    def request(token: str | None, key: str | None = None) -> PaidRequest:
+        return PaidRequest(token, "http://x/agent", _no_work, idempotency_key=key)
+
+    document = decoded(make_token(PAYER))
+    document["extensions"] = {PAYMENT_IDENTIFIER: {"info": {"required": False, "id": KEY}}}
+    identified = base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
+    assert retries.key_of(request(identified, "from-the-header")) == "from-the-header"
+    assert retries.key_of(request(None)) is None
+    assert retries.key_of(request(identified)) == KEY
+    assert retries.key_of(request(identified)) == KEY  # remembered: decoded once
+    assert reads == [identified]
+    for n in range(3):  # more tokens than are kept: the memory is cleared, never grows
+        assert retries.key_of(request(make_token(PAYER, nonce=f"n-{n}"))) is None
+    assert retries.key_of(request(identified)) == KEY and len(reads) == 5
+
+
+async def _no_payer(token: str, request: PaidRequest) -> str | None:
+    return None
+
+
+async def _no_work() -> Answer:
+    return Answer(200, b"{}")

@@ -57,7 +57,7 @@ from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
-from .idempotency import Retries, key_of
+from .idempotency import Retries
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache
@@ -210,7 +210,7 @@ class PaidFlow:
             return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
         if trace.enabled:
             trace.set(plan_id=plan_id)
-        if key_of(request) is None:
+        if self.retries.key_of(request) is None:
             return await self._admitted(plan_id, request, trace)
         try:
             held = await self.retries.begin(request)

@@ -39,6 +39,8 @@ log = get_logger("svc_gateway.paid")
 
 #: what a buyer is told to wait before retrying a key still running
 RUNNING_RETRY_AFTER_SECS = 2
+#: tokens whose payment-identifier is remembered (cleared when full)
+IDENTIFIERS_KEPT = 2048
 #: the header marking a replayed answer (Stripe's name)
 REPLAYED_HEADER = "Idempotent-Replayed"
 _KEY_CHARS = frozenset(string.ascii_letters + string.digits + "-_.:~+/=")
@@ -67,11 +69,6 @@ def payment_identifier(token: str | None) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
-def key_of(request: PaidRequest) -> str | None:
-    """The request's idempotency key: the way in's, else the payment's ``payment-identifier``."""
-    return request.idempotency_key or payment_identifier(request.token)
-
-
 class Retries:
     """Claims, keeps and replays; counts ``stats.replayed`` and ``stats.refused``."""
 
@@ -87,11 +84,25 @@ class Retries:
         self.stats = stats
         self.max_answer_bytes = max_answer_bytes
         self.verify_payer = verify_payer
+        #: each token's ``payment-identifier`` (decoded once per token: a reusable token pays
+        #: for many requests), bounded
+        self._identifiers: dict[str, str | None] = {}
 
-    @staticmethod
-    def scope(request: PaidRequest) -> tuple[str, str, str] | None:
+    def key_of(self, request: PaidRequest) -> str | None:
+        """The request's idempotency key: the way in's, else the payment's
+        ``payment-identifier``."""
+        token = request.token
+        if request.idempotency_key or not token:
+            return request.idempotency_key
+        if token not in self._identifiers:
+            if len(self._identifiers) >= IDENTIFIERS_KEPT:
+                self._identifiers.clear()
+            self._identifiers[token] = payment_identifier(token)
+        return self._identifiers[token]
+
+    def scope(self, request: PaidRequest) -> tuple[str, str, str] | None:
         """(scope, fingerprint, token digest) of a request that carries a key and a token."""
-        key, token = key_of(request), request.token
+        key, token = self.key_of(request), request.token
         if not key or not token:
             return None
         payer = token_payer(token)
@@ -103,7 +114,7 @@ class Retries:
     async def begin(self, request: PaidRequest) -> PaidOutcome | tuple[str, str, str] | None:
         """An answer for the request now (a replay, 409, 422, 400), or the (scope, lease,
         token digest) it holds (finish or abandon it), or ``None``: no key."""
-        key = key_of(request)
+        key = self.key_of(request)
         if key is not None and request.token:
             problem = key_problem(key)
             if problem is not None:
