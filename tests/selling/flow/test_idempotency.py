@@ -360,3 +360,31 @@ async def _no_payer(token: str, request: PaidRequest) -> str | None:
 
 async def _no_work() -> Answer:
     return Answer(200, b"{}")
+
+
+async def test_a_retry_whose_new_token_cannot_be_verified_now_is_503_and_charges_nothing(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    stub = StubService(balance=10)
+    market = await make_stub_market(stub=stub)
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = await post(http, market.url, make_token(PAYER, nonce="n-1"))
+        stub.down.add("verify")
+        retry = await post(http, market.url, make_token(PAYER, nonce="n-2"))
+    assert first.status_code == 200
+    assert retry.status_code == 503 and "nothing was charged" in retry.text
+    assert stub.burned == 1 and stub.calls["settle"] == 1
+
+
+async def test_a_retry_whose_new_token_is_not_verified_in_time_is_503(
+    make_stub_market: StubMarketFactory,
+) -> None:
+    stub = StubService(balance=10)
+    market = await make_stub_market(stub=stub, config={"paidBudgetSecs": 0.5})
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = await post(http, market.url, make_token(PAYER, nonce="n-1"))
+        stub.hang_calls.add("verify")  # verify answers after paidBudgetSecs
+        retry = await post(http, market.url, make_token(PAYER, nonce="n-2"))
+    assert first.status_code == 200
+    assert retry.status_code == 503 and "nothing was charged" in retry.text
+    assert stub.burned == 1

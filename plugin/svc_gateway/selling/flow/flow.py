@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 from ...encoding import b64_json, to_int
 from ...redact import get_logger
 from ...runtime import PluginRuntime
+from ...service import errors
 from ...service.seller import Seller
 from ..handlers import Answer, SyncHandlerPool
 from ..state.book import CreditBook
@@ -216,6 +217,10 @@ class PaidFlow:
             held = await self.retries.begin(request)
         except StateUnavailable as exc:
             return self.refusals.state_outage(exc)
+        except errors.ServiceError as exc:  # verifying a retry's other token: not the payer's
+            return self.refusals.unavailable(exc, "verify a payment")
+        except TimeoutError:  # the same (paidBudgetSecs)
+            return self.refusals.unavailable(None, "verify a payment in time")
         if held is None or isinstance(held, PaidOutcome):
             return held or await self._admitted(plan_id, request, trace)
         outcome: PaidOutcome | None = None
