@@ -14,6 +14,12 @@ scope (the payer the token names, and the key) in the :class:`IdempotencyStore`:
 * running → 409 with ``Retry-After``: never a second run.
 
 A kept answer larger than ``idempotencyMaxAnswerBytes`` is replaced by its receipt and a note.
+
+Beside it, :mod:`.replay` still replays, in this process only, the answer a single-use (v3)
+token paid for to a key-less retry with that token. It is not folded in here on purpose: every
+v3 request would then write its answer to the store, two more Redis round trips per paid
+request with ``stateUrl``, where a key costs them only to a buyer that asked for it (every
+buyer of this plugin does, so a retry of theirs is answered on any replica).
 The payer a token names is read without verifying it; a forged token naming another payer gets
 no answer (the kept token's digest must match, or the new token must verify as that payer).
 """
