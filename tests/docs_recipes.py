@@ -130,6 +130,9 @@ RETRY_BUYER = Recipe(
     1,
     "tests/selling/flow/test_docs_retries.py",
 )
+CLI_OFFLINE = Recipe(
+    "docs/cli.md", "## Try it offline", "bash", 2, "tests/svc_cli/test_docs_cli.py"
+)
 
 #: every recipe a test runs (``tests/test_docs.py`` checks each is found, and claimed)
 RECIPES: dict[str, Recipe] = {
@@ -144,4 +147,5 @@ RECIPES: dict[str, Recipe] = {
     "DOCS_SET_UP": DOCS_SET_UP,
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
     "RETRY_BUYER": RETRY_BUYER,
+    "CLI_OFFLINE": CLI_OFFLINE,
 }

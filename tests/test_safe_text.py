@@ -95,3 +95,11 @@ def test_any_text_gives_one_printable_bounded_line(text: str, limit: int) -> Non
     assert all(ch.isprintable() or ch == " " for ch in line)
     line.encode("utf-8")
     assert json.loads(quoted(text, limit)) == line
+
+
+def test_credits_agree_with_their_count() -> None:
+    from svc_gateway.safe_text import credits_text
+
+    assert credits_text(1) == "1 credit" and credits_text("1") == "1 credit"
+    assert credits_text("12") == "12 credits" and credits_text(0) == "0 credits"
+    assert credits_text("?") == "? credits" and credits_text(None) == "? credits"

@@ -17,7 +17,7 @@ from tests.docs_recipes import DOCS_SET_UP, README_SET_UP, ROOT, blocks
 SET_UP_DEMO = "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/svc-gateway demo"
 SET_UP_TESTS = (
     "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test,hermes,bench]' && "
-    ".venv/bin/python -m pytest -q"
+    ".venv/bin/python -m pytest -q -n 2"
 )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -145,6 +144,7 @@ def register(
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["raise"] = "raise",
+    background_start: bool = False,
 ) -> PluginHandle: ...
 
 
@@ -157,6 +157,7 @@ def register(
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["degrade"],
+    background_start: bool = False,
 ) -> PluginHandle | DegradedPlugin: ...
 
 
@@ -168,6 +169,7 @@ def register(
     open_browser: Callable[[str], bool] | None = None,
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["raise", "degrade"] = "raise",
+    background_start: bool = False,
 ) -> PluginHandle | DegradedPlugin:
     """Register the nine tools, the commands and the balance hook with a host.
 
@@ -175,6 +177,10 @@ def register(
     credential store, a browser opener, and a monotonic clock for the balance cache. With
     ``on_config_error="degrade"`` an invalid configuration does not raise: the tools and
     commands are registered anyway and each answers with the configuration error and its fix.
+    With ``background_start`` (a host that bounds how long loading may take: Hermes) register
+    returns once the tools, commands, hook and metering are handed over; the paid endpoint, MCP
+    server and A2A agent start on the plugin loop afterwards (``handle.extras["started"]``, a
+    ``concurrent.futures.Future``), and a failure there is logged instead of raised.
 
     A plain chat config (:func:`svc_gateway.startup.starts_at_first_use`) is validated, and the
     plugin built, at the first tool call, command or prompt: a bad one is answered there as the
@@ -231,7 +237,7 @@ def register(
         return DegradedPlugin(config_error=str(error))
     runtime = PluginRuntime()
     try:
-        handle = _register_now(api, config, runtime, build, extras)
+        handle = _register_now(api, config, runtime, build, extras, background_start)
     except BaseException:
         runtime.close()
         raise
@@ -314,14 +320,14 @@ def _register_now(
     runtime: PluginRuntime,
     build: Callable[[PluginConfig, PluginRuntime, dict[str, Any]], LivePlugin],
     extras: dict[str, Any],
+    background_start: bool = False,
 ) -> PluginHandle:
-    """Register a config that sells, or that register must decide on: built here, at start."""
-    from .config import ConfigError
+    """Register a config that sells, or that register must decide on: built here, at start.
+    With ``background_start`` what it sells starts on the plugin loop after this returns
+    (``extras["started"]``, a future)."""
     from .host import BEFORE_PROMPT_BUILD
-    from .redact import get_logger
     from .startup import FirstUse
 
-    log = get_logger("svc_gateway")
     live = build(config, runtime, extras)
     handle = PluginHandle(runtime, FirstUse.started(live, api), extras)
     core, commands, accounts = live.core, live.commands, live.accounts
@@ -338,80 +344,17 @@ def _register_now(
         runtime.add_closer(meter.aclose)
         api.on(AROUND_TOOL_CALL, meter)
         handle.extras["meter"] = meter
-        listed = getattr(api, "host_tools", None)  # a host that lists its own tools
-        offered: list[str] = [str(name) for name in listed] if isinstance(listed, dict) else []
-        for pattern in meter.unoffered(offered) if isinstance(listed, dict) else ():
-            log.warning(
-                "meteredTools names %r, but no tool this host offers matches it (the "
-                "host's tools: %s): it will never be charged",
-                pattern,
-                ", ".join(sorted(offered)) or "none",
-            )
-    on_endpoint = None  # the A2A agent on the paid endpoint's port
-    if config.enable_paid_endpoint:
-        from .selling import attach_paid_endpoint
+        listed = getattr(api, "host_tools", None)  # a host that lists its own tools at start
+        if isinstance(listed, dict):
+            meter.warn_unoffered(listed)  # the others call it once they know their tools
+    if config.enable_paid_endpoint or config.enable_paid_mcp or config.enable_paid_a2a:
+        from .startup import said_if_failed, start_selling
 
-        extend = None
-        if config.enable_paid_a2a:
-            from .selling.ways_in.a2a.shared import OnEndpoint, shares_endpoint_port
-
-            if shares_endpoint_port(api, config):
-                on_endpoint = OnEndpoint(config.paid_a2a_public_url)
-                extend = on_endpoint.install
-        try:
-            endpoint = runtime.run_sync(attach_paid_endpoint(api, core, extend=extend))
-        except ConfigError as error:
-            raise ConfigError(_handler_hint(str(error), config.agent_handler)) from None
-        runtime.add_closer(endpoint.aclose)
-        handle.extras["paid_endpoint"] = endpoint
-        commands.sales.add("paid endpoint", lambda: endpoint.stats, endpoint.shared_stats)
-        core.paid_endpoint_url = endpoint.url
-        core.paid_endpoint_bound_url = endpoint.bound_url
-        from .chat.seller_notes import startup_notes
-
-        for note in startup_notes(core):  # a URL that will not last is worth a warning
-            log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
-    if config.enable_paid_mcp:
-        from .selling.ways_in.mcp import attach_paid_mcp
-
-        flow = getattr(handle.extras.get("paid_endpoint"), "flow", None)
-        paid_mcp = runtime.run_sync(attach_paid_mcp(api, core, flow=flow))
-        runtime.add_closer(paid_mcp.aclose)
-        handle.extras["paid_mcp"] = paid_mcp
-        commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
-        from .chat.seller_notes import mcp_notes
-
-        for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
-            log.info("%s", note)
-    if config.enable_paid_a2a:
-        if on_endpoint is not None:
-            paid_a2a = on_endpoint.started()
+        selling = start_selling(api, config, live, handle.extras)
+        if background_start:  # register returns now; the servers come up on the plugin loop
+            started = runtime.submit(selling)
+            started.add_done_callback(said_if_failed)
+            handle.extras["started"] = started
         else:
-            from .selling.ways_in.a2a import attach_paid_a2a
-
-            running = handle.extras.get("paid_endpoint")  # its flow and agent, when it runs
-            flow, agent = getattr(running, "flow", None), getattr(running, "agent", None)
-            paid_a2a = runtime.run_sync(attach_paid_a2a(api, core, flow=flow, agent=agent))
-            runtime.add_closer(paid_a2a.aclose)
-        handle.extras["paid_a2a"] = paid_a2a
-        # its own flow, or the endpoint's (then named once, beside the endpoint)
-        commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)
-        core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
-        from .chat.seller_notes import a2a_notes
-
-        for note in a2a_notes(core, paid_a2a.card_url):
-            log.info("%s", note)
+            runtime.run_sync(selling)
     return handle
-
-
-def _handler_hint(message: str, handler: str | None) -> str:
-    """An ``agentHandler`` module that cannot be imported: say where Python looks for it."""
-    if handler is None or "cannot import module" not in message:
-        return message
-    module = handler.partition(":")[0]
-    path = module.replace(".", "/")
-    return (
-        f"{message}: put the directory that holds {path}.py (or the package {module.split('.')[0]}"
-        ") on PYTHONPATH, or install it into the gateway's Python; svc-gateway chat also looks "
-        "in the directory it is started from"
-    )

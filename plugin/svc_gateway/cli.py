@@ -10,9 +10,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .account.core import PluginCore
 
 DESCRIPTION = """\
 The svc chat-gateway plugin's command line:
@@ -90,6 +93,25 @@ def _chat_config(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return config, False
 
 
+async def _check_variable_key(core: PluginCore, config: dict[str, Any]) -> str | None:
+    """A key taken from ``$SVC_API_KEY`` is checked with the service at start, as
+    ``/svc_login`` checks a typed one: the refusal to print (then exit), else ``None``; a
+    service that cannot say is told on one line and the chat starts."""
+    from .account.core import KeyUnchecked
+    from .config import ConfigError
+
+    variable = os.environ.get(KEY_VARIABLE, "").strip()
+    if not variable or config.get("svcApiKey") != variable or core.session is None:
+        return None
+    try:
+        await core.runtime.run(core.check_key())
+    except KeyUnchecked as exc:
+        print(f"svc-gateway: ${KEY_VARIABLE} was not checked: {exc}")
+    except ConfigError as exc:
+        return f"svc-gateway: ${KEY_VARIABLE}: {exc}"
+    return None
+
+
 def _handler_from_cwd(config: dict[str, Any]) -> str | None:
     """``agentHandler`` names a module Python cannot find but the working directory holds: add
     the directory to the module path (as ``python -m`` would) and return a note saying so."""
@@ -139,6 +161,9 @@ async def _chat(args: argparse.Namespace) -> int:
             try:
                 if embedded.subscriber_key:
                     await handle.runtime.run(handle.core.login(embedded.subscriber_key))
+                elif (refused := await _check_variable_key(handle.core, config)) is not None:
+                    print(refused, file=sys.stderr)
+                    return 2
                 if embedded.banner:
                     print(embedded.banner)
                 endpoint = handle.extras.get("paid_endpoint")

@@ -132,3 +132,10 @@ def clean_json(
 def plural(count: int, word: str, many: str | None = None) -> str:
     """``1 credit``, ``2 credits``, ``0 calls``: a count with its noun agreeing."""
     return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def credits_text(value: object) -> str:
+    """``1 credit``, ``5 credits`` from a count or its decimal string (a service's big
+    integer); anything else (``?``, ``None``) as ``? credits``."""
+    text = str(value).strip() if value is not None else "?"
+    return plural(int(text), "credit") if text.isdigit() else f"{text} credits"

@@ -7,11 +7,15 @@ validates it (``load_config``, pydantic) and builds the plugin once, at the firs
 command or prompt. A config the validation refuses is logged once at ERROR, and every entry
 point answers it as the degraded plugin (:func:`register_degraded`, a config refused at
 register) does: :class:`Misconfigured`, never a traceback.
+
+What a config sells (:func:`start_selling`) starts on the plugin loop: before register returns,
+or after it on a host that bounds how long loading may take (``background_start``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -36,10 +40,13 @@ from .redact import get_logger
 from .tools.catalogue import TOOL_NAMES, entry
 
 if TYPE_CHECKING:
+    import concurrent.futures
+
     from .account.core import PluginCore
     from .chat.accounts import UserAccounts
     from .chat.commands import Commands
     from .chat.context import BalanceContext
+    from .config import PluginConfig
 
 T = TypeVar("T")
 
@@ -283,3 +290,100 @@ class FirstPromptHook:
     async def _first(self, ctx: PromptContext) -> str | None:
         live = await self._plugin.aget()
         return None if isinstance(live, Misconfigured) else await live.hook(ctx)
+
+
+# -- what a config sells, started on the plugin loop -------------------------------------------
+
+
+async def start_selling(
+    api: GatewayAPI, config: PluginConfig, live: LivePlugin, extras: dict[str, Any]
+) -> None:
+    """Start what the config sells (the paid endpoint, MCP server, A2A agent) on the plugin
+    loop: servers bound, a previous run's settles retried, shared state opened. Each is added
+    to ``extras`` (the plugin handle's) and closed with the plugin."""
+    log = get_logger("svc_gateway")
+    core, commands, runtime = live.core, live.commands, live.core.runtime
+    on_endpoint = None  # the A2A agent on the paid endpoint's port
+    if config.enable_paid_endpoint:
+        from .selling import attach_paid_endpoint
+
+        extend = None
+        if config.enable_paid_a2a:
+            from .selling.ways_in.a2a.shared import OnEndpoint, shares_endpoint_port
+
+            if shares_endpoint_port(api, config):
+                on_endpoint = OnEndpoint(config.paid_a2a_public_url)
+                extend = on_endpoint.install
+        try:
+            endpoint = await attach_paid_endpoint(api, core, extend=extend)
+        except ConfigError as error:
+            raise ConfigError(handler_hint(str(error), config.agent_handler)) from None
+        runtime.add_closer(endpoint.aclose)
+        extras["paid_endpoint"] = endpoint
+        commands.sales.add("paid endpoint", lambda: endpoint.stats, endpoint.shared_stats)
+        core.paid_endpoint_url = endpoint.url
+        core.paid_endpoint_bound_url = endpoint.bound_url
+        from .chat.seller_notes import startup_notes
+
+        for note in startup_notes(core):  # a URL that will not last is worth a warning
+            log.log(logging.WARNING if "is 0" in note else logging.INFO, "%s", note)
+    if config.enable_paid_mcp:
+        from .selling.ways_in.mcp import attach_paid_mcp
+
+        flow = getattr(extras.get("paid_endpoint"), "flow", None)
+        paid_mcp = await attach_paid_mcp(api, core, flow=flow)
+        runtime.add_closer(paid_mcp.aclose)
+        extras["paid_mcp"] = paid_mcp
+        commands.sales.add("paid MCP tool ask", lambda: paid_mcp.stats)
+        from .chat.seller_notes import mcp_notes
+
+        for note in mcp_notes(core, paid_mcp.url, paid_mcp.logical_uri("ask")):
+            log.info("%s", note)
+    if config.enable_paid_a2a:
+        if on_endpoint is not None:
+            paid_a2a = on_endpoint.started()
+        else:
+            from .selling.ways_in.a2a import attach_paid_a2a
+
+            running = extras.get("paid_endpoint")  # its flow and agent, when it runs
+            flow, agent = getattr(running, "flow", None), getattr(running, "agent", None)
+            paid_a2a = await attach_paid_a2a(api, core, flow=flow, agent=agent)
+            runtime.add_closer(paid_a2a.aclose)
+        extras["paid_a2a"] = paid_a2a
+        # its own flow, or the endpoint's (then named once, beside the endpoint)
+        commands.sales.add("paid A2A agent", lambda: paid_a2a.flow.stats)
+        core.paid_a2a_urls = [paid_a2a.url, paid_a2a.rest_url]
+        from .chat.seller_notes import a2a_notes
+
+        for note in a2a_notes(core, paid_a2a.card_url):
+            log.info("%s", note)
+
+
+def said_if_failed(started: concurrent.futures.Future[None]) -> None:
+    """A selling start that failed after register returned: said in the log (the tools, commands
+    and metering keep working; nothing is sold until the gateway restarts with a fix)."""
+    if started.cancelled():
+        return
+    error = started.exception()
+    if error is not None:
+        from .redact import redact
+
+        get_logger("svc_gateway").error(
+            "the svc plugin's paid endpoint, MCP server or A2A agent did not start (%s: %s); "
+            "nothing is sold until the gateway restarts with this fixed",
+            type(error).__name__,
+            redact(str(error)),
+        )
+
+
+def handler_hint(message: str, handler: str | None) -> str:
+    """An ``agentHandler`` module that cannot be imported: say where Python looks for it."""
+    if handler is None or "cannot import module" not in message:
+        return message
+    module = handler.partition(":")[0]
+    path = module.replace(".", "/")
+    return (
+        f"{message}: put the directory that holds {path}.py (or the package {module.split('.')[0]}"
+        ") on PYTHONPATH, or install it into the gateway's Python; svc-gateway chat also looks "
+        "in the directory it is started from"
+    )

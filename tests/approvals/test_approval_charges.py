@@ -164,7 +164,7 @@ def test_an_approved_answer_is_shown_to_the_person_as_text_whatever_its_shape() 
     the person as readable text, with what it cost."""
     receipt = {"creditsRedeemed": "1"}
     plain = answer_text({"answer": "hello", "receipt": receipt, "agentId": "a"})
-    assert "hello" in plain and "paid 1 credits" in plain
+    assert "hello" in plain and "(paid 1 credit;" in plain and "1 credits" not in plain
     named = answer_text({"answer": {"answer": "inside"}, "receipt": receipt})
     assert named.splitlines()[1] == "inside"
     other = answer_text({"answer": {"days": [1, 2]}, "receipt": receipt})

@@ -1,5 +1,6 @@
 """svc_queryAgent meeting an A2A agent where a2a-sdk 1.x is missing (the main environment holds
-payments-py's a2a-sdk 0.3): it refuses before paying and names the extra to install."""
+payments-py's a2a-sdk 0.3): it refuses before paying and names the environment to use (the a2a
+extra in a venv of its own: in this one it would clash with payments-py's pin)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ async def a2a_agent() -> AsyncIterator[tuple[str, list[str]]]:
         yield base + "/a2a", asked
 
 
-async def test_an_a2a_agent_without_a2a_sdk_1x_names_the_extra_and_pays_nothing(
+async def test_an_a2a_agent_without_a2a_sdk_1x_names_an_environment_of_its_own_and_pays_nothing(
     a2a_agent: tuple[str, list[str]],
 ) -> None:
     url, asked = a2a_agent
@@ -61,6 +62,28 @@ async def test_an_a2a_agent_without_a2a_sdk_1x_names_the_extra_and_pays_nothing(
         await query_a2a_agent(core, params)
     assert caught.value.code == "a2a_unavailable"
     assert "a2a-sdk 1.x" in caught.value.message and "nothing was paid" in caught.value.message
-    assert "pip install -e '.[a2a]'" in (caught.value.hint or "")
+    # here payments-py's pin: the hint names an environment of its own, not this one
+    assert "this environment has a2a-sdk 0.3" in caught.value.message
+    hint = caught.value.hint or ""
+    assert "environment of its own" in hint and "without payments-py" in hint
+    assert "python -m venv .venv-a2a && .venv-a2a/bin/pip install -e '.[a2a]'" in hint
     assert asked == [CARD_PATH]  # the probe read the card; nothing was sent to the agent
     assert spent == []  # no plan was charged
+
+
+async def test_without_any_a2a_sdk_the_hint_still_names_the_environment(
+    a2a_agent: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    def none(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", none)  # as where a2a-sdk was never installed
+    core = cast(PluginCore, SimpleNamespace(config=PluginConfig(), client=object))
+    params = QueryAgentParams.model_validate({"agentUrl": a2a_agent[0], "prompt": "hello"})
+    with pytest.raises(ToolFailure) as caught:
+        await query_a2a_agent(core, params)
+    assert caught.value.code == "a2a_unavailable"
+    assert "this environment has" not in caught.value.message
+    assert ".venv-a2a/bin/pip install -e '.[a2a]'" in (caught.value.hint or "")

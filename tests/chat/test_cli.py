@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from svc_gateway.cli import main
 from svc_gateway.hosts.reference import ReferenceGateway, repl
 from svc_gateway.sandbox import SandboxServer
+from tests.support import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A bound on every wait for the child (a hang fails the test instead of stalling the run).
@@ -272,3 +274,46 @@ async def test_the_key_can_come_from_svc_api_key(
     assert f"Logged in to local as {subscriber['address']} (key from the plugin config)" in text
     assert "embedded sandbox" not in text
     assert subscriber["apiKey"].split(":", 1)[1] not in text + err.decode()
+
+
+async def test_a_refused_key_from_svc_api_key_stops_the_chat_at_start(
+    tmp_path: Path, sandbox: SandboxServer, subscriber: dict[str, str], tripwire_url: str
+) -> None:
+    """The key in $SVC_API_KEY is checked with the service at start, as /svc_login checks a
+    typed one: a refused key stops the chat (never "Logged in"); a service that cannot say
+    is told on one line and the chat starts."""
+    key = subscriber["apiKey"]
+    signature = key.rsplit(".", 1)[1]
+    corrupted = key[: -len(signature)] + ("A" if signature[0] != "A" else "B") + signature[1:]
+
+    async def chat(base_url: str, api_key: str, name: str) -> tuple[int, str, str]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"environment": "local", "baseUrl": base_url}))
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "svc_gateway.cli", "chat", "--config", str(path),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**chat_env(tmp_path), "SVC_API_KEY": api_key},
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(child.communicate(b"/svc_login status\n"), WAIT_SECS)
+        return child.returncode or 0, out.decode(), err.decode()
+
+    (code, out, err), (unchecked_code, unchecked, _) = await asyncio.gather(
+        chat(sandbox.base_url, corrupted, "refused"), chat(tripwire_url, key, "unchecked")
+    )
+    assert code == 2 and "$SVC_API_KEY: the service refused this API key" in err
+    assert "Logged in" not in out and corrupted.split(":", 1)[1] not in out + err
+    assert unchecked_code == 0
+    assert "$SVC_API_KEY was not checked: the key could not be checked" in unchecked
+
+
+@pytest.fixture
+async def tripwire_url() -> AsyncIterator[str]:
+    """A service that answers every request 500: it cannot say whether it takes a key."""
+
+    async def fail(request: web.Request) -> web.Response:
+        return web.json_response({"code": "DOWN", "message": "unavailable"}, status=500)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", fail)
+    async with serve_app(app, access_log=None) as origin:
+        yield f"{origin}/api/v1"

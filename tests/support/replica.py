@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claim-ttl", type=float, default=0.0)
     parser.add_argument("--lease", type=float, default=0.0)
     parser.add_argument("--queue-retry", type=float, default=0.5)
+    # the paid budget: a settle past it is deferred (answer now, receipt later)
+    parser.add_argument("--paid-budget", type=float, default=2.0)
     args = parser.parse_args(argv)
 
     import svc_gateway
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             "paidEndpointPort": 0,
             "paidEndpointPublicUrl": args.public_url,
             "stateUrl": args.state_url,
-            "paidBudgetSecs": 2,
+            "paidBudgetSecs": args.paid_budget,
             "handlerTimeoutSecs": 5,
         }
     )

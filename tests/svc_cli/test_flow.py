@@ -80,15 +80,20 @@ async def test_the_paid_cycle_from_the_command_line(
     params = {"paymentRequired": envelope, "x402AccessToken": token, "maxAmount": "1"}
     params_file = svc.write("params.json", json.dumps(params))
 
-    verified = await svc.json(
-        "--profile", "builder", "facilitator", "verify-permissions", "--params", params_file
+    # the seller's side from the token and the plan alone; --params still works the same
+    verify = ("--profile", "builder", "facilitator", "verify-permissions")
+    verified, by_params = await asyncio.gather(
+        svc.json(*verify, "--token", "-", "--plan", plan_id, "--max-amount", "1", stdin=token),
+        svc.json(*verify, "--params", params_file),
     )
-    assert verified["isValid"] is True
+    assert verified["isValid"] is True and by_params["isValid"] is True
     assert await balance(svc, plan_id) == "10"  # verify burns nothing
 
     request_id = verified["agentRequest"]["agentRequestId"]
-    settle_file = svc.write("settle.json", json.dumps({**params, "agentRequestId": request_id}))
-    settle = ("--profile", "builder", "facilitator", "settle-permissions", "--params", settle_file)
+    settle = (
+        "--profile", "builder", "facilitator", "settle-permissions", "--token", token,
+        "--plan", plan_id, "--max-amount", "1", "--agent-request-id", request_id,
+    )  # fmt: skip
     settled = await svc.json(*settle)
     assert settled["success"] is True and settled["creditsRedeemed"] == "1"
     assert await balance(svc, plan_id) == "9"
@@ -133,7 +138,9 @@ async def test_helpers_chain_into_each_other_and_into_a_time_plan(profiles: Svc)
     shown = await svc.json("plans", "get-plan", plan["planId"])
     assert shown["metadata"]["plan"]["accessLimit"] == "time"
     table = await svc.ok("plans", "get-plan", plan["planId"])
-    assert "metadata.main.name" in table.out and "Hour" in table.out
+    # nested JSON as an outline: "main" above its fields, never a dotted "metadata.main.name"
+    assert "metadata.main.name" not in table.out and "\n  main\n" in table.out
+    assert any(line.split() == ["name", "Hour"] for line in table.out.splitlines())
 
 
 async def test_a_card_plan_sells_by_checkout_url_and_card_token(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from svc_gateway.sandbox import SandboxServer
 
-from .conftest import Svc, init_profile, write_profile
+from .conftest import Svc, Tripwire, init_profile, write_profile
 
 
 def mode(path: Path) -> int:
@@ -105,3 +105,59 @@ async def test_global_options_go_before_or_after_the_command_and_the_last_wins(
     )
     assert before.json() == after.json() == {"total": 0, "page": 1, "offset": 10, "plans": []}
     assert last.out.startswith("(none)") and "{" not in last.out
+
+
+async def test_login_checks_the_key_and_never_says_logged_in_for_a_refused_one(
+    svc: Svc, sandbox: SandboxServer, tripwire: Tripwire, subscriber: dict[str, str]
+) -> None:
+    key = subscriber["apiKey"]
+    signature = key.rsplit(".", 1)[1]
+    corrupted = key[: -len(signature)] + ("A" if signature[0] != "A" else "B") + signature[1:]
+    write_profile(svc, "down", key, tripwire.base_url)  # a service that cannot say (500)
+    await svc.ok("--profile", "good", "config", "init", "--base-url", sandbox.base_url,
+                 "--environment", "local")  # fmt: skip
+    refused, refused_init, unchecked, no_url = await asyncio.gather(
+        svc("--profile", "good", "login", "-", stdin=corrupted + "\n"),
+        svc(
+            "--profile",
+            "bad",
+            "config",
+            "init",
+            "--api-key",
+            "-",
+            "--base-url",
+            sandbox.base_url,
+            stdin=corrupted + "\n",
+        ),
+        svc("--profile", "down", "login", "-", stdin=key + "\n"),
+        svc("--profile", "nowhere", "login", "-", stdin=key + "\n"),
+    )
+    assert refused.code == 1 and "refused this API key" in refused.err, str(refused)
+    assert "Logged in" not in refused.out + refused.err and "nothing was stored" in refused.err
+    stored = config_dir(svc) / "profiles" / "good" / "credentials.json"
+    assert not stored.exists() or corrupted.split(":", 1)[1] not in stored.read_text()
+    assert refused_init.code == 1 and "refused this API key" in refused_init.err
+    assert "bad" not in (await svc.json("config", "show"))["profiles"]  # init made nothing
+    for run in (unchecked, no_url):
+        assert run.code == 0 and "Logged in" not in run.out, str(run)
+        assert "could NOT check it" in run.out, str(run)
+    assert "answered" in unchecked.out and "no service URL" in no_url.out
+
+
+async def test_config_init_from_sandbox_makes_both_profiles(
+    svc: Svc, sandbox: SandboxServer, tripwire: Tripwire
+) -> None:
+    made, wrong = await asyncio.gather(
+        svc.json("config", "init", "--from-sandbox", sandbox.origin),
+        svc("config", "init", "--from-sandbox", tripwire.base_url),
+    )
+    assert [row["profile"] for row in made["profiles"]] == ["builder", "subscriber"]
+    assert {row["baseUrl"] for row in made["profiles"]} == {sandbox.base_url}
+    builder, subscriber = await asyncio.gather(
+        svc.json("--profile", "builder", "config", "show"),
+        svc.json("--profile", "subscriber", "plans", "get-plans"),  # the key works
+    )
+    assert builder["active"] is True and builder["environment"] == "local"
+    assert builder["account"] == made["profiles"][0]["account"]
+    assert subscriber["total"] == 0
+    assert wrong.code == 1 and "Could not create the sandbox's accounts" in wrong.err

@@ -39,6 +39,10 @@ USER_LOGIN_HINT = (
 )
 
 
+class KeyUnchecked(ConfigError):
+    """The service could not be asked whether it takes a key (unreachable, or it failed)."""
+
+
 @dataclass(frozen=True)
 class Session:
     """The account the plugin acts for. Its repr shows the address, never the key."""
@@ -256,12 +260,19 @@ class PluginCore:
         except PermissionDenied:
             pass  # the key is genuine; it may just not list plans
         except ServiceError as exc:
-            raise ConfigError(
+            raise KeyUnchecked(
                 f"the key could not be checked with the service ({exc.code}); try again when "
                 "the service is reachable"
             ) from None
         finally:
             await client.aclose()
+
+    async def check_key(self) -> None:
+        """The session's key against the service: :class:`ConfigError` when it is refused,
+        :class:`KeyUnchecked` (a ``ConfigError`` too) when the service could not say."""
+        if self.session is None:
+            raise NotLoggedIn()
+        await self._check_key(self.session.key, self.session.environment)
 
     async def logout(self) -> bool:
         had = self.session is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..safe_text import NAME_LIMIT, one_line
+from ..safe_text import NAME_LIMIT, credits_text, one_line
 from .money import format_money
 from .pending import Pending
 
@@ -32,7 +32,7 @@ def quote_of(plan: Plan) -> dict[str, Any]:
         "grants": (
             f"access for {credits.duration_secs} s"
             if plan.is_time_plan
-            else f"{credits.amount} credits"
+            else credits_text(credits.amount)
         ),
         "payTo": sorted({one_line(r, 64) for r in price.receivers}),
     }

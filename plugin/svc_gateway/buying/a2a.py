@@ -1,17 +1,19 @@
 """svc_queryAgent for an A2A agent: pay it in band with the official a2a-sdk 1.x client.
 
-An agent is an A2A agent when the card at its origin's ``/.well-known/agent-card.json`` names
-``agentUrl`` as one of its interfaces (:func:`a2a_interface`); anything else, or a probe that
-fails within :data:`PROBE_SECS`, is left to the HTTP path (:class:`NotA2A`), which runs its own
-checks under its own deadline. The same rules as HTTP and MCP, in the same order, nothing minted
-before every check has passed:
+An agent is an A2A agent when the card at its origin names ``agentUrl`` as one of its
+interfaces, or when ``agentUrl`` is the agent's address, where its card is (as every A2A client
+starts): then the JSON-RPC interface that card names is paid, under every rule below, the
+registered-endpoint one included (:mod:`.a2a_probe`). Anything else is left to the HTTP path
+(:class:`NotA2A`), which runs its own checks under its own deadline. The same rules as HTTP and
+MCP, in the same order, nothing minted before every check has passed:
 
 1. the URL (HTTPS, or plain HTTP on this machine) and its address (loopback, public or
    allow-listed), before any traffic;
 2. the card, resolved with the SDK's ``A2ACardResolver``; its payment extension must agree with
-   the service: the agent id it names (or ``agentId``) is an agent the service knows, ``agentUrl``
-   is one of that agent's registered endpoints (an impostor serving another agent's id is
-   refused here), and the plan paid with is one the agent sells;
+   the service: the agent id it names (or ``agentId``) is an agent the service knows, the
+   interface paid (``agentUrl`` from here on) is one of that agent's registered endpoints (an
+   impostor serving another agent's id is refused here), and the plan paid with is one the
+   agent sells;
 3. a v3 token bound to ``agentUrl`` (:func:`..tokens.mint`), sent as ``x402.payment.payload`` in
    the message's metadata with one blocking ``SendMessage`` to ``agentUrl`` only (the client is
    given a card holding that one interface: the SDK posts to whatever URL a card names), with
@@ -24,118 +26,81 @@ before every check has passed:
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
 from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
 from ..interop import a2a_x402 as x402
-from ..interop.agent_card import ID_LIMIT, TooLarge, read_limited
+from ..interop.agent_card import ID_LIMIT
 from ..redact import get_logger
 from ..safe_text import one_line, quoted
+from .a2a_probe import (
+    CARD_PATH,
+    PROBE_SECS,
+    Interface,
+    NotA2A,
+    a2a_interface,
+    named_interface,
+    origin_of,
+    probe,
+    same_url,
+)
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, Purchase, check_receipt
 from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .capped import capped_transport, too_large_failure
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
-from .request import AgentQuery
+from .request import AgentQuery, AtUrl
 from .retrying import IDEMPOTENCY_META, MAX_ATTEMPTS, new_key, with_retries
 from .tokens import mint, token_version
 
 if TYPE_CHECKING:
     import httpx
 
+__all__ = ["CARD_PATH", "NotA2A", "a2a_interface", "named_interface", "query_a2a_agent"]
+
 log = get_logger("svc_gateway.tools.query")
-
-CARD_PATH = "/.well-known/agent-card.json"
-CARD_MAX_BYTES = 64 * 1024
-#: the longest the A2A probe (address check and card) may take before the HTTP path is tried
-PROBE_SECS = 5.0
-
-
-class NotA2A(Exception):
-    """``agentUrl`` is not an interface of an A2A agent card: the HTTP path buys from it."""
 
 
 class _SdkTimeout(TimeoutError):
     """The A2A SDK gave up waiting: its timeout is what was left of the query's deadline."""
 
 
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+#: the environment a2a-sdk 1.x needs: payments-py pins a2a-sdk 0.3, both ship the package ``a2a``
+_OWN_VENV = (
+    "Run the gateway from a virtual environment of its own with the plugin's a2a extra and "
+    "without payments-py (the test extra pins a2a-sdk 0.3; the two majors cannot share one): "
+    "python -m venv .venv-a2a && .venv-a2a/bin/pip install -e '.[a2a]' (from a checkout)."
+)
 
 
-def _same(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
-
-
-def a2a_interface(card: dict[str, Any], agent_url: str) -> bool:
-    """The card (as JSON) names ``agent_url`` as one of its A2A 1.x JSON-RPC interfaces."""
-    listed = card.get("supportedInterfaces")
-    return isinstance(listed, list) and any(
-        isinstance(item, dict)
-        and isinstance(item.get("url"), str)
-        and _same(item["url"], agent_url)
-        and item.get("protocolBinding") == "JSONRPC"
-        for item in listed
-    )
-
-
-async def _card_json(http: httpx.AsyncClient, agent_url: str) -> dict[str, Any] | None:
-    import httpx
+def _installed_a2a() -> str | None:
+    """The installed a2a-sdk's version, ``None`` when there is none."""
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        async with http.stream("GET", _origin(agent_url) + CARD_PATH) as reply:
-            if reply.status_code != 200:
-                return None
-            data = json.loads(await read_limited(reply, CARD_MAX_BYTES))
-    except (httpx.HTTPError, TooLarge, ValueError, RecursionError):
+        return version("a2a-sdk")
+    except PackageNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
-
-
-async def _probe(core: PluginCore, agent_url: str, secs: float, until: float) -> None:
-    """:class:`NotA2A` unless the agent's address is allowed and its origin's card names
-    ``agent_url`` as an A2A interface. A refused address is left to the HTTP path, which checks
-    (and reports) it again; a DNS lookup that outlasts the deadline is reported here."""
-    import httpx
-
-    deadline = core.config.request_timeout_secs
-    scope = asyncio.timeout_at(until)  # the query's one deadline
-    try:
-        async with scope:
-            await check_agent_address(core, agent_url)
-    except TimeoutError:  # only the scope's: a resolver's own is an OSError, a ToolFailure here
-        raise timed_out(Step(), deadline, agent_url) from None  # as the HTTP path says it
-    except ToolFailure:
-        raise NotA2A from None  # the HTTP path checks again and reports it
-    try:
-        left = max(0.0, min(secs, until - asyncio.get_running_loop().time()))
-        async with asyncio.timeout(left):
-            async with httpx.AsyncClient(timeout=secs, follow_redirects=False) as http:
-                raw = await _card_json(http, agent_url)
-    except TimeoutError:
-        raise NotA2A from None
-    if raw is None or not a2a_interface(raw, agent_url):
-        raise NotA2A
 
 
 def _sdk() -> Any:
-    """The a2a-sdk 1.x client names, or a failure saying how to install them."""
+    """The a2a-sdk 1.x client names, or a failure saying which environment to run in."""
     import importlib
 
     try:
         importlib.import_module("a2a.helpers")  # new in 1.x: a2a-sdk 0.3 lacks it
     except ImportError:
+        found = _installed_a2a()
         raise ToolFailure(
             "a2a_unavailable",
-            "This agent speaks A2A, and paying it needs a2a-sdk 1.x; nothing was paid",
-            "Install the plugin's a2a extra (from a checkout: pip install -e '.[a2a]').",
+            "This agent speaks A2A, and paying it needs a2a-sdk 1.x"
+            + (f"; this environment has a2a-sdk {one_line(found, 20)}" if found else "")
+            + "; nothing was paid",
+            _OWN_VENV,
         ) from None
     import a2a.client
     import a2a.types
@@ -155,12 +120,15 @@ async def query_a2a_agent(
     deadline = core.config.request_timeout_secs
     if until is None:
         until = asyncio.get_running_loop().time() + deadline
-    await _probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
+    found = await probe(core, p.agent_url, min(PROBE_SECS, deadline), until)
     if not p.prompt.strip():
         raise ToolFailure("invalid_params", "prompt is required", "Pass what to ask the agent.")
+    if not same_url(found.url, p.agent_url):  # the address of the agent: pay the interface named
+        check_agent_url(found.url)
+        p = AtUrl.of(p, found.url)
     step = Step()
     try:
-        answer = await _query(core, p, step, until)
+        answer = await _query(core, p, step, until, found)
     except BaseException:
         await finish_ticket(core, step, None)
         raise
@@ -168,7 +136,9 @@ async def query_a2a_agent(
     return answer
 
 
-async def _query(core: PluginCore, p: AgentQuery, step: Step, until: float) -> dict[str, Any]:
+async def _query(
+    core: PluginCore, p: AgentQuery, step: Step, until: float, found: Interface
+) -> dict[str, Any]:
     """The query once the probe found an A2A interface: what its docstring says, paid through
     the gate's ticket."""
     client = core.client()
@@ -176,7 +146,7 @@ async def _query(core: PluginCore, p: AgentQuery, step: Step, until: float) -> d
     scope = asyncio.timeout_at(until)  # ONE deadline: the probe, DNS, the card, service, send
     try:
         async with scope:
-            purchase, token, reply = await _buy(core, p, step, scope)
+            purchase, token, reply = await _buy(core, p, step, scope, found)
             completed = _sdk().types.TaskState.TASK_STATE_COMPLETED
             answer = _interpret(reply, client.address, purchase, completed)
     except TimeoutError:
@@ -216,7 +186,7 @@ class _Answered(Exception):
 
 
 async def _buy(
-    core: PluginCore, p: AgentQuery, step: Step, scope: asyncio.Timeout
+    core: PluginCore, p: AgentQuery, step: Step, scope: asyncio.Timeout, found: Interface
 ) -> tuple[Purchase, str, Any]:
     import httpx
 
@@ -235,17 +205,19 @@ async def _buy(
     ) as http:
         step.waiting = "agent"
         sdk = _sdk()
+        if origin_of(p.agent_url) != origin_of(found.card_base):  # a host the probe did not check
+            await check_agent_address(core, p.agent_url)
         try:
-            card = await sdk.client.A2ACardResolver(http, _origin(p.agent_url)).get_agent_card()
+            card = await sdk.client.A2ACardResolver(http, found.card_base).get_agent_card()
         except sdk.client.A2AClientError as exc:
             raise ToolFailure(
                 "agent_card_invalid",
-                f"The agent's A2A card at {_origin(p.agent_url)}{CARD_PATH} does not resolve "
+                f"The agent's A2A card at {found.card_base}{CARD_PATH} does not resolve "
                 f"({type(exc).__name__}); nothing was paid",
                 "Check agentUrl, or ask the agent's owner to fix its card.",
             ) from None
         step.waiting = "service"
-        purchase = await _decide(core, p, card)
+        purchase = await _decide(core, p, card, found.card_base)
         step.plan_id = purchase.plan_id
         step.ticket = ticket = await query_ticket(
             core, purchase.plan_id, purchase.agent_id, lambda: query_a2a_agent(core, p)
@@ -277,15 +249,15 @@ def _params(card: Any) -> dict[str, Any]:
     return {}
 
 
-async def _decide(core: PluginCore, p: AgentQuery, card: Any) -> Purchase:
-    """The card's payment extension against the service's record of the agent."""
+async def _decide(core: PluginCore, p: AgentQuery, card: Any, where: str) -> Purchase:
+    """The card's payment extension (of the card at ``where``) against the service's record of
+    the agent; ``p.agent_url`` is the interface paid."""
     params = _params(card)
     named = params.get("agentId") if isinstance(params.get("agentId"), str) else None
     if not params:
         raise ToolFailure(
             "agent_card_unpaid",
-            f"The A2A card at {_origin(p.agent_url)} declares no x402 payment extension; "
-            "nothing was paid",
+            f"The A2A card at {where} declares no x402 payment extension; nothing was paid",
             "This agent does not sell through the Agent Payments Service.",
         )
     if p.agent_id and named and named != p.agent_id:
@@ -299,7 +271,7 @@ async def _decide(core: PluginCore, p: AgentQuery, card: Any) -> Purchase:
     if not agent_id:
         raise ToolFailure(
             "unknown_agent",
-            f"The A2A card at {_origin(p.agent_url)} names no agent id; nothing was paid",
+            f"The A2A card at {where} names no agent id; nothing was paid",
             "Pass agentId (the id the agent registered with the service).",
         )
     document = await agent_document(core, agent_id)

@@ -17,7 +17,7 @@ from ..account.core import PluginCore
 from ..approvals.gate import ApprovalNeeded, Approvals, Ticket, model_ticket, read_credits
 from ..approvals.money import PlanValue, format_money, per_request_credits
 from ..approvals.quotes import pending_result, quote_of
-from ..safe_text import NAME_LIMIT, one_line, quoted
+from ..safe_text import NAME_LIMIT, credits_text, one_line, quoted
 from ..service.models import Plan
 from .charges import Step, read_balance
 
@@ -94,7 +94,7 @@ def answer_text(result: dict[str, Any]) -> str:
     paid = receipt.get("creditsRedeemed", "?") if isinstance(receipt, dict) else "?"
     lines = [
         f"Approved: agent {one_line(str(result.get('agentId') or '?'), 100)} answered (paid "
-        f"{paid} credits; balance {result.get('balanceAfter')}):",
+        f"{credits_text(paid)}; balance {result.get('balanceAfter')}):",
         text[:ANSWER_SHOWN] + (" [...]" if len(text) > ANSWER_SHOWN else ""),
     ]
     lines += [f"Note: {one_line(w, 300)}" for w in result.get("warnings") or []]

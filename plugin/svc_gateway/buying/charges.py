@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from ..account.core import PluginCore
 from ..approvals.gate import Ticket
 from ..chat.failure import ToolFailure
+from ..safe_text import credits_text
 from ..service.errors import ServiceError
 
 #: how long the balance read back after a failed paid request may take, past the deadline
@@ -101,17 +102,17 @@ async def with_charge(
         )
         hint = f"Check svc_checkBalance before retrying. {hint}"
     elif after == before and answered:
-        message += f"; the service shows nothing was charged (balance {after} credits)"
+        message += f"; the service shows nothing was charged (balance {credits_text(after)})"
     elif after == before:
         message += (
-            f"; the service shows nothing charged so far (balance {after} credits), but the "
+            f"; the service shows nothing charged so far (balance {credits_text(after)}), but the "
             "agent holds the payment token and could still settle it"
         )
         hint = f"Check svc_checkBalance in a minute before retrying. {hint}"
     elif after < before:
         message += (
             f"; the service shows {_credits(before - after)} charged for it (balance "
-            f"{before} -> {after} credits)"
+            f"{before} -> {credits_text(after)})"
         )
         hint = (
             "The agent was paid and gave no answer: a retry pays again. Tell the agent's owner "
@@ -119,7 +120,7 @@ async def with_charge(
         )
     else:
         message += (
-            f"; your balance went from {before} to {after} credits: the token's delegation "
+            f"; your balance went from {before} to {credits_text(after)}: the token's delegation "
             "bought the plan again (automatic top-up) during the request, so what the request "
             "burned cannot be told from the balance"
         )
@@ -145,7 +146,7 @@ async def balance_after(
     if before is not None and balance > before:
         result["topUp"] = record_top_up(core, plan_id, before, balance)
         warnings.append(
-            f"Your balance went from {before} to {balance} credits during this request: the "
+            f"Your balance went from {before} to {credits_text(balance)} during this request: the "
             "token's delegation bought the plan (automatic top-up), charged to the "
             "delegation within its spending limit (defaultSpendingLimitCents)."
         )
@@ -153,7 +154,8 @@ async def balance_after(
     claimed = receipt.get("remainingBalance")
     if claimed is not None and claimed != str(balance):
         warnings.append(
-            f"The agent's receipt says {claimed} credits remain; the service says {balance}."
+            f"The agent's receipt says {credits_text(claimed)} "
+            f"{'remains' if claimed == '1' else 'remain'}; the service says {balance}."
         )
 
 

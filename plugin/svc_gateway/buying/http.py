@@ -32,15 +32,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..account.core import PluginCore
 from ..chat.failure import ToolFailure
-from ..interop.agent_card import FoundCard, TooLarge, fetch_card, read_limited
+from ..interop.agent_card import FoundCard, fetch_card
 from ..redact import get_logger
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, AgentReply, Purchase, interpret
 from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
-from .purchase import HTTP_VERB, decide_purchase
+from .purchase import decide_purchase
 from .request import AgentQuery
 from .retrying import IDEMPOTENCY_HEADER, Retried, new_key, retry_after, with_retries
+from .send import send_paid
 from .tokens import mint, token_version
 
 if TYPE_CHECKING:
@@ -94,18 +95,10 @@ async def post_prompt(
     """POST the prompt (with the query's idempotency ``key``); read at most
     :data:`MAX_ANSWER_BYTES` of the answer. The status goes into ``answered`` as soon as the
     response headers arrive."""
-    headers = {"payment-signature": token, "Accept": "application/json"}
+    headers = {"payment-signature": token}
     if key is not None:
         headers[IDEMPOTENCY_HEADER] = key
-    async with http.stream(HTTP_VERB, url, json={"prompt": prompt}, headers=headers) as response:
-        if answered is not None:
-            answered.append(response.status_code)
-        got = {k.lower(): v for k, v in response.headers.items()}
-        try:
-            body, truncated = await read_limited(response, MAX_ANSWER_BYTES), False
-        except TooLarge as exc:
-            body, truncated = exc.head, True
-        return AgentReply(response.status_code, got, body, truncated)
+    return await send_paid(http, url, {"prompt": prompt}, headers, answered)
 
 
 async def post_prompt_retrying(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -26,3 +27,33 @@ class AgentQuery(Protocol):
     def payment_type(self) -> str | None: ...
     @property
     def payment_method_id(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AtUrl:
+    """A query sent to another URL than the one asked (the A2A interface the card at the asked
+    address names), everything else as asked."""
+
+    agent_url: str
+    prompt: str
+    tool_name: str | None
+    arguments: dict[str, Any] | None
+    list_tools: bool
+    plan_id: str | None
+    agent_id: str | None
+    payment_type: str | None
+    payment_method_id: str | None
+
+    @classmethod
+    def of(cls, p: AgentQuery, url: str) -> AtUrl:
+        return cls(
+            url,
+            p.prompt,
+            p.tool_name,
+            p.arguments,
+            p.list_tools,
+            p.plan_id,
+            p.agent_id,
+            p.payment_type,
+            p.payment_method_id,
+        )

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import PluginHandle, register
 from ..account.credentials import CredentialStore
+from ..safe_text import credits_text
 from ..selling import PaidEndpoint
 from .embedded import DEMO_TOKEN
 from .reference import ReferenceGateway
@@ -165,7 +166,7 @@ class Demo:
             self.line(
                 "subscriber",
                 "svc_queryAgent",
-                f"paid {receipt.get('creditsRedeemed', '?')} credits "
+                f"paid {credits_text(receipt.get('creditsRedeemed', '?'))} "
                 f"(left {receipt.get('remainingBalance', '?')}): {text}",
             )
         after = await self.balance(subscriber, plan_id, "svc_checkBalance")
@@ -206,7 +207,7 @@ class Demo:
         self.line(
             "subscriber",
             "svc_queryAgent",
-            f"MCP tool 'ask': paid {receipt.get('creditsRedeemed', '?')} credits "
+            f"MCP tool 'ask': paid {credits_text(receipt.get('creditsRedeemed', '?'))} "
             f"(left {answer.get('balanceAfter')})",
         )
         if moved != CREDITS_PER_REQUEST or receipt.get("creditsRedeemed") != str(moved):

@@ -1,7 +1,11 @@
 """Hermes Agent 0.19.0 host adapter (entry point ``hermes_agent.plugins: svc``).
 
-Hermes imports this module and calls :func:`register` once per process, inside
-``discover_plugins()``. We build a :class:`svc_gateway.host.GatewayAPI` for the plugin core, let
+Hermes imports this module and calls :func:`register` inside ``discover_plugins()``: once per
+process in 0.19.0, once per profile where a gateway runs several profiles in one process
+(upstream). Each call gets a plugin of its own, closed only by that profile's unload
+(``ctx.on_unload``), a forced rediscovery of that profile, or the process exit.
+
+We build a :class:`svc_gateway.host.GatewayAPI` for the plugin core, let
 ``svc_gateway.register`` declare its tools, commands and hook, and translate each into Hermes terms:
 
 * **tools** → ``ctx.register_tool(..., toolset="svc", is_async=True)``. Hermes runs async tool
@@ -58,7 +62,9 @@ from .hermes_adapters import (
     tool_schema,
 )
 from .hermes_users import (
+    MeteringGuard,
     Senders,
+    check_metered_names,
     gateway_message,
     make_tool_middleware,
     pre_gateway_dispatch,
@@ -92,7 +98,11 @@ class PluginHandleLike(Protocol):
 
 
 _lock = threading.Lock()
-_handle: PluginHandleLike | None = None
+#: one live plugin per profile: Hermes's plugin manager (one per ``HERMES_HOME``; upstream runs
+#: several profiles in one gateway process) → the handle its ``register()`` call made
+_handles: dict[int, tuple[object, PluginHandleLike]] = {}
+#: the handle ``register()`` made last (what :func:`current_handle` answers)
+_latest: PluginHandleLike | None = None
 _atexit_registered = False
 
 
@@ -299,31 +309,89 @@ def _install(ctx: Any, api: HermesGatewayAPI, handle: PluginHandleLike) -> None:
     if senders is not None:
         ctx.register_hook("pre_gateway_dispatch", pre_gateway_dispatch)
     if meter is not None and isinstance(runtime, PluginRuntime):
+        # Fails closed: where the middleware would not meter a metered tool, pre_tool_call
+        # blocks it (registered even when this Hermes has no middleware at all).
+        guard = MeteringGuard(lambda name: meter.price_of(name) is not None)
+        ctx.register_hook("pre_llm_call", check_metered_names(meter))
+        ctx.register_hook("pre_tool_call", guard.pre_tool_call)
+        ctx.register_hook("post_tool_call", guard.post_tool_call)
         register_middleware = getattr(ctx, "register_middleware", None)
         if callable(register_middleware):
-            middleware = make_tool_middleware(meter, senders or Senders(), runtime, result_json)
+            middleware = make_tool_middleware(
+                meter, senders or Senders(), runtime, result_json, guard
+            )
             register_middleware("tool_execution", middleware)
+            guard.installed(middleware, _middleware_list(ctx))
         else:
             log.warning(
-                "this Hermes has no tool_execution middleware: meteredTools are not charged "
-                "(Hermes 0.19.0 or newer needed)"
+                "this Hermes has no tool_execution middleware: meteredTools (%s) are blocked, "
+                "never run unpaid (Hermes 0.19.0 or newer meters them)",
+                ", ".join(sorted(meter.prices)),
             )
 
 
+def _middleware_list(ctx: Any) -> Callable[[], list[Any] | None]:
+    """The ``tool_execution`` middleware list Hermes runs for this profile, read at each call
+    (``None`` when this Hermes keeps it where the adapter cannot see it)."""
+
+    def listed() -> list[Any] | None:
+        manager = getattr(ctx, "_manager", None)
+        if manager is None:
+            try:
+                from hermes_cli.plugins import get_plugin_manager
+
+                manager = get_plugin_manager()
+            except Exception:
+                return None
+        kinds = getattr(manager, "_middleware", None)
+        found = kinds.get("tool_execution") if isinstance(kinds, Mapping) else None
+        return list(found) if isinstance(found, list) else ([] if kinds is not None else None)
+
+    return listed
+
+
 def _close_at_exit() -> None:
-    global _handle
+    global _latest
     with _lock:
-        handle, _handle = _handle, None
-    if handle is not None:
-        try:
-            handle.close()
-        except Exception as error:
-            describe_failure("shutdown", error)
+        handles = [handle for _, handle in _handles.values()]
+        _handles.clear()
+        _latest = None
+    for handle in handles:
+        _close(handle)
+
+
+def _close(handle: PluginHandleLike) -> None:
+    try:
+        handle.close()
+    except Exception as error:
+        describe_failure("shutdown", error)
+
+
+def _profile_of(ctx: Any) -> object:
+    """Who owns this ``register()`` call: Hermes's plugin manager behind ``ctx`` (one per profile,
+    and the same one when a forced rediscovery registers the plugin again), else ``ctx`` itself."""
+    manager = getattr(ctx, "_manager", None)
+    return manager if manager is not None else ctx
+
+
+def _unload(profile: object, handle: PluginHandleLike) -> Callable[..., None]:
+    """``ctx.on_unload`` callback (newer Hermes): closes this profile's plugin, no other."""
+
+    def unload(*_args: Any, **_kwargs: Any) -> None:
+        global _latest
+        with _lock:
+            if _handles.get(id(profile), (None, None))[1] is handle:
+                del _handles[id(profile)]
+            if _latest is handle:
+                _latest = None
+        _close(handle)
+
+    return unload
 
 
 def current_handle() -> PluginHandleLike | None:
-    """The handle of the plugin registered in this process, if any."""
-    return _handle
+    """The handle of the plugin registered last in this process, if it is still open."""
+    return _latest
 
 
 def register(ctx: Any) -> None:
@@ -333,27 +401,44 @@ def register(ctx: Any) -> None:
     exception here is recorded by Hermes as the plugin's ``error`` and the host keeps running
     without it. Messages name fields, never values.
     """
-    global _handle, _atexit_registered
+    global _latest, _atexit_registered
     from .. import register as register_plugin
 
     plugin_id = _plugin_id(ctx)
     api = HermesGatewayAPI(read_settings(ctx), get_logger(f"hermes_plugins.{plugin_id}"), plugin_id)
     # A bad config must not leave the model without svc tools and the operator without a clue:
     # every tool and /svc_login status answer with the error and where to fix it.
-    handle: PluginHandleLike = register_plugin(api, on_config_error="degrade")
+    # Upstream Hermes runs import + register() under a 10 s deadline (and drops what registers
+    # after it): register hands over the tools, commands and hooks only; the paid endpoint, MCP
+    # server and A2A agent start on the plugin's loop once register() has returned.
+    handle: PluginHandleLike = register_plugin(
+        api, on_config_error="degrade", background_start=True
+    )
     try:
         _install(ctx, api, handle)
     except BaseException:
         handle.close()
         raise
+    # One plugin per profile: another profile's register() leaves this one running. Only a
+    # forced rediscovery of the same profile replaces (and closes) its previous plugin; upstream's
+    # ctx.on_unload closes a profile's plugin when Hermes unloads that profile's plugins.
+    profile = _profile_of(ctx)
     with _lock:
-        previous, _handle = _handle, handle
+        previous = _handles.get(id(profile), (None, None))[1]
+        _handles[id(profile)] = (profile, handle)
+        _latest = handle
         if not _atexit_registered:
             atexit.register(_close_at_exit)
             _atexit_registered = True
+    on_unload = getattr(ctx, "on_unload", None)
+    if callable(on_unload):
+        try:
+            on_unload(_unload(profile, handle))
+        except Exception as error:  # the process exit still closes it
+            describe_failure("ctx.on_unload", error)
     if previous is not None and previous is not handle:
         # A forced rediscovery registered the plugin again; Hermes now calls the new handlers.
-        previous.close()
+        _close(previous)
     log.info(
         "svc plugin loaded into Hermes: %d tools, %d commands, %d prompt hooks",
         len(api.tools),

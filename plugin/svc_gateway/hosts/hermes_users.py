@@ -92,6 +92,14 @@ class _RegistryErrors(logging.Filter):
 
 _REGISTRY_FILTER = _RegistryErrors()
 
+#: the metered call (tool name, ``tool_call_id``) whose tool runs in this context: Hermes
+#: 0.19.0's concurrent path wraps one registry tool in the middleware twice
+#: (``agent_runtime_helpers.invoke_tool`` around ``model_tools.handle_function_call``), and the
+#: inner pass, inside the outer's ``next_call``, is the same call: the outer meters it
+_METERED_CALL: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "svc_metered_call", default=None
+)
+
 
 def _watch_registry() -> None:
     registry_log = logging.getLogger(REGISTRY_LOGGER)
@@ -99,16 +107,21 @@ def _watch_registry() -> None:
         registry_log.addFilter(_REGISTRY_FILTER)
 
 
-def run_watched(next_call: Callable[..., Any], args: Any) -> Any:
-    """``next_call(args)`` (a thread of its own); a :class:`HostToolError` around its result
-    when Hermes's registry caught the tool's exception on the way."""
+def run_watched(
+    next_call: Callable[..., Any], args: Any, call: tuple[str, str] | None = None
+) -> Any:
+    """``next_call(args)`` (a thread of its own) for the metered ``call`` (tool name, call id);
+    a :class:`HostToolError` around its result when Hermes's registry caught the tool's
+    exception on the way."""
     from ..selling.ways_in.tool_results import HostToolError
 
     seen: list[tuple[str, str]] = []
     token = _TOOL_ERRORS.set(seen)
+    running = _METERED_CALL.set(call)
     try:
         result = next_call(args)
     finally:
+        _METERED_CALL.reset(running)
         _TOOL_ERRORS.reset(token)
     if seen:
         kind, detail = seen[0]
@@ -200,6 +213,7 @@ def make_tool_middleware(
     senders: Senders,
     runtime: PluginRuntime,
     render: Callable[[object], str],
+    guard: MeteringGuard | None = None,
 ) -> Callable[..., Any]:
     """A synchronous ``tool_execution`` middleware: meters the host's tools named in
     ``meteredTools`` through the paid flow on the plugin loop. It never raises (Hermes would
@@ -222,17 +236,20 @@ def make_tool_middleware(
         name = tool_name if isinstance(tool_name, str) else ""
         if meter.price_of(name) is None:
             return next_call(args)
+        if guard is not None:
+            guard.saw(tool_call_id)
+        call_id = _text(tool_call_id) or uuid.uuid4().hex
+        if _METERED_CALL.get() == (name, call_id):
+            return next_call(args)  # Hermes wrapped this call twice: the outer pass meters it
         from ..selling.ways_in.tool_results import block, delivered
 
         if senders.unidentified(session_id):
             return render(block(*NO_SENDER))
         arguments = dict(args) if isinstance(args, dict) else {}
-        ctx = ToolCallContext(
-            name, arguments, _text(tool_call_id) or uuid.uuid4().hex, senders.caller(session_id)
-        )
+        ctx = ToolCallContext(name, arguments, call_id, senders.caller(session_id))
 
         async def run_tool() -> Any:
-            return await asyncio.to_thread(run_watched, next_call, args)
+            return await asyncio.to_thread(run_watched, next_call, args, (name, call_id))
 
         try:
             result = runtime.run_sync(meter.meter(ctx, run_tool), timeout=wait)
@@ -247,3 +264,114 @@ def make_tool_middleware(
         return render(result) if isinstance(result, ToolResult) else result
 
     return svc_tool_execution
+
+
+#: ``post_tool_call`` statuses of a tool that ran (not one blocked or cancelled before it ran)
+RAN = frozenset({"ok", "error", "timeout"})
+#: what a metered tool answers where the plugin cannot meter it
+UNMETERED = (
+    "{name} is a paid tool, and the svc plugin cannot meter it here: {why}. It did not run and "
+    "nothing was charged. Use it from the Hermes gateway or interactive chat, or ask the "
+    "gateway's operator."
+)
+
+
+class MeteringGuard:
+    """Metering fails closed: ``pre_tool_call`` blocks a metered tool wherever the plugin's
+    ``tool_execution`` middleware would not meter it.
+
+    Hermes calls the middleware from its tool dispatch, but not on every surface (upstream:
+    query mode, cron, dashboard and TUI workers that never ran plugin discovery, #105827; a
+    "safe worker" mode with no middleware at all), and Hermes without ``register_middleware``
+    has none. Before each metered call the guard checks that the middleware is registered and
+    still in the list Hermes runs; after each, ``post_tool_call`` tells it whether the call it
+    let through reached the middleware. A metered call that ran without it (seen by id) is
+    logged at ERROR and every later metered call of this process is blocked."""
+
+    def __init__(self, is_metered: Callable[[str], bool], kept: int = SESSIONS_KEPT) -> None:
+        self._is_metered = is_metered
+        self._kept = kept
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        #: the middleware as registered, and the list Hermes keeps it in (``None``: not known)
+        self.middleware: Callable[..., Any] | None = None
+        self.listed: Callable[[], list[Any] | None] = lambda: None
+        #: why metered tools are blocked for the rest of this process (``None``: they are not)
+        self.bypassed: str | None = None
+
+    def installed(self, middleware: Callable[..., Any], listed: Callable[[], Any]) -> None:
+        self.middleware, self.listed = middleware, listed
+
+    def saw(self, call_id: Any) -> None:
+        """The middleware metered this call (called by it, first thing)."""
+        if not isinstance(call_id, str) or not call_id:
+            return
+        with self._lock:
+            self._seen[call_id] = None
+            while len(self._seen) > self._kept:
+                self._seen.popitem(last=False)
+
+    def why_not(self) -> str | None:
+        """Why the middleware would not meter a call now (``None``: it would)."""
+        if self.bypassed is not None:
+            return self.bypassed
+        if self.middleware is None:
+            return "this Hermes has no tool_execution middleware (Hermes 0.19.0 or newer needed)"
+        listed = self.listed()
+        if isinstance(listed, list) and self.middleware not in listed:
+            return "its tool_execution middleware is not active in this Hermes process"
+        return None
+
+    def pre_tool_call(self, tool_name: Any = None, **_kwargs: Any) -> dict[str, str] | None:
+        name = tool_name if isinstance(tool_name, str) else ""
+        if not name or not self._is_metered(name):
+            return None
+        why = self.why_not()
+        if why is None:
+            return None
+        log.warning("svc: %s blocked: %s", name, why)
+        return {"action": "block", "message": UNMETERED.format(name=name, why=why)}
+
+    def post_tool_call(
+        self, tool_name: Any = None, tool_call_id: Any = None, status: Any = None, **_kw: Any
+    ) -> None:
+        name = tool_name if isinstance(tool_name, str) else ""
+        if status not in RAN or not name or not isinstance(tool_call_id, str) or not tool_call_id:
+            return
+        if not self._is_metered(name):
+            return
+        with self._lock:
+            if tool_call_id in self._seen:
+                return
+            first = self.bypassed is None
+            self.bypassed = "Hermes ran a paid tool here without its tool_execution middleware"
+        if first:
+            log.error(
+                "svc: Hermes ran the metered tool %s (call %s) without the svc plugin's "
+                "tool_execution middleware, so it was not charged; every metered tool is "
+                "blocked in this process from now on",
+                name,
+                tool_call_id,
+            )
+
+
+def check_metered_names(meter: ToolMeter) -> Callable[..., None]:
+    """A ``pre_llm_call`` callback that, at the first turn (every plugin's tools and the MCP
+    servers' are registered by then, unlike at ``register()``), warns about each ``meteredTools``
+    entry that names no tool of Hermes's registry."""
+    done = threading.Event()
+
+    def svc_check_metered_tools(**_kwargs: Any) -> None:
+        if done.is_set():
+            return
+        done.set()
+        try:
+            from tools.registry import registry
+
+            names = [str(name) for name in registry.get_all_tool_names()]
+        except Exception as error:  # a Hermes without this registry: nothing to compare with
+            log.info("svc: Hermes's tools could not be listed (%s)", type(error).__name__)
+            return
+        meter.warn_unoffered(names)
+
+    return svc_check_metered_tools

@@ -235,8 +235,11 @@ def _server_v2(name: str, version: str, handlers: Handlers) -> Any:
     )
 
 
-def session_manager(server: Any, *, allowed_hosts: list[str] | None) -> Any:
-    """The SDK's streamable-HTTP session manager (JSON responses, stateful sessions).
+def session_manager(
+    server: Any, *, allowed_hosts: list[str] | None, stateless: bool = False
+) -> Any:
+    """The SDK's streamable-HTTP session manager (JSON responses; stateful sessions, or with
+    ``stateless`` a fresh transport per request, no ``initialize`` needed).
 
     ``allowed_hosts``: ``Host`` header patterns accepted (DNS-rebinding protection, as the SDK
     turns on for loopback servers); ``None`` turns the check off (behind a proxy)."""
@@ -252,7 +255,7 @@ def session_manager(server: Any, *, allowed_hosts: list[str] | None) -> Any:
         else security.TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
     return manager.StreamableHTTPSessionManager(
-        app=server, json_response=True, stateless=False, security_settings=settings
+        app=server, json_response=True, stateless=stateless, security_settings=settings
     )
 
 

@@ -210,7 +210,8 @@ def _consent(
         f"<b>{esc(pending.client.name)}</b> asks to pay the MCP server "
         f"<code>{esc(pending.resource)}</code> for you.",
         f"Agent: <b>{esc(agent_name)}</b>. Plan: <b>{esc(plan.name)}</b> "
-        f"({esc(plan.price_text())} for {plan.credits_amount} credits). Approving lets it spend "
+        f"({esc(plan.price_text())} for {plan.credits_amount} "
+        f"credit{'' if plan.credits_amount == 1 else 's'}). Approving lets it spend "
         "your credits of this plan, and buy the plan once when they run out, for the next hour.",
         f"The answer goes to <code>{esc(target.scheme)}://{esc(target.netloc)}</code>.",
         form,

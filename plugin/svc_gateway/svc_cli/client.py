@@ -101,6 +101,11 @@ class CliClient(ServiceClient):
         data = await self._request("POST", "organizations/account", body=body, headers=_org(org_id))
         return _object(data)
 
+    async def create_sandbox_account(self, label: str) -> dict[str, Any]:
+        """``POST /sandbox/accounts`` (the local sandbox only, no key): a new account and key."""
+        body = {"label": label}
+        return _object(await self._request("POST", "sandbox/accounts", body=body, auth=False))
+
     async def deployment_info(self) -> dict[str, Any]:
         """``GET /`` at the service's origin (public): contract addresses of the deployment."""
         origin = _API_ROOT.sub("", self.base_url)

@@ -15,6 +15,7 @@ import click
 
 from ..api_keys import ApiKey
 from .errors import BadUsage
+from .keys_check import SANDBOX_PROFILES, check_key, sandbox_accounts, sandbox_root
 from .options import global_options, settings_of
 from .output import Output, echo
 from .profiles import (
@@ -102,13 +103,37 @@ def show(ctx: click.Context) -> None:
     help="Environment (default: the key's).",
 )
 @click.option("--base-url", metavar="URL", help="REST root of the environment, ending in /api/v1.")
+@click.option(
+    "--from-sandbox",
+    metavar="URL",
+    help="Instead: profiles 'builder' and 'subscriber' with new accounts of the local sandbox "
+    "at URL (what 'svc-gateway sandbox' serves, e.g. http://127.0.0.1:8765).",
+)
 @global_options
 @click.pass_context
 def init(
-    ctx: click.Context, api_key: str | None, environment: str | None, base_url: str | None
+    ctx: click.Context,
+    api_key: str | None,
+    environment: str | None,
+    base_url: str | None,
+    from_sandbox: str | None,
 ) -> None:
     """Create (or replace) a profile and make it the active one."""
     book = ProfileBook()
+    if from_sandbox is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--api-key", api_key),
+                ("--environment", environment),
+                ("--base-url", base_url),
+            )
+            if value is not None
+        ]
+        if given:
+            raise BadUsage(f"--from-sandbox sets everything itself: leave out {', '.join(given)}")
+        init_from_sandbox(ctx, book, from_sandbox)
+        return
     name = profile_name(book, settings_of(ctx).profile)
     key = read_key(api_key, "--api-key") if api_key is not None else None
     env = environment or (key.environment if key else None) or "sandbox"
@@ -120,6 +145,10 @@ def init(
     url = check_base_url(base_url, "--base-url") if base_url else None
     if env == "local" and url is None and not os.environ.get("SVC_LOCAL_BASE_URL"):
         raise BadUsage("--base-url is required for environment local (the sandbox's URL)")
+    if key is not None:  # as login: a key the service refuses is not stored (exit 1)
+        checked = check_key(key, env, url or login_url({}, env))
+        if not checked.ok:
+            echo(f"Note: the key was NOT checked with the service: {checked.why}.", err=True)
     book.update(name, activate=True, environment=env, baseUrl=url, apiVersion=None)
     store = book.store(name, for_writing=True)
     store.delete_all()
@@ -127,6 +156,33 @@ def init(
         where = stored_where(store, store.save(env, key.secret))
         echo(f"Stored the key of profile '{name}' in {where}.", err=True)
     _output(ctx).result(describe(book, name), verbatim=MASKED)
+
+
+def init_from_sandbox(ctx: click.Context, book: ProfileBook, url: str) -> None:
+    """Profiles ``builder`` and ``subscriber`` on the sandbox at ``url``, one new account each
+    (the first made the active profile when none is)."""
+    root = sandbox_root(url)
+    accounts = sandbox_accounts(root)
+    rows = []
+    for name, account in accounts.items():
+        key = parse_key(account["apiKey"], "the sandbox's answer")
+        book.update(name, activate=False, environment="local", baseUrl=root, apiVersion=None)
+        store = book.store(name, for_writing=True)
+        store.delete_all()
+        where = stored_where(store, store.save("local", key.secret))
+        rows.append({"profile": name, "account": key.address, "baseUrl": root, "keyIn": where})
+    if not book.active():
+        book.update(SANDBOX_PROFILES[0], activate=True)
+    output = _output(ctx)
+    if output.json:
+        output.result({"profiles": rows})
+        return
+    lines = [
+        f"Profile '{row['profile']}': account {row['account']} on {root} (key in {row['keyIn']})."
+        for row in rows
+    ]
+    lines.append("Use them with --profile builder or --profile subscriber.")
+    output.result(None, text="\n".join(lines))
 
 
 @config.command("set")
@@ -204,19 +260,36 @@ def login(ctx: click.Context, api_key: str | None) -> None:
             f"This is a {key.environment} key but profile '{name}' is for {env}: log in with "
             f"another --profile, or run 'svc config set environment {key.environment}' first"
         )
+    checked = check_key(key, env, login_url(current, env))  # a refused key: exit 1, not stored
     store = book.store(name, for_writing=True)
     where = stored_where(store, store.save(env, key.secret))
     book.update(name, activate=not book.active(), environment=env)
     output = _output(ctx)
     if output.json:
-        output.result(describe(book, name), verbatim=MASKED)
-    else:
+        output.result({**describe(book, name), "keyChecked": checked.ok}, verbatim=MASKED)
+    elif checked.ok:
         output.result(
             None,
             text=f"Logged in to {env} as {key.address} (profile '{name}'; key in {where}).",
         )
+    else:
+        output.result(
+            None,
+            text=f"Stored the key of {key.address} for {env} (profile '{name}'; key in "
+            f"{where}), but could NOT check it with the service: {checked.why}. A later "
+            "command will say if the service refuses it.",
+        )
     if os.environ.get(KEY_VARIABLE):
         echo(f"Note: {KEY_VARIABLE} is set and overrides the stored key.", err=True)
+
+
+def login_url(settings: dict[str, Any], env: str) -> str | None:
+    """The URL a login checks its key with: the profile's (for ``env``), else the variable's."""
+    own = settings.get("baseUrl")
+    if isinstance(own, str) and settings.get("environment", env) == env:
+        return own
+    from_variable = os.environ.get(f"SVC_{env.upper()}_BASE_URL", "").strip()
+    return check_base_url(from_variable, f"SVC_{env.upper()}_BASE_URL") if from_variable else None
 
 
 @click.command("logout")

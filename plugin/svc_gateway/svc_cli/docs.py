@@ -23,6 +23,46 @@ organizations and profiles. It is installed with the plugin, beside `svc-gateway
 This page is generated from the commands' help (`python -m svc_gateway.svc_cli.docs >
 docs/cli.md`); `svc <group> <command> --help` prints the same text.
 
+## Try it offline
+
+The package's local sandbox (`svc-gateway sandbox`, [The sandbox](sandbox.md)) stands in for
+the service. Start it in one terminal:
+
+```bash
+svc-gateway sandbox --port 8765 --db sandbox.db
+```
+
+Then, in another, one step makes two profiles on it, `builder` and `subscriber`, each with a
+new sandbox account, and the whole paid cycle runs offline (bash, and python3 to read JSON;
+`tests/svc_cli/test_docs_cli.py` runs this block as written):
+
+```bash
+SANDBOX=${SANDBOX:-http://127.0.0.1:8765}
+json() { python3 -c "import json, sys; print(json.load(sys.stdin)$1)"; }
+svc config init --from-sandbox "$SANDBOX"
+ME=$(svc --profile builder config show --format json | json '["account"]')
+svc plans get-fixed-credits-config --credits-granted 100 > credits.json
+svc plans get-erc20-price-config --amount '$1.00' --receiver "$ME" \\
+    --token-address 0x036CbD53842c5426634e7929541eC2318f3dCF7e > price.json
+PLAN=$(svc --profile builder plans register-credits-plan --plan-metadata '{"name": "Starter"}' \\
+    --price-config price.json --credits-config credits.json --format json | json '["planId"]')
+AGENT=$(svc --profile builder agents register-agent --agent-metadata '{"name": "Echo"}' \\
+    --agent-api '{"endpoints": [{"POST": "http://127.0.0.1:8080/ask"}]}' \\
+    --payment-plans "$PLAN" --format json | json '["data"]["agentId"]')
+svc --profile subscriber plans order-plan "$PLAN"
+TOKEN=$(svc --profile subscriber x402token get-x402-access-token "$PLAN" --agent-id "$AGENT" \\
+    --format json | json '["accessToken"]')
+REQUEST=$(svc --profile builder facilitator verify-permissions --token "$TOKEN" --plan "$PLAN" \\
+    --format json | json '["agentRequest"]["agentRequestId"]')
+svc --profile builder facilitator settle-permissions --token "$TOKEN" --plan "$PLAN" \\
+    --agent-request-id "$REQUEST"
+svc --profile subscriber plans get-plan-balance "$PLAN"    # 99 of the 100 credits left
+```
+
+Verify and settle build the `paymentRequired` envelope from the token (the scheme, network,
+agent, URL and verb it was issued for) and your `--plan`; `--params params.json` (an envelope
+from `svc x402token build-payment-required`, `x402AccessToken`, `maxAmount`) still works.
+
 ## Profiles and keys
 
 A profile names an environment (`sandbox`, `live` or `local`), its REST root (`base-url`,
@@ -34,6 +74,10 @@ $ svc --profile builder config init --api-key - --environment sandbox \\
 $ svc --profile subscriber login -        # reads <env>:<API_KEY> from stdin
 $ svc config show                         # the key is only ever shown masked
 ```
+
+`svc login` (and `config init --api-key`) checks the key with the service before storing it: a
+key the service refuses is not stored (exit 1); when the service cannot be reached (or no URL
+is known yet) the key is stored and the command says plainly that it was not checked.
 
 Settings live in `config.json` under `$SVC_CONFIG_DIR` (else `$XDG_CONFIG_HOME/svc`, else
 `~/.config/svc`); keys are never written there but kept like the plugin keeps its own: in the
@@ -56,22 +100,43 @@ environment's URL: a mismatch is refused before anything is sent.
 - Shell completion: `eval "$(_SVC_COMPLETE=bash_source svc)"` (also `zsh_source`,
   `fish_source`).
 
-## A paid request, end to end
+## Pay a URL in one command
+
+`svc pay` does the buyer's side of a paid request at once: it POSTs to the URL, reads its 402,
+checks it as the chat plugin's `svc_queryAgent` does (plain HTTP only to this machine, no
+private addresses, the URL must be one of the agent's registered `POST` endpoints, the plan
+must be one the agent sells), shows the price and asks, orders the plan when your balance is
+short, pays with a single-use token bound to the URL, and prints the answer and the checked
+receipt:
 
 ```console
-$ svc plans get-fixed-credits-config --credits-granted 100 > credits.json
-$ svc plans get-erc20-price-config --amount '$1.00' --receiver 0x... \\
-      --token-address 0x036CbD53842c5426634e7929541eC2318f3dCF7e > price.json
-$ svc --profile builder plans register-credits-plan --plan-metadata '{"name": "Starter"}' \\
-      --price-config price.json --credits-config credits.json --format json
-$ svc --profile builder agents register-agent --agent-metadata '{"name": "Echo"}' \\
-      --agent-api '{"endpoints": [{"POST": "https://agent.example/ask"}]}' --payment-plans <plan>
-$ svc --profile subscriber plans order-plan <plan>
-$ svc --profile subscriber x402token get-x402-access-token <plan> --agent-id <agent>
-$ svc x402token build-payment-required <plan> --agent-id <agent> > required.json
-$ svc --profile builder facilitator verify-permissions --params params.json
-$ svc --profile builder facilitator settle-permissions --params params.json
+$ svc --profile subscriber pay http://127.0.0.1:8080/runs/wait \\
+      --data '{"question": "how far is the moon"}'
+Pay agent <agent> at http://127.0.0.1:8080/runs/wait up to 2 credits of plan 'Ask', buying
+the plan first for 1 USDC (100 credits; you hold 0 credits).
+Pay 1.00 USD? [y/N]: y
+{
+  "answer": "You asked 5 words."
+}
+
+Paid 2 credits of plan <plan> to agent <agent>; balance 98 credits; transaction 0x...
 ```
+
+- The plan and the agent come from the 402 (`--plan` and `--agent-id` choose or override);
+  when the 402 names no agent (a route configured without `agent_id`, as in
+  [app.py](selling.md#sell-routes-of-your-own-aiohttp-app)), the agent selling the plan that
+  registered the URL is found in the service's record.
+- `--yes` pays without asking (the price is still shown); `--max-price '$0.50'` (or `'0.5
+  USDC'`) pays without asking when it costs at most that and refuses above it. Without either,
+  a "no" (or no answer on stdin) pays nothing.
+- `--format json` prints one JSON document (`answer`, `receipt`, `planId`, `agentId`,
+  `ordered`, `balanceAfter`, `idempotencyKey`, `warnings`) for scripts.
+- `--print-header` prints `payment-signature: <token>` instead of sending, for
+  `curl -H "$(svc pay URL --print-header --yes)" ...`; the token pays once, for that URL.
+- `--idempotency-key KEY` is sent as `Idempotency-Key` (default: a random one). A timeout or a
+  dropped connection is sent again with the same token and key, at most 3 times in all, within
+  the one `--timeout` (default 60 s): a seller that already answered replays its answer
+  without charging again.
 """
 
 

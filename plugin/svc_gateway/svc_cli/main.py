@@ -21,6 +21,7 @@ from .helpers import HELPERS
 from .options import global_options
 from .organizations import organizations
 from .output import MaskedStderr
+from .pay import pay_command
 from .plans import plans
 from .x402token import x402token
 
@@ -47,6 +48,7 @@ for _helper in HELPERS:
 for _group in (plans, agents, x402token, facilitator, delegation, organizations, config):
     cli.add_command(_group)
 cli.add_command(login)
+cli.add_command(pay_command)
 cli.add_command(logout)
 
 

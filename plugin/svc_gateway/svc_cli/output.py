@@ -1,8 +1,9 @@
 """What ``svc`` prints: the service's JSON (``--format json``) or a readable table.
 
 JSON mode writes exactly one JSON document to stdout and nothing else; notes go to stderr in
-both modes. Tables flatten nested objects into dotted keys (``metadata.main.name``), so the
-default output never shows raw JSON.
+both modes. Tables show nested objects as an indented outline (a key above its object's
+fields, ``-`` items for a list of objects) and cells on one line (``POST https://...``), so
+the default output never shows raw JSON nor dotted column names.
 
 Everything printed passes the plugin logs' redaction (:func:`..redact.redact`): a service
 message that quotes a key (a 401 echoing the ``Authorization`` header) is masked. The one
@@ -76,33 +77,61 @@ def scalar(value: Any) -> str:
     return str(value)
 
 
-def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """``{"a": {"b": [1, 2]}}`` → ``[("a.b", "1, 2")]``; lists of objects are indexed."""
-    if isinstance(data, dict):
-        if not data and prefix:
-            return [(prefix, "")]
-        rows: list[tuple[str, str]] = []
-        for key, value in data.items():
-            rows.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return rows
-    if isinstance(data, list):
-        if all(not isinstance(item, dict | list) for item in data):
-            return [(prefix or "value", ", ".join(scalar(item) for item in data))]
-        rows = []
-        for index, item in enumerate(data):
-            rows.extend(flatten(item, f"{prefix}.{index}" if prefix else str(index)))
-        return rows
-    return [(prefix or "value", scalar(data))]
+def _simple(value: Any) -> bool:
+    """A value that fits on its key's line: a scalar, an empty object, or a list of scalars."""
+    if isinstance(value, dict):
+        return not value
+    if isinstance(value, list):
+        return all(not isinstance(item, dict | list) for item in value)
+    return True
+
+
+def inline(value: Any) -> str:
+    """A value on one line, for a table cell: ``{"POST": url}`` → ``POST url``, an object →
+    ``name: Hour, price: 1``, a list → its items joined."""
+    if isinstance(value, dict):
+        if len(value) == 1 and str(next(iter(value))).isupper():  # {"POST": url}: an endpoint
+            ((verb, url),) = value.items()
+            return f"{verb} {inline(url)}"
+        return ", ".join(f"{key}: {inline(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        joiner = "; " if any(isinstance(item, dict | list) for item in value) else ", "
+        return joiner.join(inline(item) for item in value)
+    return scalar(value)
+
+
+def outline(data: Any, indent: int = 0) -> list[str]:
+    """Nested JSON as an indented outline: a key on its own line above its object's fields, a
+    list of objects as ``-`` items, the values of one object aligned (never ``a.b.0.c``)."""
+    pad = " " * indent
+    if isinstance(data, list) and not _simple(data):
+        lines: list[str] = []
+        for item in data:
+            short = isinstance(item, dict) and len(item) == 1 and _simple(next(iter(item.values())))
+            block = [inline(item)] if short or not isinstance(item, dict | list) else outline(item)
+            block = block or ["(empty)"]
+            lines.append(f"{pad}- {block[0]}")
+            lines.extend(f"{pad}  {line}" for line in block[1:])
+        return lines
+    if not isinstance(data, dict):
+        return [pad + inline(data)]
+    width = max((len(str(k)) for k, v in data.items() if _simple(v)), default=0)
+    lines = []
+    for key, value in data.items():
+        if _simple(value):
+            lines.append(f"{pad}{str(key).ljust(width)}  {inline(value)}".rstrip())
+        else:
+            lines.append(f"{pad}{key}")
+            lines.extend(outline(value, indent + 2))
+    return lines
 
 
 def pick(row: Any, path: str) -> str:
-    """The value at a dotted path, as table text (lists joined, objects flattened)."""
+    """The value at a dotted path, as table text (objects and lists on one line)."""
     value = row
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, dict | list):
-        return "; ".join(f"{k}={v}" if k != "value" else v for k, v in flatten(value))
-    return scalar(value)
+    return inline(value)
 
 
 def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -117,11 +146,9 @@ def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def key_value_table(data: Any) -> str:
-    pairs = flatten(data)
-    if not pairs:
+    if data in ({}, [], None):
         return "(empty)"
-    width = max(len(key) for key, _ in pairs)
-    return "\n".join(f"{key.ljust(width)}  {value}".rstrip() for key, value in pairs)
+    return "\n".join(outline(data))
 
 
 def list_table(items: Sequence[Any], columns: Sequence[Column]) -> str:

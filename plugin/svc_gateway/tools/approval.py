@@ -16,7 +16,7 @@ from ..account.core import PluginCore
 from ..approvals.gate import CALLER, ApprovalNeeded, Ticket, model_ticket
 from ..approvals.money import PlanValue, format_money, per_request_credits, plan_value
 from ..approvals.quotes import pending_result, quote_of
-from ..safe_text import NAME_LIMIT, quoted
+from ..safe_text import NAME_LIMIT, credits_text, quoted
 from ..service.models import Plan
 
 
@@ -49,7 +49,7 @@ def ask_to_order(
         tx = f" (transaction {done['txHash']})" if done.get("txHash") else ""
         return (
             f"Approved: bought plan {name} for {done['price']}{tx}. Your balance on it: "
-            f"{done['balance']} credits."
+            f"{credits_text(done['balance'])}."
         )
 
     pending = core.approvals.add_pending(

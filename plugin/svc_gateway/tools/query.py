@@ -25,8 +25,9 @@ class QueryAgentParams(Params):
         alias="agentUrl",
         pattern=r"^https?://",
         max_length=2048,
-        description="The agent's paid endpoint URL, exactly as the agent registered it; HTTPS "
-        "unless it is on this machine",
+        description="The agent's paid endpoint URL, exactly as the agent registered it, or an "
+        "A2A agent's address (where its agent card is: the interface the card names is paid, "
+        "if the agent registered it); HTTPS unless it is on this machine",
     )
     prompt: str = Field(
         default="",

@@ -168,3 +168,53 @@ async def test_an_a2a_query_asks_the_person_or_draws_on_their_mandate(
         await asyncio.to_thread(handle.close)
     assert await market.burned() == 3
     assert await market.balance() + await market.burned() == GRANTED
+
+
+async def test_given_the_agents_address_query_agent_pays_the_interface_its_card_names(
+    make_market: MarketFactory, tmp_path: Path
+) -> None:
+    """Issue 43.2: an A2A agent's address (where its card is, as every A2A client starts), on a
+    port of its own and on the paid endpoint's: the card there is resolved and the JSON-RPC
+    interface it names is paid, one credit each; the result names the interface paid."""
+    apart = await make_market()
+    shared = await make_market(on_endpoint=True)
+    buyer, handle = await buyer_of(apart, tmp_path)
+    await apart.subscriber_client.order_plan(shared.plan_id)
+    try:
+        results = [
+            (
+                await buyer.call_tool(
+                    "svc_queryAgent", {"agentUrl": address, "prompt": "three little words"}
+                )
+            ).structuredContent
+            for address in (apart.agent.base, shared.agent.base + "/")
+        ]
+    finally:
+        await asyncio.to_thread(handle.close)
+    for market, out in zip((apart, shared), results, strict=True):
+        assert "3 words" in out.get("answer", ""), out
+        assert out["agentUrl"] == market.url and out["agentId"] == market.agent_id
+        assert out["receipt"]["valid"] is True and out["tokenVersion"] == 3
+        assert await market.balance(apart.subscriber_address) == GRANTED - 1
+
+
+async def test_given_an_address_whose_card_names_an_unregistered_interface_nothing_is_paid(
+    make_market: MarketFactory, tmp_path: Path
+) -> None:
+    """The rule stays: the interface a card names is paid only when it is one of the agent's
+    registered endpoints (an impostor serving another agent's id, reached by its address)."""
+    honest = await make_market()
+    impostor = await make_market()
+    impostor.handle.core.agent_id = honest.agent_id  # its card claims the honest agent's id
+    buyer, handle = await buyer_of(honest, tmp_path)
+    try:
+        result = await buyer.call_tool(
+            "svc_queryAgent", {"agentUrl": impostor.agent.base, "prompt": "pay me"}
+        )
+    finally:
+        await asyncio.to_thread(handle.close)
+    error = result.structuredContent["error"]
+    assert error["code"] == "agent_url_not_registered", error
+    assert impostor.url in error["message"] and "nothing was paid" in error["message"]
+    assert impostor.agent.flow.stats.requests == 0  # nothing sent to it
+    assert await honest.burned() == 0

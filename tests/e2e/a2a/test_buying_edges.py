@@ -16,7 +16,7 @@ from aiohttp import web
 
 import svc_gateway
 from svc_gateway.account.credentials import CredentialStore
-from svc_gateway.buying.a2a import CARD_PATH, NotA2A, query_a2a_agent
+from svc_gateway.buying.a2a import CARD_PATH, NotA2A, named_interface, query_a2a_agent
 from svc_gateway.chat.failure import ToolFailure
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.interop import a2a_x402 as x402
@@ -24,6 +24,9 @@ from svc_gateway.service.models import AgentApi, AgentMetadata
 from svc_gateway.tools.query import QueryAgentParams
 
 from .conftest import GRANTED, A2AMarket
+
+#: an agent address with a path: its card is at ``BELOW + CARD_PATH``
+BELOW = "/agents/x"
 
 
 class FakeAgent:
@@ -54,6 +57,7 @@ class FakeAgent:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(CARD_PATH, self._card)
+        app.router.add_get(BELOW + CARD_PATH, self._card)  # an address with a path
         app.router.add_post("/a2a", self._rpc)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -185,6 +189,49 @@ async def test_a_card_not_naming_the_url_leaves_the_agent_to_the_http_path(
 ) -> None:
     with pytest.raises(NotA2A):
         await query_a2a_agent(buyer, ask(fake.base + "/elsewhere"))
+
+
+async def test_an_address_with_a_path_has_the_interface_its_card_below_it_names_paid(
+    fake: FakeAgent, buyer: Any
+) -> None:
+    fake.result = task("TASK_STATE_COMPLETED", "from below")
+    out = await query_a2a_agent(buyer, ask(fake.base + BELOW))
+    assert out["answer"] == "from below" and out["agentUrl"] == fake.url
+    assert len(fake.sent) == 1  # to the interface: the fake serves JSON-RPC at /a2a only
+    assert fake.card_requests == 3  # the origin's card, the one below the address, the SDK's
+
+
+async def test_an_interface_named_on_plain_http_elsewhere_is_refused_unsent(
+    fake: FakeAgent, buyer: Any
+) -> None:
+    for item in fake.card["supportedInterfaces"]:
+        item["url"] = "http://agent.example/a2a"
+    error = await failure(buyer, fake.base)
+    assert error.code == "insecure_agent_url" and fake.sent == []
+
+
+async def test_an_interface_on_another_host_is_checked_and_must_be_registered(
+    fake: FakeAgent, buyer: Any, market: A2AMarket
+) -> None:
+    elsewhere = fake.url.replace("127.0.0.1", "localhost")  # another origin, loopback too
+    for item in fake.card["supportedInterfaces"]:
+        item["url"] = elsewhere
+    error = await failure(buyer, fake.base)
+    assert error.code == "agent_url_not_registered" and elsewhere in error.message
+    assert fake.sent == [] and await market.burned() == 0
+
+
+def test_the_interface_named_is_json_rpc_and_1x_first() -> None:
+    def card(*interfaces: tuple[str, str, str]) -> dict[str, Any]:
+        listed = [{"url": u, "protocolBinding": b, "protocolVersion": v} for u, b, v in interfaces]
+        return {"supportedInterfaces": listed}
+
+    old, new = ("https://a/old", "JSONRPC", "0.3.0"), ("https://a/new", "JSONRPC", "1.0")
+    rest = ("https://a/rest", "HTTP+JSON", "1.0")
+    assert named_interface(card(rest, old, new)) == "https://a/new"
+    assert named_interface(card(rest, old)) == "https://a/old"  # the only JSON-RPC one
+    assert named_interface(card(rest)) is None
+    assert named_interface({"supportedInterfaces": "not a list"}) is None
 
 
 async def test_a_refused_address_is_left_to_the_http_path_to_report(buyer: Any) -> None:

@@ -1,5 +1,6 @@
-"""The paid A2A agent on the paid endpoint's own port: one server, one agent card for both ways
-in; a port of its own when asked for one."""
+"""The paid A2A agent on the paid endpoint's own port: one server, one agent card at the origin
+(a 1.x client follows its interfaces, a 0.3 client its ``url``: JSON-RPC) and the endpoint's own
+card (an HTTP buyer follows its ``url``: the endpoint); a port of its own when asked for one."""
 
 from __future__ import annotations
 
@@ -42,25 +43,31 @@ async def test_unset_paid_a2a_port_serves_a2a_and_one_card_on_the_endpoints_port
     assert market.agent.url in logged and market.agent.card_url in logged
 
     async with httpx.AsyncClient(timeout=30) as http:
-        paths = (
-            "/.well-known/agent-card.json",
-            "/.well-known/agent.json",
-            urlsplit(endpoint.url).path + "/.well-known/agent.json",
-        )
+        paths = ("/.well-known/agent-card.json", "/.well-known/agent.json")
         documents = [(await http.get(market.agent.base + path)).json() for path in paths]
         card = await A2ACardResolver(http, market.agent.base).get_agent_card()
+        own = (await http.get(endpoint.url + "/.well-known/agent.json")).json()
     first = documents[0]
-    assert all(document == first for document in documents)  # one document
-    # the HTTP endpoint's facts ...
-    assert first["url"] == endpoint.url
+    assert documents[1] == first  # one document at the origin
+    # the 0.3 fields name the JSON-RPC interface (a 0.3 client posts to ``url``) ...
+    assert first["url"] == market.agent.url
+    assert first["preferredTransport"] == "JSONRPC" and first["protocolVersion"] == "0.3.0"
+    # ... beside the HTTP endpoint's payment facts ...
     assert first["agentId"] == market.agent_id and first["planId"] == market.plan_id
     assert first["schemes"] and first["x402Version"] == 2
     # ... and the A2A interfaces, which the official resolver reads from the same document
-    urls = {i.url: i.protocol_binding for i in card.supported_interfaces}
-    assert urls == {market.agent.url: "JSONRPC", market.agent.rest_url: "HTTP+JSON"}
+    versions = {(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces}
+    assert versions == {
+        (market.agent.url, "JSONRPC", "1.0"),
+        (market.agent.rest_url, "HTTP+JSON", "1.0"),
+        (market.agent.url, "JSONRPC", "0.3.0"),
+    }
     extension = find_extension_by_uri(card, x402.X402_EXTENSION)
     assert extension is not None
     assert MessageToDict(extension.params)["agentId"] == market.agent_id
+    # the endpoint's own card, where an HTTP buyer given the endpoint looks, names the endpoint
+    assert own["url"] == endpoint.url and "supportedInterfaces" not in own
+    assert own["agentId"] == market.agent_id
 
     client = await market.client()
     unpaid = await send(client, message("over the shared port"))
@@ -75,10 +82,10 @@ async def test_unset_paid_a2a_port_serves_a2a_and_one_card_on_the_endpoints_port
     ]
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     await streaming.close()
-    async with httpx.AsyncClient(timeout=30) as http:  # the HTTP endpoint beside it
+    async with httpx.AsyncClient(timeout=30) as http:  # an HTTP buyer follows the endpoint card
         token = await market.token(url=endpoint.url)
         answer = await http.post(
-            endpoint.url, json={"prompt": "and over HTTP"}, headers={"payment-signature": token}
+            own["url"], json={"prompt": "and over HTTP"}, headers={"payment-signature": token}
         )
     assert answer.status_code == 200, answer.text
     assert await market.burned() == 3
@@ -110,6 +117,9 @@ async def test_paid_a2a_port_equal_to_the_endpoints_shares_it_and_zero_gets_its_
     async with httpx.AsyncClient(timeout=30) as http:  # the endpoint keeps its own card
         card = (await http.get(origin(endpoint.url) + "/.well-known/agent.json")).json()
     assert card["url"] == endpoint.url and "supportedInterfaces" not in card
+    async with httpx.AsyncClient(timeout=30) as http:  # the A2A card's 0.3 url: its JSON-RPC
+        a2a_card = (await http.get(apart.agent.card_url)).json()
+    assert a2a_card["url"] == apart.agent.url and a2a_card["preferredTransport"] == "JSONRPC"
 
 
 async def test_an_endpoint_path_overlapping_the_a2a_paths_is_refused_at_start(

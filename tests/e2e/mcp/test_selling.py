@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -231,22 +232,28 @@ async def test_resource_and_prompt_are_paid_in_band(mcp_market: McpMarket) -> No
     assert await mcp_market.burned() == 3
 
 
-async def test_payment_in_the_bearer_alone_still_works_and_is_logged_deprecated(
+async def test_the_sessions_bearer_alone_pays_as_a_first_class_way_and_in_band_comes_first(
     mcp_market: McpMarket, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Issue 43.5: every generic MCP client pays through the session's bearer (an access token
+    for the agent's plan, as OAuth gives it): a call without ``_meta["x402/payment"]`` pays with
+    it, and nothing calls that deprecated or announces its removal. A call that carries its
+    payment in band pays with that, whatever the bearer is."""
     add_forecast(mcp_market, [])
     token = await mcp_market.token("forecast")
-    async with mcp_market.session(token) as session:
-        result = await session.call_tool("forecast", {"city": "Rome"}, None)
+    with caplog.at_level(logging.DEBUG):
+        async with mcp_market.session(token) as session:
+            result = await session.call_tool("forecast", {"city": "Rome"}, None)
     assert result["_meta"]["x402/payment-response"]["creditsRedeemed"] == "1"
     assert await mcp_market.burned() == 1
-    warnings = [  # the plugin's own records (asyncio's slow-callback notes repr the task)
-        r.getMessage()
-        for r in caplog.records
-        if r.name.startswith("svc_gateway") and "deprecated" in r.getMessage()
-    ]
-    assert len(warnings) == 1 and "x402/payment" in warnings[0]
+    said = " ".join(r.getMessage() for r in caplog.records if r.name.startswith("svc_gateway"))
+    assert "deprecated" not in said and "removed" not in said and "next release" not in said
     assert token not in caplog.text
+    _token, in_band = await mcp_market.payment("forecast")
+    async with mcp_market.session("not-a-token") as session:  # in band first
+        paid = await session.call_tool("forecast", {"city": "Oslo"}, in_band)
+    assert paid["_meta"]["x402/payment-response"]["creditsRedeemed"] == "1"
+    assert await mcp_market.burned() == 2
 
 
 async def spend_elsewhere(market: McpMarket, token: str, uri: str) -> None:

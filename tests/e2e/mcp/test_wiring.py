@@ -129,17 +129,22 @@ async def test_managed_server_endpoints(mcp_market: McpMarket) -> None:
         missing = await http.get("/nowhere")
     assert info["name"] == SERVER_NAME and info["planId"] == mcp_market.plan_id
     assert info["agentId"] == mcp_market.agent_id
-    assert info["oauth"]["client_id"] == mcp_market.agent_id
+    assert info["oauth"]["client_id"] == mcp_market.agent_id  # SPEC.md: informational
+    assert info["oauth"]["issuer"] == authorization["issuer"]
+    assert info["oauth"]["registration_endpoint"] == base + "/register"
     assert info["endpoints"]["mcp"] == mcp_market.url
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert resource["resource"] == mcp_market.url
+    # one authorization server: the service, whose own documents the MCP origin serves
     assert resource["authorization_servers"] == [authorization["issuer"]]
-    assert authorization["registration_endpoint"] == base + "/register"
-    assert "userinfo_endpoint" not in authorization
-    assert openid["userinfo_endpoint"] and openid["subject_types_supported"] == ["public"]
+    service = mcp_market.sandbox.origin
+    assert authorization["issuer"] == service
+    assert authorization["registration_endpoint"] == service + "/oauth/register"
+    assert authorization["grant_types_supported"] == ["authorization_code"]
+    assert openid["issuer"] == service and openid["subject_types_supported"] == ["public"]
     assert registered.status_code == 201
     client = registered.json()
-    assert client["client_id"] == mcp_market.agent_id
+    assert client["client_id"].startswith("svc-oauth-client-")  # the service's registration
     assert client["redirect_uris"] == ["http://localhost:3000/cb"]
     assert "client_secret" not in client  # a public client (auth method none)
     assert refused.status_code == 400 and refused.json()["error"] == "invalid_redirect_uri"

@@ -392,3 +392,64 @@ async def test_malformed_requests_get_rfc_6749_errors(flow: Flow) -> None:
         data={"request": found.group(1), "api_key": "local:forged", "decision": "approve"},
     )
     assert refused.status_code == 401 and "not a valid sandbox API key" in refused.text
+
+
+async def test_a_client_registering_at_the_mcp_origin_logs_in_with_the_service_and_pays(
+    flow: Flow,
+) -> None:
+    """Issue 43.6: one authorization server. A client of the 2025-03-26 revision (mcp-remote
+    0.1.0) reads the authorization metadata at the MCP server's origin and registers there: the
+    documents are the service's own (no ``refresh_token`` advertised: none is issued), the
+    registration is the service's, so its client id logs in at the service's authorize page;
+    the official client then pays with the token it got."""
+    market, http = flow.market, flow.http
+    base = market.url.removesuffix("/mcp")
+    for path in ("/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):
+        served = (await http.get(base + path)).json()
+        assert served == (await http.get(flow.origin + path)).json()  # the service's own
+        assert "refresh_token" not in served["grant_types_supported"]
+    metadata = (await http.get(base + "/.well-known/oauth-authorization-server")).json()
+    registered = await http.post(
+        base + "/register", json={"redirect_uris": [CALLBACK], "client_name": "mcp-remote"}
+    )
+    assert registered.status_code == 201, registered.text
+    client_id = registered.json()["client_id"]
+    assert client_id != market.agent_id  # the service's client id, not the agent's DID
+    assert metadata["authorization_endpoint"] == flow.origin + "/oauth/authorize"
+    subscriber = await market.sandbox.create_account("oauth subscriber")  # holds no credits
+    market.secrets.append(subscriber["apiKey"])
+    landed = await flow.authorize(client_id, subscriber["apiKey"])
+    issued = await http.post(
+        metadata["token_endpoint"],
+        data={
+            "grant_type": "authorization_code",
+            "code": landed["code"],
+            "client_id": client_id,
+            "redirect_uri": CALLBACK,
+            "code_verifier": flow.verifier,
+            "resource": market.url,
+        },
+    )
+    assert issued.status_code == 200, issued.text
+    assert "refresh_token" not in issued.json()
+    token = issued.json()["access_token"]
+    market.secrets.append(token)
+    add_tool(market)
+    async with market.session(token) as session:  # the official client, the bearer pays
+        result = await session.call_tool("forecast", {"city": "Oslo"}, None)
+    assert result["structuredContent"] == {"city": "Oslo", "forecast": "sunny"}
+    view = await ledger(market, subscriber["address"])  # bought once, then 2 credits burned
+    assert int(view["burned"]) == 2
+    assert int(view["granted"]) == GRANTED == int(view["balance"]) + int(view["burned"])
+
+
+async def test_a_registration_the_service_refuses_is_refused_as_the_service_said(
+    flow: Flow,
+) -> None:
+    base = flow.market.url.removesuffix("/mcp")
+    refused = await flow.http.post(
+        base + "/register", json={"redirect_uris": ["http://attacker.example/cb"]}
+    )
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_redirect_uri"
+    oversized = await flow.http.post(base + "/register", content=b"x" * (17 * 1024))
+    assert oversized.status_code == 413

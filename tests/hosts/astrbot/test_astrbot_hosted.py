@@ -42,7 +42,7 @@ def astrbot(
         "svcApiKey": astr_sandbox.builder.api_key,  # the operator settles metered calls
         "planId": astr_plan,
         "perUserAccounts": True,
-        "meteredTools": {"image_gen": 1},
+        "meteredTools": {"image_gen": 1, "imgae_gen": 2},  # the second one is a typo
         "defaultSpendingLimitCents": 1,  # no automatic top-up: a user without credits is short
         "approval": "model",  # paying, not approving (human: test_astrbot_approvals.py)
     }
@@ -67,6 +67,18 @@ def test_the_model_is_offered_the_nine_tools_with_their_schemas(
     assert "planId" in schema["properties"]
     owners = astrbot.request(op="state")["owners"]
     assert {owners[name] for name in TOOL_NAMES} == {"data.plugins.svc.main"}
+
+
+def test_a_metered_tools_entry_naming_no_astrbot_tool_is_warned_about(
+    astrbot: AstrBotChild,
+) -> None:
+    """Issue 43, item 13: the reference chat's check, at AstrBot's first model request (every
+    plugin's tools, the built-in and MCP ones known by then)."""
+    astrbot.send("hello again", "2002")
+    warned = [line for line in astrbot.logs().splitlines() if "meteredTools names" in line]
+    assert len(warned) == 1, warned  # once, for the typo alone
+    assert "'imgae_gen'" in warned[0] and "will never be charged" in warned[0]
+    assert "image_gen" in warned[0]  # the host's tools, listed
 
 
 def test_svc_login_links_each_sender_to_their_own_account(

@@ -25,7 +25,10 @@ class FakeLLM:
         final_text: str,
         port: int = 0,
         echo_tool: bool = False,
+        more_calls: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> None:
+        #: further calls the first answer makes beside ``tool_name`` (parallel tool calls)
+        self.more_calls = list(more_calls or [])
         #: the final answer also quotes the start of the tool's output (for a person watching)
         self.echo_tool = echo_tool
         self.tool_name = tool_name
@@ -59,14 +62,19 @@ class FakeLLM:
         if tools:
             text = self.final_text
             if self.echo_tool:
-                text += "\n" + str(tools[-1].get("content") or "")[:300]
+                text += "\n" + "\n".join(str(t.get("content") or "")[:300] for t in tools)
             return {"role": "assistant", "content": text}, "stop"
-        call = {
-            "id": f"call_{len(self.requests)}",
-            "type": "function",
-            "function": {"name": self.tool_name, "arguments": json.dumps(self.tool_args)},
-        }
-        return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+        calls = [
+            {
+                "id": f"call_{len(self.requests)}_{index}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for index, (name, args) in enumerate(
+                [(self.tool_name, self.tool_args), *self.more_calls]
+            )
+        ]
+        return {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -167,9 +175,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tool", default="skill_view", help="the one tool the model calls")
     parser.add_argument("--args", default='{"name": "svc:payments"}', help="its JSON arguments")
     parser.add_argument("--say", default="(fake model) The tool answered:")
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help='another call in the same answer (parallel tool calls): {"tool": ..., "args": {...}}',
+    )
     options = parser.parse_args(argv)
+    more = [(str(c["tool"]), dict(c["args"])) for c in map(json.loads, options.also)]
     fake = FakeLLM(
-        options.tool, json.loads(options.args), options.say, port=options.port, echo_tool=True
+        options.tool,
+        json.loads(options.args),
+        options.say,
+        port=options.port,
+        echo_tool=True,
+        more_calls=more,
     )
     with fake:
         print(f"fake model at {fake.base_url} (model fake-model); Ctrl-C stops it", flush=True)

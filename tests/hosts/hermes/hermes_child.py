@@ -9,6 +9,9 @@ Scenarios:
   host      discovery, tools, the pre_llm_call hook, two full agent turns (real plugin)
   commands  discovery, /svc_login and /svc_logout through the gateway and the CLI (real plugin)
   broken    an invalid config: Hermes records the plugin's error and keeps working
+  profiles  two profiles' register() calls in one process (hermes_profiles.py)
+  startup   register() with a paid endpoint: nothing heavy before it returns (hermes_startup.py)
+  failclosed  a metered tool where the middleware does not run (hermes_failclosed.py)
   standin   the adapter's own guarantees with a stand-in for ``svc_gateway.register``: error JSON,
             no secrets, the hook budget, command names and the Telegram menu
 
@@ -584,7 +587,19 @@ def scenario_standin(params: dict[str, Any], report: dict[str, Any]) -> None:
     run_section(report, "hook", hook)
 
 
+def skip_env_probe() -> None:
+    """Hermes probes ``python3`` and ``pip`` in subprocesses (up to 10 s, 9 s measured on two
+    busy cores) for one optional line of its system prompt; no scenario here needs that line."""
+    try:
+        probe = hermes("tools.env_probe")
+        probe._CACHED_LINE = ""
+        probe._PROBE_DONE.set()
+    except Exception:  # another Hermes: it probes, which is only slower
+        pass
+
+
 def main() -> None:
+    skip_env_probe()
     scenario, params_path = sys.argv[1], sys.argv[2]
     params = json.loads(Path(params_path).read_text())
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -596,6 +611,9 @@ def main() -> None:
         "broken": scenario_broken,
         "standin": scenario_standin,
         "hosted": importlib.import_module("hermes_hosted").scenario_hosted,
+        "profiles": importlib.import_module("hermes_profiles").scenario_profiles,
+        "startup": importlib.import_module("hermes_startup").scenario_startup,
+        "failclosed": importlib.import_module("hermes_failclosed").scenario_failclosed,
     }
     scenarios[scenario](params, report)
     report["total_secs"] = round(time.monotonic() - started, 3)

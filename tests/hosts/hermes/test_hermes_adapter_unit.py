@@ -24,14 +24,15 @@ from svc_gateway.host import (
     ToolResult,
     ToolSpec,
 )
-from svc_gateway.hosts import hermes
+from svc_gateway.hosts import hermes, hermes_users
 from svc_gateway.runtime import PluginRuntime
 
 
 class FakeCtx:
     """The slice of Hermes 0.19.0's PluginContext the adapter uses."""
 
-    def __init__(self, fail_on_tool: bool = False) -> None:
+    def __init__(self, fail_on_tool: bool = False, manager: object | None = None) -> None:
+        self._manager = manager  # Hermes's plugin manager: one per profile
         self.tools: dict[str, dict[str, Any]] = {}
         self.commands: dict[str, dict[str, Any]] = {}
         self.hooks: dict[str, list[Any]] = {}
@@ -197,12 +198,42 @@ def test_registration_is_all_or_nothing(standin: dict[str, Any]) -> None:
     assert hermes.current_handle() is None
 
 
-def test_reregistering_closes_the_previous_plugin(standin: dict[str, Any]) -> None:
-    hermes.register(FakeCtx())
-    hermes.register(FakeCtx())
+def test_reregistering_one_profile_closes_its_previous_plugin(standin: dict[str, Any]) -> None:
+    manager = object()
+    hermes.register(FakeCtx(manager=manager))
+    hermes.register(FakeCtx(manager=manager))  # a forced rediscovery of the same profile
     first, second = standin["handles"][-2:]
     assert first.closed and not second.closed
     assert hermes.current_handle() is second
+
+
+class UnloadingCtx(FakeCtx):
+    """Newer Hermes: ``ctx.on_unload(callback)``, called when the profile unloads the plugin."""
+
+    def __init__(self) -> None:
+        super().__init__(manager=object())
+        self.unloads: list[Any] = []
+
+    def on_unload(self, callback: Any) -> None:
+        self.unloads.append(callback)
+
+
+def test_each_profile_keeps_its_plugin_until_its_own_unload(standin: dict[str, Any]) -> None:
+    first_ctx, second_ctx = UnloadingCtx(), UnloadingCtx()
+    hermes.register(first_ctx)
+    hermes.register(second_ctx)
+    first, second = standin["handles"][-2:]
+    assert not first.closed and not second.closed  # the second profile left the first running
+    for ctx in (first_ctx, second_ctx):
+        out = json.loads(asyncio.run(ctx.tools["svc_checkBalance"]["handler"]({"planId": "p"})))
+        assert out == {"planId": "p", "balance": "100"}
+    (unload_first,) = first_ctx.unloads
+    unload_first()
+    assert first.closed and not second.closed
+    assert hermes.current_handle() is second
+    (unload_second,) = second_ctx.unloads
+    unload_second()
+    assert second.closed and hermes.current_handle() is None
 
 
 def test_settings_fall_back_to_the_hermes_config_file(
@@ -323,3 +354,56 @@ def test_a_gateway_turn_without_a_sender_runs_no_tool_as_anybody() -> None:
     assert refused["error"]["code"] == "no_account"
     assert json.loads(asyncio.run(handler({}, session_id="cli-session"))) == {"balance": "100"}
     assert callers == [None]  # only the CLI's call ran, as the gateway's own account
+
+
+# -- metering fails closed (issue 43, item 12) ---------------------------------------------------
+
+
+def metered_guard() -> hermes_users.MeteringGuard:
+    return hermes_users.MeteringGuard(lambda name: name == "image_gen")
+
+
+def test_a_hermes_without_the_middleware_blocks_metered_tools_only() -> None:
+    guard = metered_guard()  # nothing installed: this Hermes has no register_middleware
+    blocked = guard.pre_tool_call(tool_name="image_gen", tool_call_id="c1")
+    assert blocked is not None and blocked["action"] == "block"
+    assert "has no tool_execution middleware" in blocked["message"]
+    assert "did not run and nothing was charged" in blocked["message"]
+    assert guard.pre_tool_call(tool_name="read_file") is None
+    assert guard.pre_tool_call(tool_name=None) is None
+
+
+def test_a_middleware_gone_from_hermess_list_blocks_until_it_is_back() -> None:
+    guard = metered_guard()
+    listed: list[Any] = []
+
+    def middleware(**_kwargs: Any) -> None:
+        return None
+
+    guard.installed(middleware, lambda: listed)
+    blocked = guard.pre_tool_call(tool_name="image_gen")
+    assert blocked is not None and "not active in this Hermes process" in blocked["message"]
+    listed.append(middleware)
+    assert guard.pre_tool_call(tool_name="image_gen") is None
+    guard.installed(middleware, lambda: None)  # a Hermes keeping the list out of sight
+    assert guard.pre_tool_call(tool_name="image_gen") is None
+
+
+def test_only_a_metered_call_that_ran_unseen_blocks_the_later_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard = metered_guard()
+    guard.installed(lambda **_k: None, lambda: None)
+    guard.saw("seen")
+    guard.saw("")  # no id: nothing to remember
+    guard.post_tool_call(tool_name="image_gen", tool_call_id="seen", status="ok")
+    guard.post_tool_call(tool_name="image_gen", tool_call_id="c2", status="blocked")
+    guard.post_tool_call(tool_name="image_gen", tool_call_id="", status="ok")
+    guard.post_tool_call(tool_name="read_file", tool_call_id="c3", status="ok")
+    assert guard.bypassed is None and guard.pre_tool_call(tool_name="image_gen") is None
+    with caplog.at_level(logging.ERROR):
+        guard.post_tool_call(tool_name="image_gen", tool_call_id="c4", status="error")
+        guard.post_tool_call(tool_name="image_gen", tool_call_id="c5", status="ok")
+    assert len([r for r in caplog.records if "without the svc plugin" in r.getMessage()]) == 1
+    blocked = guard.pre_tool_call(tool_name="image_gen")
+    assert blocked is not None and "without its tool_execution middleware" in blocked["message"]

@@ -164,7 +164,9 @@ async def test_two_replicas_on_one_redis_answer_exactly_what_the_credits_pay_for
     market = await make_market(credits=150, per_request=1, subscriber_config=no_top_up)
     await market.order()
     token = await market.token()
-    a, b = await spawn(market, sandbox.base_url, handler_delay=0.05)
+    # a budget no load reaches: this test counts receipts, and a settle past the budget
+    # answers with its receipt deferred (two xdist workers under coverage reached 2 s)
+    a, b = await spawn(market, sandbox.base_url, handler_delay=0.05, paid_budget=30.0)
 
     responses = await post_all([a.url, b.url], token, 200)
     stats = [await asyncio.to_thread(r.stop) for r in (a, b)]
@@ -279,7 +281,7 @@ async def test_two_replicas_serve_a_topping_up_payer_one_request_at_a_time(
         subscriber_config=lambda _m: {"defaultSpendingLimitCents": 300},  # three orders
     )
     token = await market.token()  # never ordered: 0 credits, a delegation behind the token
-    a, b = await spawn(market, sandbox.base_url, handler_delay=0.05)
+    a, b = await spawn(market, sandbox.base_url, handler_delay=0.05, paid_budget=30.0)
     responses: list[httpx.Response] = []
     for _wave in range(20):  # bounded: concurrent waves across both replicas until spent
         wave = [r for r in await post_all([a.url, b.url], token, 4) if r is not None]

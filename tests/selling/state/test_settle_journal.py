@@ -389,3 +389,21 @@ async def test_an_add_whose_caller_gave_up_is_still_written(journal: Opener) -> 
     gate.set()
     await store.aclose()
     assert [e.request_id for e in await journal().entries()] == ["req-1"]
+
+
+async def test_closing_at_a_hosts_exit_still_writes_what_is_pending(journal: Opener) -> None:
+    """A host closes the plugin from ``atexit`` (Hermes), when the loop's executor may already
+    be shut down: the journal closes on the loop's own thread instead, and a pending removal
+    is written, not lost (a restart would otherwise settle that request again)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = journal()
+    await store.add(entry(1))
+    await store.add(entry(2))
+    await store.remove("req-1")  # queued for the writer, not waited for
+    executor = ThreadPoolExecutor(1)
+    asyncio.get_running_loop().set_default_executor(executor)
+    executor.shutdown()
+    await store.aclose()
+    reopened = journal(store.path)  # opened on this thread (the executor is gone)
+    assert [e.request_id for e in await reopened.entries()] == ["req-2"]

@@ -52,6 +52,7 @@ from ..hermes_adapters import describe_failure, result_json
 from .names import CONTEXT_HEADER, SETTINGS_FILE
 
 if TYPE_CHECKING:
+    from ...selling.ways_in.metering import ToolMeter
     from .metering import ExecutorWrap
 
 log = get_logger("svc_gateway.hosts.astrbot")
@@ -202,6 +203,33 @@ def make_llm_request_hook(
     return hook
 
 
+def make_metered_names_check(
+    meter: ToolMeter, context: Any, module_name: str
+) -> Callable[[Any, Any], Awaitable[None]]:
+    """``on_llm_request`` ``(event, req)``: at the first request (every plugin loaded, AstrBot's
+    built-in tools made, the MCP servers' listed), warn about each ``meteredTools`` entry that
+    names none of the tools AstrBot offers (the reference chat's check, once)."""
+    done: list[bool] = []
+
+    async def check(event: Any, req: Any) -> None:
+        if done:
+            return
+        done.append(True)
+        names: set[str] = set()
+        try:
+            names.update(t.name for t in context.provider_manager.llm_tools.func_list)
+            offered = getattr(req, "func_tool", None)
+            names.update(t.name for t in getattr(offered, "tools", None) or [])
+        except Exception as error:  # an AstrBot shaped otherwise: nothing to compare with
+            log.info("svc: AstrBot's tools could not be listed (%s)", type(error).__name__)
+            return
+        meter.warn_unoffered(str(name) for name in names)
+
+    check.__name__ = check.__qualname__ = "svc_check_metered_tools"
+    check.__module__ = module_name
+    return check
+
+
 # -- the Star ------------------------------------------------------------------------------------
 
 
@@ -276,6 +304,10 @@ class SvcPlugin:
             hook = make_llm_request_hook(gateway, module)
             astr_filter.on_llm_request()(hook)
             self.handlers.append(hook)
+        if meter is not None:
+            check = make_metered_names_check(meter, self.context, module)
+            astr_filter.on_llm_request()(check)
+            self.handlers.append(check)
 
     async def terminate(self) -> None:
         """Undo the executor wrap, drop what ``initialize`` registered, close the core."""

@@ -214,8 +214,12 @@ class SettleJournal:
 
     async def aclose(self) -> None:
         """Write what is pending, stop the writer, release the lock. Idempotent."""
-        if not self._closed:
+        if self._closed:
+            return
+        try:
             await asyncio.to_thread(self.close)
+        except RuntimeError:  # the loop's executor is shut down (a host's exit): close here
+            self.close()
 
     def close(self) -> None:
         """Blocking :meth:`aclose`, for code outside an event loop."""

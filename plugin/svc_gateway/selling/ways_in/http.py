@@ -203,12 +203,12 @@ class PaidRoutes:
         app.router.add_route("*", self.path, self.agent)
         own_card = self.path.rstrip("/") + CARD_PATH
         served = {getattr(r, "canonical", None) for r in app.router.resources()}
-        if own_card not in served:  # (the A2A way in on this app serves the one card there)
+        if own_card not in served:
             app.router.add_get(own_card, self.card)
         if own_card == CARD_PATH:
             return
-        if CARD_PATH in served:  # a host that already serves a root card keeps its own
-            log.info("the host already serves %s; the agent card is at %s", CARD_PATH, own_card)
+        if CARD_PATH in served:  # the host's root card, or the A2A agent's on this app
+            log.info("%s is served already; the endpoint's card is at %s", CARD_PATH, own_card)
             return
         app.router.add_get(CARD_PATH, self.card)
 

@@ -155,6 +155,20 @@ class ToolMeter:
             if not any(fnmatch.fnmatchcase(name, pattern) for name in names)
         ]
 
+    def warn_unoffered(self, offered: Iterable[str]) -> list[str]:
+        """Warn (once per call) about each ``meteredTools`` entry no host tool matches: a typo
+        there is never charged. Every host calls it once it knows its tools."""
+        names = sorted({str(name) for name in offered})
+        missing = self.unoffered(names)
+        for pattern in missing:
+            log.warning(
+                "meteredTools names %r, but no tool this host offers matches it (the host's "
+                "tools: %s): it will never be charged",
+                pattern,
+                ", ".join(name for name in names if not name.startswith("svc_")) or "none",
+            )
+        return missing
+
     def plan_id(self) -> str | None:
         config = self.operator.config
         return config.metering_plan_id or config.plan_id or self.operator.plan_id

@@ -26,6 +26,8 @@ JSONRPC_PATH = "/a2a"
 REST_PATH = "/a2a/rest"
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
+#: the A2A version of the JSON-RPC route's compatibility interface (the card's 0.3 fields)
+LEGACY_VERSION = "0.3.0"
 FALLBACK_NAME = "svc paid agent"
 DESCRIPTION = "Answers a prompt, paid per request with the Agent Payments Service (x402 in band)."
 
@@ -41,10 +43,17 @@ def _version() -> str:
 
 
 def interfaces(base: str) -> list[AgentInterface]:
+    """The 1.x interfaces, then the JSON-RPC route once more as 0.3 (the SDK's compatibility
+    switch serves it): from that interface the SDK writes the card's 0.3 fields (``url``,
+    ``preferredTransport``, ``protocolVersion``), so a 0.3 client that follows the card's
+    ``url`` reaches JSON-RPC; a 1.x client picks the 1.0 interface of a binding first."""
     base = base.rstrip("/")
     return [
         AgentInterface(url=base + JSONRPC_PATH, protocol_binding="JSONRPC", protocol_version="1.0"),
         AgentInterface(url=base + REST_PATH, protocol_binding="HTTP+JSON", protocol_version="1.0"),
+        AgentInterface(
+            url=base + JSONRPC_PATH, protocol_binding="JSONRPC", protocol_version=LEGACY_VERSION
+        ),
     ]
 
 

@@ -43,6 +43,7 @@ from ..agent import PromptAgent
 from ..endpoint import resolve_credits, resolve_handler
 from .card import CARD_PATH, JSONRPC_PATH, LEGACY_CARD_PATH, REST_PATH, CardSource, skeleton
 from .executor import RESOURCE_DESCRIPTION, URL_STATE, PaidExecutor
+from .numbers import WholeNumbers
 from .store import Payer, PayerTasks
 
 log = get_logger("svc_gateway.paid_a2a")
@@ -300,7 +301,7 @@ def build_app(
             await handler.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    return PaymentScope(app, flow.seller.settings.max_body_bytes, handler.aclose)
+    return PaymentScope(WholeNumbers(app), flow.seller.settings.max_body_bytes, handler.aclose)
 
 
 async def serve(

@@ -1,14 +1,15 @@
-"""The paid A2A agent on the paid endpoint's own port: one aiohttp app, one agent card.
+"""The paid A2A agent on the paid endpoint's own port: one aiohttp app, one agent card at the root.
 
 When the plugin serves the paid endpoint itself and ``paidA2APort`` is unset (or equal to
 ``paidEndpointPort``), the A2A routes (``/a2a``, ``/a2a/rest/...``) join the endpoint's app
-before it starts, through the ASGI bridge, and one card document is served at
-``/.well-known/agent-card.json``, ``/.well-known/agent.json`` and
-``<agentEndpointPath>/.well-known/agent.json``: the A2A 1.x card (its interfaces, the payment
-extension) with the HTTP endpoint card's fields merged in (``agentId``, ``planId``, ``url`` =
-the HTTP endpoint, ``schemes``, ``networks``, ``creditsPerRequest``, ``x402Version``), both built
-per request from the flow's facts. (The SDK's resolver ignores ``url`` beside
-``supportedInterfaces``.)
+before it starts, through the ASGI bridge. The origin's card (``/.well-known/agent-card.json``
+and ``/.well-known/agent.json``) is the A2A card (its interfaces, the payment extension, and
+the 0.3 fields the SDK writes: ``url`` = the JSON-RPC interface, so a 0.3 client that follows
+it reaches JSON-RPC) with the HTTP endpoint card's payment facts merged in (``agentId``,
+``planId``, ``schemes``, ``networks``, ``creditsPerRequest``, ``x402Version``), both built per
+request from the flow's facts. The endpoint keeps its own card at
+``<agentEndpointPath>/.well-known/agent.json`` (``url`` = the HTTP endpoint), where an HTTP buyer
+given the endpoint's URL looks (SPEC.md: ``<agentUrl>/.well-known/agent.json``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class OnEndpoint:
             app.router.add_route("*", rpc, bridge)
         app.router.add_route("*", REST_PATH + "/{tail:.*}", bridge)
         card = OneCard(CardSource(flow, base), routes)
-        for where in dict.fromkeys((CARD_PATH, LEGACY_CARD_PATH, path + LEGACY_CARD_PATH)):
+        for where in (CARD_PATH, LEGACY_CARD_PATH):  # the endpoint's own: PaidRoutes.install
             app.router.add_get(where, card.serve)
 
         async def close(_app: web.Application) -> None:
@@ -100,7 +101,8 @@ class OnEndpoint:
 
 
 class OneCard:
-    """The one card of both ways in: the A2A card with the HTTP endpoint's card merged in."""
+    """The origin's card: the A2A card with the HTTP endpoint card's payment facts merged in
+    (the A2A card's ``url``, its JSON-RPC interface, wins over the endpoint's)."""
 
     def __init__(self, source: CardSource, routes: PaidRoutes) -> None:
         self.source = source
@@ -119,6 +121,8 @@ class OneCard:
             log.warning("the agent card could not be built (%s)", type(exc).__name__)
             return web.json_response({"error": _UNAVAILABLE}, status=503)
         merged: dict[str, Any] = (
-            {**endpoint, **document} if isinstance(endpoint, dict) else document
+            {**{k: v for k, v in endpoint.items() if k != "url"}, **document}
+            if isinstance(endpoint, dict)
+            else document
         )
         return web.json_response(merged, headers={"Cache-Control": "max-age=60"})

@@ -1,11 +1,16 @@
 """The managed MCP server's HTTP routes (ASGI): /mcp behind a bearer check, and the rest.
 
 Server info, health, the OAuth discovery documents and dynamic client registration (SPEC.md
-endpoints table).
+endpoints table): one authorization server, the service's (:mod:`.authorization`).
 
 ``/mcp`` itself is the SDK's streamable-HTTP session manager (POST JSON-RPC, GET SSE, DELETE
-session). Missing bearer → HTTP 401 with ``WWW-Authenticate`` naming the protected-resource
-metadata (a layer distinct from payment-required, which travels in band).
+session), stateful for a client that opens a session (``initialize``, then ``Mcp-Session-Id``)
+and stateless for one that does not: a POST without a session that opens none is served on its
+own, so a client that keeps no session (stateless HTTP, the bearer on every request) pays per
+request; on mcp 2.x the SDK serves the newest revision (2026-07-28: no session, per-request
+auth) from either. Every request needs its bearer: missing → HTTP 401 with
+``WWW-Authenticate`` naming the protected-resource metadata (a layer distinct from
+payment-required, which travels in band).
 
 The app needs the session manager's task group running: as an ASGI lifespan (uvicorn), or with
 :meth:`McpAsgiApp.running` (the aiohttp bridge).
@@ -16,19 +21,20 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import secrets
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ....config import resolve_frontend_url
 from ....interop import mcp_sdk as sdk
+from ....redact import get_logger
+from .authorization import UNAVAILABLE, ServiceAuthorization, Unavailable
 from .server import PaidMcpServer
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+log = get_logger("svc_gateway.paid_mcp")
 
 MCP_PATH = "/mcp"
 MAX_REGISTER_BYTES = 16 * 1024
@@ -46,9 +52,10 @@ DISCOVERY = {**{p: p for p in WELL_KNOWN}, WELL_KNOWN[0] + MCP_PATH: WELL_KNOWN[
 #: browser-based clients (MCP Inspector) read the discovery documents from a web page
 CORS = {
     "Access-Control-Allow-Origin": "*",
-    "Access-Control-Allow-Methods": "GET, OPTIONS",
-    "Access-Control-Allow-Headers": "MCP-Protocol-Version",
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, MCP-Protocol-Version",
 }
+REGISTER = "/register"
 
 
 def api_origin(base_url: str) -> str:
@@ -85,6 +92,16 @@ def request_without_id(body: bytes) -> str | None:
             shown = method[:60] if isinstance(method, str) else "this method"
             return f"{shown} is a request: send it with an id (a notification cannot be one)"
     return None
+
+
+def opens_session(body: bytes) -> bool:
+    """Whether a JSON-RPC POST body opens a session (holds an ``initialize`` request)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    items = message if isinstance(message, list) else [message]
+    return any(isinstance(item, dict) and item.get("method") == "initialize" for item in items)
 
 
 def _rpc_error(code: int, message: str) -> dict[str, Any]:
@@ -130,6 +147,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 class McpAsgiApp:
     """ASGI application of the managed server; ``prefix`` is where it is mounted ('' at root).
 
+    ``manager`` serves sessions, ``stateless`` a POST that belongs to none and opens none;
     ``base_url(scope)`` gives the public origin + prefix (for the discovery documents)."""
 
     def __init__(
@@ -137,18 +155,23 @@ class McpAsgiApp:
         server: PaidMcpServer,
         manager: Any,
         *,
+        stateless: Any,
         base_url: Callable[[Scope], str],
         prefix: str = "",
     ) -> None:
         self.server = server
         self.manager = manager
+        #: the SDK's stateless manager: a POST that belongs to no session and opens none
+        self.stateless = stateless
         self.base_url = base_url
         self.prefix = prefix.rstrip("/")
+        #: the service, as the one authorization server (its documents, its registration)
+        self.authorization = ServiceAuthorization(lambda: api_origin(server.core.base_url))
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The session manager's task group (enter and leave in one task)."""
-        async with self.manager.run():
+        """The session managers' task groups (enter and leave in one task)."""
+        async with self.manager.run(), self.stateless.run():
             yield
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -163,17 +186,16 @@ class McpAsgiApp:
         method = str(scope.get("method") or "GET").upper()
         if path.rstrip("/") == MCP_PATH:
             await self._mcp(scope, receive, send)
-        elif path in DISCOVERY and method == "OPTIONS":  # a browser-based client's preflight
+        elif (path in DISCOVERY or path == REGISTER) and method == "OPTIONS":  # a preflight
             await send_json(send, 204, None, {**CORS, "Access-Control-Max-Age": "600"})
         elif path in DISCOVERY and method == "GET":
-            document = self._discovery(DISCOVERY[path], self.base_url(scope))
-            await send_json(send, 200, document, CORS)
-        elif path == "/register" and method == "POST":
+            await self._discovery(send, DISCOVERY[path], self.base_url(scope))
+        elif path == REGISTER and method == "POST":
             await self._register(receive, send)
         elif path == "/health" and method == "GET":
             await send_json(send, 200, {"status": "ok", "serverName": self.server.server_name})
         elif path == "/" and method == "GET":
-            await send_json(send, 200, self._info(self.base_url(scope)))
+            await send_json(send, 200, await self._info(self.base_url(scope)))
         else:
             await send_json(send, 404, {"error": "not_found", "message": f"No route {path}"})
 
@@ -199,6 +221,7 @@ class McpAsgiApp:
                 {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'},
             )
             return
+        manager = self.manager
         if str(scope.get("method") or "").upper() == "POST":
             body = await _read_body(receive, MAX_MESSAGE_BYTES)
             if body is None:
@@ -209,35 +232,21 @@ class McpAsgiApp:
                 await send_json(send, 400, _rpc_error(-32600, problem))
                 return
             receive = _replay(body, receive)
+            if _header(scope, b"mcp-session-id") is None and not opens_session(body):
+                manager = self.stateless  # no session to keep: served on its own
         if self.prefix:  # the SDK routes on its own path
             scope = {**scope, "path": MCP_PATH, "root_path": self.prefix}
-        await self.manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, receive, send)
 
-    def _oauth(self, base: str) -> dict[str, str]:
-        """The service's OAuth URLs as the payments SDKs build them: issuer and authorize on
-        the web app, token, JWKS and userinfo on the API origin (the REST root without its
-        ``/api/vN``). In the sandbox both are the sandbox's origin."""
-        core = self.server.core
-        frontend = resolve_frontend_url(core.config, core.environment, core.base_url).rstrip("/")
-        backend = api_origin(core.base_url)
-        return {
-            "issuer": frontend,
-            "authorization_endpoint": f"{frontend}/oauth/authorize",
-            "token_endpoint": f"{backend}/oauth/token",
-            "jwks_uri": f"{backend}/.well-known/jwks.json",
-            "userinfo_endpoint": f"{backend}/oauth/userinfo",
-            "registration_endpoint": f"{base}/register",
-        }
-
-    def _discovery(self, path: str, base: str) -> dict[str, Any]:
-        oauth = self._oauth(base)
+    async def _discovery(self, send: Send, path: str, base: str) -> None:
+        """The protected-resource metadata, ours; the authorization server's documents, the
+        service's own (read from it), so a client that looks here sees the same server."""
         if path == WELL_KNOWN[0]:
-            # the authorization server is the API origin, which serves the RFC 8414 document
-            # with itself as issuer (payments TS SDK ``resolveAuthorizationServer``); agent_id
-            # and plan_id (RFC 9728 §2 allows more fields) tell it what a token is for
+            # agent_id and plan_id (RFC 9728 §2 allows more fields) tell the authorization
+            # server what a token is for
             document: dict[str, Any] = {
                 "resource": base + MCP_PATH,
-                "authorization_servers": [api_origin(self.server.core.base_url)],
+                "authorization_servers": [self.authorization.issuer()],
                 "scopes_supported": SCOPES,
                 "bearer_methods_supported": ["header"],
                 "resource_name": self.server.server_name,
@@ -247,80 +256,53 @@ class McpAsgiApp:
                 document["agent_id"] = agent_id
             if plan_id:
                 document["plan_id"] = plan_id
-            return document
-        document = {
-            **oauth,
-            "response_types_supported": ["code"],
-            "grant_types_supported": ["authorization_code", "refresh_token"],
-            "code_challenge_methods_supported": ["S256"],
-            "token_endpoint_auth_methods_supported": ["none", "client_secret_post"],
-            "scopes_supported": SCOPES,
-        }
-        if path == WELL_KNOWN[2]:
-            document["subject_types_supported"] = ["public"]
-            document["id_token_signing_alg_values_supported"] = ["RS256"]
-        else:
-            del document["userinfo_endpoint"]
-        return document
+            await send_json(send, 200, document, CORS)
+            return
+        try:
+            await send_json(send, 200, await self.authorization.document(path), CORS)
+        except Unavailable as exc:
+            log.warning("the service's %s could not be read (%s)", path, exc)
+            await send_json(send, 503, UNAVAILABLE, CORS)
 
-    def _info(self, base: str) -> dict[str, Any]:
+    async def _info(self, base: str) -> dict[str, Any]:
         server = self.server
+        oauth: dict[str, Any] = {
+            "authorization_servers": [self.authorization.issuer()],
+            "resource_metadata": base + WELL_KNOWN[0],
+            "registration_endpoint": base + REGISTER,
+        }
+        try:
+            document = await self.authorization.document(WELL_KNOWN[1])
+        except Unavailable:
+            document = {}
+        for key in ("issuer", "authorization_endpoint", "token_endpoint"):
+            if isinstance(document.get(key), str):
+                oauth[key] = document[key]
         info: dict[str, Any] = {
             "name": server.server_name,
             "version": server.version,
             "planId": server.plan_id(),
             "endpoints": {"mcp": base + MCP_PATH, "health": base + "/health"},
-            "oauth": self._oauth(base),
+            "oauth": oauth,
             "tools": [uri for uri in server.logical_uris()],
         }
         agent_id = server.agent_id()
         if agent_id:
             info["agentId"] = agent_id
-            info["oauth"]["client_id"] = agent_id
+            oauth["client_id"] = agent_id  # SPEC.md: agentId fills it (informational)
         return info
 
     async def _register(self, receive: Receive, send: Send) -> None:
-        """RFC 7591 dynamic client registration (the client id is the agent's, when known)."""
-        body = bytearray()
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if len(body) > MAX_REGISTER_BYTES:
-                await send_json(send, 413, {"error": "invalid_request"})
-                return
-            if not message.get("more_body"):
-                break
-        try:
-            request = json.loads(body)
-        except ValueError:
-            request = None
-        uris = request.get("redirect_uris") if isinstance(request, dict) else None
-        if not isinstance(request, dict) or not isinstance(uris, list) or not uris:
-            await send_json(
-                send,
-                400,
-                {
-                    "error": "invalid_redirect_uri"
-                    if isinstance(request, dict)
-                    else "invalid_client_metadata",
-                    "error_description": "redirect_uris is required and must be a non-empty "
-                    "array of URLs",
-                },
-            )
+        """RFC 7591 dynamic client registration, with the service (the authorization server):
+        the client's request as it came, the service's answer as it came back."""
+        body = await _read_body(receive, MAX_REGISTER_BYTES)
+        if body is None:
+            await send_json(send, 413, {"error": "invalid_request"}, CORS)
             return
-        issued = int(time.time())
-        method = request.get("token_endpoint_auth_method") or "none"
-        answer: dict[str, Any] = {
-            "client_id": self.server.agent_id() or f"svc-mcp-client-{secrets.token_hex(8)}",
-            "client_id_issued_at": issued,
-            "client_name": str(request.get("client_name") or "MCP Client")[:200],
-            "redirect_uris": [str(u)[:2048] for u in uris[:20]],
-            "grant_types": request.get("grant_types") or ["authorization_code"],
-            "response_types": request.get("response_types") or ["code"],
-            "token_endpoint_auth_method": method,
-            "scope": request.get("scope") or " ".join(SCOPES),
-        }
-        if method in ("client_secret_basic", "client_secret_post"):
-            answer["client_secret"] = secrets.token_urlsafe(32)
-            answer["client_secret_expires_at"] = 0
-        await send_json(send, 201, answer)
+        try:
+            answer = await self.authorization.register(body)
+        except Unavailable as exc:
+            log.warning("a client registration could not be passed to the service (%s)", exc)
+            await send_json(send, 503, UNAVAILABLE, CORS)
+            return
+        await send_json(send, answer.status, answer.body, CORS)

@@ -117,8 +117,11 @@ def build_app(server: PaidMcpServer, *, host: str, public: str | None = None) ->
     loopback = host in _LOOPBACK and public is None
     allowed = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else None
     manager = sdk.session_manager(mcp_server, allowed_hosts=allowed)
+    stateless = sdk.session_manager(mcp_server, allowed_hosts=allowed, stateless=True)
     origin = public.rstrip("/") if public else None
-    return McpAsgiApp(server, manager, base_url=lambda scope: origin or _base_url_from(scope))
+    return McpAsgiApp(
+        server, manager, stateless=stateless, base_url=lambda scope: origin or _base_url_from(scope)
+    )
 
 
 async def serve(server: PaidMcpServer, *, host: str, port: int) -> PaidMcp:

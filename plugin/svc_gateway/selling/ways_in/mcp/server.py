@@ -1,7 +1,9 @@
 """The paid MCP server's registrations (tools, resources, prompts) and its answers.
 
 Each call is sold with the payment in ``_meta["x402/payment"]`` (SPEC.md "Tool-server (MCP)
-integration"); billing goes through :func:`.billing.charge`, the SDK through :mod:`.sdk`.
+integration"), or without one with the session's bearer, an access token for the agent's plan
+(what MCP's OAuth gives any client); billing goes through :func:`.billing.charge`, the SDK
+through :mod:`.sdk`.
 
 Answers (SPEC.md "Errors", MCP rows): payment required on a tool → an ``isError`` result whose
 ``structuredContent`` is the PaymentRequired object and ``content[0].text`` its JSON; on a
@@ -128,7 +130,6 @@ class PaidMcpServer:
         self.explicit_agent_id = agent_id
         self.version = version
         self._entries: dict[tuple[Kind, str], Registration] = {}
-        self._warned_fallback = False
 
     def plan_id(self, options: Options | None = None) -> str | None:
         return (
@@ -274,7 +275,9 @@ class PaidMcpServer:
         return entry
 
     def _token(self, call: sdk.Incoming) -> str | None:
-        """The in-band payment re-encoded as a token, else (deprecated) the session bearer."""
+        """The in-band payment (``_meta["x402/payment"]``) re-encoded as a token, else the
+        session's bearer: an access token for the agent's plan, as OAuth gives every generic
+        MCP client (SPEC.md lists OAuth on the MCP layer), is a way to pay of its own."""
         payment = call.meta.get(PAYMENT_META)
         if isinstance(payment, dict):
             encoded = compact_json(payment)
@@ -283,12 +286,6 @@ class PaidMcpServer:
             return b64url_nopad(encoded.encode())
         if payment is not None:
             return "!"
-        if call.bearer and not self._warned_fallback:
-            self._warned_fallback = True
-            log.warning(
-                "an MCP call carried no _meta['x402/payment']; paying with the session's "
-                "Authorization header instead (deprecated, removed in the next release)"
-            )
         return call.bearer
 
     async def call_tool(self, name: str, call: sdk.Incoming) -> dict[str, Any]:
