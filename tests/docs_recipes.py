@@ -130,6 +130,13 @@ MCP_SELLER = Recipe(
     "tests/e2e/mcp_oauth/test_docs_mcp_seller.py",
 )
 
+RETRY_BUYER = Recipe(
+    "docs/retries.md",
+    "## What a buyer should do",
+    "python",
+    1,
+    "tests/selling/flow/test_docs_retries.py",
+)
 CLI_OFFLINE = Recipe(
     "docs/cli.md", "## Try it offline", "bash", 2, "tests/svc_cli/test_docs_cli.py"
 )
@@ -154,6 +161,7 @@ RECIPES: dict[str, Recipe] = {
     "README_SET_UP": README_SET_UP,
     "DOCS_SET_UP": DOCS_SET_UP,
     "PAY_WITH_OAUTH": PAY_WITH_OAUTH,
+    "RETRY_BUYER": RETRY_BUYER,
     "CLI_OFFLINE": CLI_OFFLINE,
     "LANGGRAPH_DEPLOYMENT": LANGGRAPH_DEPLOYMENT,
     "MCP_SELLER": MCP_SELLER,

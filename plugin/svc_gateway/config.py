@@ -194,6 +194,12 @@ class PluginConfig(BaseModel):
         le=3600,
         description="Paid endpoint: longest the agent handler may run (then 504, not charged)",
     )
+    idempotency_ttl_secs: float = Field(86400.0, alias="idempotencyTtlSecs", gt=0, le=2592000,
+        description="Selling: how long a paid answer is kept for retries with its key")  # fmt: skip
+    idempotency_max_entries: int = Field(4096, alias="idempotencyMaxEntries", ge=1, le=10**7,
+        description="Selling without stateUrl: idempotency keys kept at most (LRU)")  # fmt: skip
+    idempotency_max_answer_bytes: int = Field(65536, alias="idempotencyMaxAnswerBytes", ge=0,
+        le=2**26, description="Selling: largest answer kept for retries")  # fmt: skip
     paid_header_timeout_secs: float = Field(
         default=10.0,
         alias="paidHeaderTimeoutSecs",

@@ -21,6 +21,7 @@ from svc_gateway.account.core import PluginCore
 from svc_gateway.buying import addresses as query_address
 from svc_gateway.buying.addresses import is_loopback_host
 from svc_gateway.buying.answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS
+from svc_gateway.buying.retrying import MAX_ATTEMPTS
 from svc_gateway.config import PluginConfig
 from svc_gateway.encoding import decode_access_token, token_authorization
 from svc_gateway.sandbox import SandboxServer
@@ -511,10 +512,15 @@ async def test_an_agent_id_the_service_does_not_know_is_refused(
     assert "987654321" in data["error"]["message"]
 
 
-async def test_a_dropped_connection_is_unreachable_and_refreshes_the_balance(
+async def test_a_dropped_connection_is_retried_with_its_key_then_unreachable(
     make_market: MarketFactory,
 ) -> None:
+    """Every answer lost in flight: asked again with the same token and idempotency key, a
+    bounded number of times (issue 46), then unreachable."""
+    keys: list[str] = []
+
     async def drop(request: web.Request) -> web.StreamResponse:
+        keys.append(request.headers.get("Idempotency-Key", ""))
         response = web.StreamResponse(headers={"Content-Length": "1000"})
         await response.prepare(request)
         await response.write(b"partial")
@@ -524,7 +530,9 @@ async def test_a_dropped_connection_is_unreachable_and_refreshes_the_balance(
 
     async with registered_fake(make_market, drop) as (market, agent):
         failed, data = await query(market, agent.url)
-        assert len(agent.posts) == 1
+        assert len(agent.posts) == MAX_ATTEMPTS
+        assert len(set(agent.tokens)) == 1  # the same single-use token every time
+    assert len(set(keys)) == 1 and keys[0].startswith("svc_")
     assert failed and data["error"]["code"] == "agent_unreachable"
 
 

@@ -26,7 +26,6 @@ MCP, in the same order, nothing minted before every check has passed:
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..account.core import PluginCore
@@ -55,6 +54,7 @@ from .capped import capped_transport, too_large_failure
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, is_registered, registered_endpoints
 from .request import AgentQuery, AtUrl
+from .retrying import IDEMPOTENCY_META, MAX_ATTEMPTS, new_key, with_retries
 from .tokens import mint, token_version
 
 if TYPE_CHECKING:
@@ -166,6 +166,8 @@ async def _query(
         step.done(core)
     answer["agentUrl"] = p.agent_url
     answer["tokenVersion"] = token_version(token)
+    if step.retries:  # the answer came from a retry (the first send was lost in flight)
+        answer["retries"] = step.retries
     await balance_after(core, purchase.plan_id, answer, step.balance_before)
     core.paid_for(f"agent {purchase.agent_id}", purchase.plan_id, answer.get("receipt"))
     warnings = [*purchase.warnings, *answer.pop("warnings", [])]
@@ -224,8 +226,18 @@ async def _buy(
             mint(core, p, purchase, ticket), read_balance(core, purchase.plan_id)
         )
         step.waiting, step.token_sent = "agent", True
-        reply = await _send(sdk, http, card, p, token, scope)
-    return purchase, token, reply
+        key = new_key()  # one per query: every send of it carries it (as its message id too)
+
+        def lost(exc: BaseException) -> bool:  # the connection dropped before any answer
+            return isinstance(exc, ToolFailure) and exc.code == "agent_unreachable"
+
+        retried = await with_retries(
+            lambda: _send(sdk, http, card, p, token, scope, key),
+            lost=lost,
+            attempts=MAX_ATTEMPTS if token_version(token) >= 3 else 1,
+        )
+        step.retries = retried.attempts - 1
+    return purchase, token, retried.value
 
 
 def _params(card: Any) -> dict[str, Any]:
@@ -286,9 +298,16 @@ async def _decide(core: PluginCore, p: AgentQuery, card: Any, where: str) -> Pur
 
 
 async def _send(
-    sdk: Any, http: httpx.AsyncClient, card: Any, p: AgentQuery, token: str, scope: asyncio.Timeout
+    sdk: Any,
+    http: httpx.AsyncClient,
+    card: Any,
+    p: AgentQuery,
+    token: str,
+    scope: asyncio.Timeout,
+    key: str,
 ) -> Any:
-    """One blocking send to ``agentUrl`` only, the payment in the message's metadata."""
+    """One blocking send to ``agentUrl`` only, the payment in the message's metadata, the
+    query's idempotency ``key`` as its message id and in its metadata."""
     types, client_mod = sdk.types, sdk.client
     only = types.AgentCard()
     only.CopyFrom(card)
@@ -302,11 +321,12 @@ async def _send(
     client = client_mod.ClientFactory(config).create(only)
     message = types.Message(
         role=types.Role.ROLE_USER,
-        message_id=str(uuid.uuid4()),
+        message_id=key,
         parts=[types.Part(text=p.prompt)],
         metadata={
             x402.STATUS: x402.PAYMENT_SUBMITTED,
             x402.PAYLOAD: decode_access_token(token),
+            IDEMPOTENCY_META: key,
         },
     )
     when = scope.when()

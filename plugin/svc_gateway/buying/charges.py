@@ -31,6 +31,8 @@ class Step:
     balance_before: int | None = None
     #: the query's mandate reservation or approval (``"human"`` approval), if any
     ticket: Ticket | None = None
+    #: sends of the paid request after the first (its answer lost in flight: :mod:`.retrying`)
+    retries: int = 0
 
     def done(self, core: PluginCore) -> None:
         """Once the token went out the request may have been charged, whatever came back: the

@@ -12,8 +12,9 @@ Order matters, and nothing is minted until every check has passed:
 6. the answer size, when the card or a HEAD states it;
 
 then a v3 token bound to agent + URL + verb is minted (v2 only when the service gives nothing
-else, and the result says so), the balance is read, the prompt is POSTed, the receipt is
-checked, and the service's own balance is read back.
+else, and the result says so), the balance is read, the prompt is POSTed with the query's
+idempotency key (retried with the same key and token when its answer is lost:
+:mod:`.retrying`), the receipt is checked, and the service's own balance is read back.
 
 One deadline (``requestTimeoutSecs``) bounds all of it. When it passes, or the agent answers
 without an answer after the token went out, the result says what the service shows was charged
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..account.core import PluginCore
@@ -39,6 +41,7 @@ from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_
 from .langgraph import find_assistant, is_langgraph_run, run_body
 from .purchase import decide_purchase
 from .request import AgentQuery
+from .retrying import IDEMPOTENCY_HEADER, Retried, new_key, retry_after, with_retries
 from .send import send_paid
 from .tokens import mint, token_version
 
@@ -87,29 +90,46 @@ async def post_prompt(
     body: dict[str, Any],
     token: str,
     answered: list[int] | None = None,
+    *,
+    key: str | None = None,
 ) -> AgentReply:
-    """POST the request (``{"prompt"}``, or a LangGraph run); read at most
-    :data:`MAX_ANSWER_BYTES` of the answer. The status goes into ``answered`` as soon as the
-    response headers arrive."""
-    return await send_paid(http, url, body, {"payment-signature": token}, answered)
+    """POST the request (``{"prompt"}``, or a LangGraph run; with the query's idempotency
+    ``key``); read at most :data:`MAX_ANSWER_BYTES` of the answer. The status goes into
+    ``answered`` as soon as the response headers arrive."""
+    headers = {"payment-signature": token}
+    if key is not None:
+        headers[IDEMPOTENCY_HEADER] = key
+    return await send_paid(http, url, body, headers, answered)
 
 
-async def post_prompt_once_more(
-    http: httpx.AsyncClient, url: str, body: dict[str, Any], token: str, version: int
-) -> AgentReply:
-    """:func:`post_prompt`; when the connection drops before any answer arrived with a
-    single-use (v3) token, once more with the same token: a seller that settled it replays the
-    answer it paid for, one that did not is paid once (issue 18)."""
+async def post_prompt_retrying(
+    http: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    token: str,
+    version: int,
+    *,
+    key: str,
+    deadline: float | None,
+) -> Retried[AgentReply]:
+    """:func:`post_prompt` with the query's key; with a single-use (v3) token, again with the
+    same key and token when the answer is lost in flight, an attempt outlasts its share of the
+    deadline, or the seller still runs the first (409): a seller that kept the answer replays
+    it, one that did not settles the token once (issues 18, 46). A reusable token is sent
+    once."""
     import httpx
 
-    answered: list[int] = []
-    try:
-        return await post_prompt(http, url, body, token, answered)
-    except httpx.TransportError:
-        if version < 3 or answered:
-            raise
-        log.info("the agent's answer was lost in transit; asking once more with the same token")
-        return await post_prompt(http, url, body, token)
+    def attempt() -> Awaitable[AgentReply]:
+        return post_prompt(http, url, body, token, key=key)
+
+    if version < 3:
+        return Retried(await attempt(), 1)
+    return await with_retries(
+        attempt,
+        lost=lambda exc: isinstance(exc, httpx.TransportError),
+        busy=lambda reply: retry_after(reply.status, reply.headers),
+        deadline=deadline,
+    )
 
 
 async def query_http_agent(
@@ -141,7 +161,7 @@ async def _query(
     scope = asyncio.timeout(deadline) if until is None else asyncio.timeout_at(until)
     try:
         async with scope:
-            purchase, version, reply = await _buy(core, p, step)
+            purchase, version, retried = await _buy(core, p, step, scope.when())
     except TimeoutError:
         if not scope.expired():
             raise
@@ -155,11 +175,15 @@ async def _query(
         raise
     finally:
         step.done(core)
+    reply = retried.value
     try:
         result = interpret(reply, purchase, client.address, p.agent_url)
     except ToolFailure as failure:  # a 402 or another non-2xx after the token was sent
         raise await with_charge(core, step, failure, answered=True) from None
     result["tokenVersion"] = version
+    if retried.from_retry:  # the answer came from a retry (the first was lost or still ran)
+        result["retries"] = retried.attempts - 1
+        result["replayed"] = reply.headers.get("idempotent-replayed") == "true"
     if version < 3:
         purchase.warnings.append(
             "The service issued a reusable (v2) token instead of a single-use one bound to this "
@@ -178,8 +202,11 @@ async def _query(
     return result
 
 
-async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, int, AgentReply]:
-    """Every step of the module docstring up to the agent's reply, each marked in ``step``."""
+async def _buy(
+    core: PluginCore, p: AgentQuery, step: Step, deadline: float | None
+) -> tuple[Purchase, int, Retried[AgentReply]]:
+    """Every step of the module docstring up to the agent's reply, each marked in ``step``;
+    ``deadline`` (loop time) is the query's one deadline."""
     # httpx here, not the service client's session: one-off calls to other hosts need a
     # streamed read with a size cap; the caller's deadline bounds them (httpx's own timeout is
     # set past it, so the deadline, not a swallowed read timeout, is what ends a slow call).
@@ -208,8 +235,14 @@ async def _buy(core: PluginCore, p: AgentQuery, step: Step) -> tuple[Purchase, i
         )
         step.waiting, step.token_sent = "agent", True
         try:
-            reply = await post_prompt_once_more(
-                http, p.agent_url, body, token, token_version(token)
+            reply = await post_prompt_retrying(
+                http,
+                p.agent_url,
+                body,
+                token,
+                token_version(token),
+                key=new_key(),
+                deadline=deadline,
             )
         except httpx.HTTPError as exc:
             raise ToolFailure(

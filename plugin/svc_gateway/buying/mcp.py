@@ -40,27 +40,21 @@ from ..chat.plans import plan_payment_type
 from ..encoding import decode_access_token
 from ..interop.agent_card import CARD_SECS, TooLarge, read_limited
 from ..redact import get_logger
-from ..safe_text import TooBig, clean_json, one_line, quoted
+from ..safe_text import one_line, quoted
 from .addresses import check_agent_address, check_agent_url
 from .answers import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, check_receipt
 from .approval import finish_ticket, query_ticket, redeemed, topped_up
 from .charges import HTTPX_SLACK_SECS, Step, balance_after, read_balance, timed_out, with_charge
 from .purchase import agent_document, agent_plan_ids, registered_endpoints, registered_tools
 from .request import AgentQuery
+from .retrying import IDEMPOTENCY_META, new_key, with_retries
 from .tokens import token_version
+from .tool_listing import tool_listing
 
 log = get_logger("svc_gateway.tools.query")
 
 MCP_PATH = "/mcp"
 INFO_MAX_BYTES = 64 * 1024
-#: a listed tool's input schema is shown within this size and depth, else as a plain object
-SCHEMA_MAX_BYTES = 8 * 1024
-SCHEMA_MAX_DEPTH = 8
-PLAIN_SCHEMA: dict[str, Any] = {"type": "object"}
-SCHEMA_NOTE = (
-    f"The agent's input schema is larger than {SCHEMA_MAX_BYTES // 1024} KiB or nested deeper "
-    f"than {SCHEMA_MAX_DEPTH} levels; it is not shown. Pass the arguments its description names."
-)
 
 
 def _obj(value: object) -> dict[str, Any]:
@@ -215,38 +209,6 @@ def tool_answer(result: dict[str, Any]) -> tuple[Any, bool]:
     return text[:MAX_TEXT_CHARS], len(text) > MAX_TEXT_CHARS
 
 
-def _scalar(value: object, limit: int) -> str | None:
-    """A price field from a stranger's ``_meta``: one short clean line, or ``None``."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return one_line(str(value)[: limit * 8], limit) or None
-
-
-def _listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The tools as the model reads them: every string of a stranger's listing (names,
-    descriptions, input schemas, ``_meta`` prices) one clean bounded line."""
-    out = []
-    for tool in tools[:100]:
-        price = _obj(_obj(tool.get("_meta")).get("svc/price"))
-        entry: dict[str, Any] = {
-            "tool": one_line(tool.get("name", ""), 200),
-            "description": one_line(tool.get("description") or "", 500),
-        }
-        try:
-            entry["inputSchema"] = clean_json(
-                _obj(tool.get("inputSchema")),
-                max_depth=SCHEMA_MAX_DEPTH,
-                max_bytes=SCHEMA_MAX_BYTES,
-                string_limit=300,
-            )
-        except TooBig:
-            entry["inputSchema"], entry["schemaNote"] = dict(PLAIN_SCHEMA), SCHEMA_NOTE
-        entry["credits"] = _scalar(price.get("credits"), 40)
-        entry["planId"] = _scalar(price.get("planId"), 100)
-        out.append(entry)
-    return out
-
-
 @dataclass
 class _McpStep(Step):
     """:class:`Step`, plus whether the agent answered the paid call (then it will not settle
@@ -275,7 +237,7 @@ async def _query_mcp(core: PluginCore, p: AgentQuery, step: _McpStep) -> dict[st
     scope = asyncio.timeout(deadline)  # ONE deadline: DNS, server info, service, the session
     try:
         async with scope:
-            base, result, version = await _query(core, p, step, deadline)
+            base, result, version = await _query(core, p, step, deadline, scope.when())
             if result is None:  # listTools
                 return base
             if isinstance(result, _CutShort):
@@ -305,10 +267,11 @@ async def _query_mcp(core: PluginCore, p: AgentQuery, step: _McpStep) -> dict[st
 
 
 async def _query(
-    core: PluginCore, p: AgentQuery, step: _McpStep, deadline: float
+    core: PluginCore, p: AgentQuery, step: _McpStep, deadline: float, until: float | None
 ) -> tuple[dict[str, Any], dict[str, Any] | _CutShort | None, int]:
     """Every check, the token, the session and the call: the base of the result, the tool's
-    result (``None`` for a listing) and the token's version; each step marked in ``step``."""
+    result (``None`` for a listing) and the token's version; each step marked in ``step``.
+    ``until`` (loop time): the query's one deadline, which retries share (:mod:`.retrying`)."""
     from ..interop.mcp_client import ClientSession, ResponseTooLarge
     from ..interop.mcp_sdk import RpcError
 
@@ -356,7 +319,9 @@ async def _query(
     base = {"agentId": agent_id, "planId": plan_id, "agentUrl": p.agent_url, "serverName": server}
     # the token is the session's bearer: from here on the agent holds it
     step.waiting, step.token_sent = "agent", True
-    try:
+    key = new_key()  # one per query: every attempt of this call carries it
+
+    async def attempt() -> tuple[dict[str, Any], dict[str, Any] | _CutShort | None]:
         async with ClientSession(
             p.agent_url,
             token,
@@ -365,7 +330,7 @@ async def _query(
         ) as session:
             tools = await session.list_tools()
             if tool_name is None:
-                return {**base, "tools": _listing(tools)}, None, token_version(token)
+                return {**base, "tools": tool_listing(tools)}, None
             found = next((t for t in tools if t.get("name") == tool_name), None)
             if found is None:
                 raise ToolFailure(
@@ -374,7 +339,7 @@ async def _query(
                     "Call svc_queryAgent with listTools: true to see its tools.",
                 )
             arguments = _arguments(p, found)
-            meta = {"x402/payment": decode_access_token(token)}
+            meta = {"x402/payment": decode_access_token(token), IDEMPOTENCY_META: key}
             try:
                 result: dict[str, Any] | _CutShort = await session.call_tool(
                     tool_name, arguments, meta
@@ -382,6 +347,16 @@ async def _query(
             except ResponseTooLarge as exc:
                 result = _CutShort(exc.head)
             step.answered = True
+            return {**base, "tool": tool_name}, result
+
+    def lost(exc: BaseException) -> bool:  # a dropped session, not an answer
+        return not isinstance(exc, ResponseTooLarge | RpcError | ToolFailure)
+
+    try:
+        single = token_version(token) >= 3  # a reusable token is never sent twice
+        retried = await with_retries(
+            attempt, lost=lost, deadline=until if single else None, attempts=3 if single else 1
+        )
     except ResponseTooLarge:  # before the tool was called: its listing, or the handshake
         raise ToolFailure(
             "answer_too_large",
@@ -404,7 +379,10 @@ async def _query(
             f"Could not talk MCP to {p.agent_url}: {type(exc).__name__}",
             "Check agentUrl (an MCP endpoint ends in /mcp) and that the agent is running.",
         ) from None
-    return {**base, "tool": tool_name}, result, token_version(token)
+    found_base, result = retried.value
+    if retried.from_retry:  # the answer came from a retry (the first was lost in flight)
+        found_base["retries"] = retried.attempts - 1
+    return found_base, result, token_version(token)
 
 
 async def _interpret(

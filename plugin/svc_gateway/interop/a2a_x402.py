@@ -61,6 +61,9 @@ def payment_extension(
         "network": network,
         "creditsPerRequest": str(credits_per_request),
         "x402Version": "2",
+        # a message sent again with its id (or metadata["x402/idempotency-key"]) is answered
+        # again, never charged twice (issue 46)
+        "idempotencyKey": "messageId",
     }
     return {
         "uri": X402_EXTENSION,

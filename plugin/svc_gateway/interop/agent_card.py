@@ -39,8 +39,15 @@ def build_card(
     network: str,
     credits_per_request: int,
     max_answer_bytes: int | None = None,
+    idempotency_ttl_secs: float | None = None,
 ) -> dict[str, Any]:
-    """The card the paid endpoint serves (both at ``<path>`` + CARD_PATH and at the root)."""
+    """The card the paid endpoint serves (both at ``<path>`` + CARD_PATH and at the root);
+    with ``idempotency_ttl_secs``, how a retry avoids paying twice (issue 46)."""
+    retries = {
+        "header": "Idempotency-Key",
+        "paymentIdentifier": True,  # x402's payment-identifier extension, in the payment
+        "ttlSecs": idempotency_ttl_secs,
+    }
     return {
         "name": name,
         "description": description or 'A paid agent: POST {"prompt": ...} with an x402 token',
@@ -52,6 +59,7 @@ def build_card(
         "creditsPerRequest": credits_per_request,
         "x402Version": 2,
         **({"maxAnswerBytes": max_answer_bytes} if max_answer_bytes is not None else {}),
+        **({"idempotency": retries} if idempotency_ttl_secs is not None else {}),
     }
 
 

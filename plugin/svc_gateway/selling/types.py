@@ -54,6 +54,10 @@ class PaidRequest:
     #: False: a settle that cannot complete now withholds the answer and queues nothing
     #: (MCP: paid content is never delivered unpaid); True: deliver and queue (HTTP)
     deliver_unsettled: bool = True
+    #: the buyer's idempotency key (HTTP ``Idempotency-Key``, x402 ``payment-identifier``, MCP
+    #: ``_meta["x402/idempotency-key"]``, the A2A message id, a host tool's call id): a retry
+    #: with it gets the answer it paid for, never a second charge (:mod:`.flow.idempotency`)
+    idempotency_key: str | None = None
 
 
 class Outcome(enum.Enum):
@@ -63,6 +67,7 @@ class Outcome(enum.Enum):
     PAID = "paid"  # done, settled: ``result`` with ``receipt`` (or replayed to a retry)
     WITHHELD = "withheld"  # done, but settle proved the payer did not pay: no result
     DEFERRED = "deferred"  # done, settle not possible now (queued) or lost: result, no receipt
+    CONFLICT = "conflict"  # its idempotency key is running (409), reused (422) or bad (400)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,10 @@ class SellerSettings:
     state_url: str | None = None
     #: the seller's address (the key's): the namespace of what replicas share
     owner: str | None = None
+    #: idempotency keys: how long an answer is kept, how many (in-process), how large
+    idempotency_ttl_secs: float = 86400.0
+    idempotency_max_entries: int = 4096
+    idempotency_max_answer_bytes: int = 64 * 1024
 
     @classmethod
     def from_config(
@@ -83,6 +87,9 @@ class SellerSettings:
             queue_path=queue_path,
             state_url=config.state_url,
             owner=owner,
+            idempotency_ttl_secs=config.idempotency_ttl_secs,
+            idempotency_max_entries=config.idempotency_max_entries,
+            idempotency_max_answer_bytes=config.idempotency_max_answer_bytes,
         )
 
 

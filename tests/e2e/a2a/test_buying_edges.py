@@ -45,6 +45,8 @@ class FakeAgent:
         self.card_requests = 0
         self.released = asyncio.Event()
         self.sent: list[dict[str, Any]] = []
+        #: sends whose connection is dropped before any answer (then the reply as set)
+        self.drops = 0
         self.base = ""
         self._runner: web.AppRunner | None = None
 
@@ -78,6 +80,11 @@ class FakeAgent:
     async def _rpc(self, request: web.Request) -> web.Response:
         call = await request.json()
         self.sent.append(call)
+        if self.drops > 0:
+            self.drops -= 1
+            assert request.transport is not None
+            request.transport.close()  # the answer is lost in flight
+            return web.Response(status=599)  # never written
         await asyncio.sleep(self.delay)
         answer: dict[str, Any] = {"jsonrpc": "2.0", "id": call.get("id")}
         if self.error is not None:
@@ -298,6 +305,21 @@ async def test_a_long_answer_without_receipt_is_cut_and_both_are_warned(
     assert out["answer"] == "y" * MAX_TEXT_CHARS and out["receipt"] is None
     warnings = " ".join(out["warnings"])
     assert "cut short" in warnings and "no payment receipt" in warnings
+
+
+async def test_a_dropped_send_is_sent_again_with_the_same_message_id_key_and_token(
+    fake: FakeAgent, buyer: Any
+) -> None:
+    """Issue 46: the message id is the query's idempotency key (also in the metadata), so a
+    seller that settled the first send answers the second with the same task, charged once."""
+    fake.drops = 1
+    fake.result = task("TASK_STATE_COMPLETED", "hi")
+    out = await query_a2a_agent(buyer, ask(fake.url))
+    assert out["answer"] == "hi" and out["retries"] == 1
+    first, again = (call["params"]["message"] for call in fake.sent)
+    assert first == again  # the same message: its id, its key, its payment
+    assert first["messageId"] == first["metadata"]["x402/idempotency-key"]
+    assert first["messageId"].startswith("svc_")
 
 
 async def test_a_json_rpc_error_is_reported_as_the_agents_answer(

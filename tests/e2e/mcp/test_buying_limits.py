@@ -13,7 +13,8 @@ import pytest
 from aiohttp import web
 
 # (from buying.mcp: importing buying.answers first runs into the tools/query import circle)
-from svc_gateway.buying.mcp import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, SCHEMA_MAX_BYTES, tool_answer
+from svc_gateway.buying.mcp import MAX_ANSWER_BYTES, MAX_TEXT_CHARS, tool_answer
+from svc_gateway.buying.tool_listing import SCHEMA_MAX_BYTES
 from svc_gateway.hosts.reference import ReferenceGateway
 from svc_gateway.selling.ways_in.mcp import Options
 from tests.support import serve_app

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -22,6 +23,8 @@ from svc_gateway.encoding import decode_b64_json
 from svc_gateway.sandbox import SandboxServer
 from svc_gateway.sandbox.context import STORE
 from svc_gateway.selling.state.redis_store import SharedStats, connect_client, seller_prefix
+from svc_gateway.service.client import ServiceClient
+from tests.support.cutting import CutProxy
 from tests.support.fixtures import no_top_up
 from tests.support.market import FaultProxy, Market, MarketFactory, refuse_500
 from tests.support.redis_server import RedisServer
@@ -298,3 +301,43 @@ async def test_two_replicas_serve_a_topping_up_payer_one_request_at_a_time(
     burned = burns(sandbox, market.plan_id)
     assert len(burned) == 6 and len(set(burned)) == 6
     assert await market.balance() == 0  # conservation: 6 granted by top-ups = 0 + 6 burned
+
+
+async def test_a_lost_answer_retried_on_the_other_replica_is_answered_the_same_paid_once(
+    make_market: MarketFactory, spawn: Spawn, sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    """Issue 46: the idempotency key lives in Redis, so the answer replica A sold (and lost
+    on the way back) is what replica B replays: no second verify, settle or run."""
+    market = await make_market()
+    await market.order()
+    client = ServiceClient(sandbox.base_url, api_key=market.subscriber_key)
+    try:
+        token = await client.get_access_token(
+            market.plan_id, agent_id=market.agent_id, resource_url=market.endpoint.url
+        )
+    finally:
+        await client.aclose()
+    market.secrets.append(token)
+    a, b = await spawn(market, sandbox.base_url)
+    proxy = CutProxy(cuts=1)
+    await proxy.start()
+    where = urlsplit(a.url)
+    proxy.upstream = f"{where.scheme}://{where.netloc}"
+    headers = {"payment-signature": token, "Idempotency-Key": "svc_replica_retry_000001"}
+    body = {"prompt": "one question, asked twice"}
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            with pytest.raises(httpx.TransportError):
+                await http.post(proxy.origin + where.path, json=body, headers=headers)
+            retry = await http.post(b.url, json=body, headers=headers)
+    finally:
+        await proxy.close()
+    assert retry.status_code == 200 and retry.headers["Idempotent-Replayed"] == "true"
+    assert decode_b64_json(retry.headers["payment-response"]) == proxy.lost[0]
+    assert len(handler_runs(tmp_path)) == 1
+    assert len(burns(sandbox, market.plan_id)) == 1
+    async with httpx.AsyncClient(base_url=sandbox.base_url) as http:
+        path = f"/sandbox/ledger/{market.plan_id}/{market.subscriber_address}"
+        books = (await http.get(path)).json()
+    assert int(books["burned"]) == 2  # one request of 2 credits
+    assert int(books["granted"]) == int(books["balance"]) + int(books["burned"])

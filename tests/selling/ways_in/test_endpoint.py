@@ -145,6 +145,7 @@ async def test_agent_card_on_both_paths(market: Market, http: httpx.AsyncClient)
         "networks": ["eip155:84532"],
         "creditsPerRequest": 2,
         "x402Version": 2,
+        "idempotency": {"header": "Idempotency-Key", "paymentIdentifier": True, "ttlSecs": 86400},
     }
 
 

@@ -45,15 +45,20 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from ...encoding import b64_json, to_int
+from ...redact import get_logger
 from ...runtime import PluginRuntime
+from ...service import errors
 from ...service.seller import Seller
 from ..handlers import Answer, SyncHandlerPool
 from ..state.book import CreditBook
-from ..state.protocols import AdmissionBook, SettleStore
+from ..state.idempotency import MemoryIdempotency
+from ..state.protocols import AdmissionBook, IdempotencyStore, SettleStore
+from ..state.shared import StateUnavailable, claim_ttl_secs
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome, PaidRequest
 from .admission import Admitter
 from .calls import PaidCall, Settled, SettleOutcome
+from .idempotency import Retries
 from .plans import PlanFacts, PlanFactsCache
 from .refusals import Refusals
 from .replay import ReplayCache
@@ -68,6 +73,7 @@ MAX_IN_FLIGHT = 256
 #: how often the settle queue is retried while it holds entries
 QUEUE_RETRY_SECS = 30.0
 T = TypeVar("T")
+log = get_logger("svc_gateway.paid")
 #: outcomes that mark the request span failed (a settle failure marks only its own span)
 _FAILED = frozenset({Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.WORK_FAILED})
 
@@ -93,6 +99,7 @@ class PaidFlow:
         book: AdmissionBook | None = None,
         queue_retry_secs: float = QUEUE_RETRY_SECS,
         runtime: PluginRuntime | None = None,
+        idempotency: IdempotencyStore | None = None,
     ) -> None:
         self.seller = seller
         self.runtime = runtime
@@ -126,6 +133,20 @@ class PaidFlow:
             replays=self.replays,
             stats=self.stats,
             refusals=self.refusals,
+        )
+        settings = seller.settings
+        if idempotency is None:
+            idempotency = MemoryIdempotency(
+                ttl=settings.idempotency_ttl_secs,
+                lease=claim_ttl_secs(settings),
+                max_entries=settings.idempotency_max_entries,
+            )
+        #: the answers bought under idempotency keys, replayed to their retries
+        self.retries = Retries(
+            idempotency,
+            self.stats,
+            max_answer_bytes=lambda: self.seller.settings.idempotency_max_answer_bytes,
+            verify_payer=self._verify_payer,
         )
 
     async def on_its_loop(self, work: Coroutine[Any, Any, T]) -> T:
@@ -190,6 +211,44 @@ class PaidFlow:
             return PaidOutcome(Outcome.UNAVAILABLE, stuck, "handler threads stuck")
         if trace.enabled:
             trace.set(plan_id=plan_id)
+        if self.retries.key_of(request) is None:
+            return await self._admitted(plan_id, request, trace)
+        try:
+            held = await self.retries.begin(request)
+        except StateUnavailable as exc:
+            return self.refusals.state_outage(exc)
+        except errors.ServiceError as exc:  # verifying a retry's other token: not the payer's
+            return self.refusals.unavailable(exc, "verify a payment")
+        except TimeoutError:  # the same (paidBudgetSecs)
+            return self.refusals.unavailable(None, "verify a payment in time")
+        if held is None or isinstance(held, PaidOutcome):
+            return held or await self._admitted(plan_id, request, trace)
+        outcome: PaidOutcome | None = None
+        try:
+            outcome = await self._admitted(plan_id, request, trace)
+            return outcome
+        finally:
+            await asyncio.shield(self._keep(held, outcome))
+
+    async def _keep(self, held: tuple[str, str, str], outcome: PaidOutcome | None) -> None:
+        """What a keyed request bought, kept for its retries (or its key freed)."""
+        try:
+            await self.retries.end(held, outcome)
+        except StateUnavailable as exc:
+            log.warning("could not keep a paid answer for its idempotency key (%s)", exc)
+
+    async def _verify_payer(self, token: str, request: PaidRequest) -> str | None:
+        """Who ``token`` pays as for ``request`` (verified, nothing claimed)."""
+        plan_id = request.plan_id or self.plan_id()
+        assert plan_id is not None  # a request without a plan is refused before its key
+        agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
+        async with asyncio.timeout(self.seller.settings.paid_budget_secs):
+            return await self.admitter.verified_payer(
+                plan_id, agent_id, token, request.url, description=request.description
+            )
+
+    async def _admitted(self, plan_id: str, request: PaidRequest, trace: NullTrace) -> PaidOutcome:
+        """Admitted (within ``paidBudgetSecs``, over it 503), then the work, settled."""
         agent_id = self.agent_id() if request.agent_id is None else request.agent_id or None
         try:
             async with asyncio.timeout(self.seller.settings.paid_budget_secs) as budget:
@@ -293,3 +352,4 @@ class PaidFlow:
         if self.settler.queue is not None:
             await self.settler.queue.aclose()
         await self.book.aclose()
+        await self.retries.store.aclose()

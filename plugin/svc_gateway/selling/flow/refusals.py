@@ -15,6 +15,7 @@ from ...redact import get_logger
 from ...service import errors
 from ...service.models import PaymentRequirement
 from ..handlers import Answer, SyncHandlerPool
+from ..state.idempotency import advertised
 from ..state.shared import StateUnavailable
 from ..state.stats import PaidStats
 from ..types import Outcome, PaidOutcome
@@ -42,6 +43,12 @@ def retry_later(why: str, seconds: str = str(RETRY_AFTER_SECS)) -> Answer:
         f"{why}; nothing was charged. Retry in {seconds} s.",
         **{"Retry-After": seconds},
     )
+
+
+def _extensions(envelope: PaymentRequirement) -> dict[str, object]:
+    """The envelope's extensions, with the idempotency the flow supports (x402's
+    ``payment-identifier``: a retry with the same id or ``Idempotency-Key`` never pays twice)."""
+    return {**envelope.extensions, **advertised()}
 
 
 class Refusals:
@@ -76,14 +83,18 @@ class Refusals:
     def refuse(self, envelope: PaymentRequirement, reason: str) -> PaidOutcome:
         """402 with the request's envelope (priced), ``reason`` as its ``error``."""
         self.stats.refused += 1
-        envelope = envelope.model_copy(update={"error": reason})
+        envelope = envelope.model_copy(
+            update={"error": reason, "extensions": _extensions(envelope)}
+        )
         answer = self.payment_required(envelope, reason)
         return PaidOutcome(Outcome.REFUSED, answer, reason, envelope=envelope)
 
     def refuse_settle(self, call: PaidCall, reason: str) -> PaidOutcome:
         """402 for a withheld answer: a fresh envelope, and x402's failed ``payment-response``."""
         self.stats.refused += 1
-        envelope = call.envelope.model_copy(update={"error": reason})
+        envelope = call.envelope.model_copy(
+            update={"error": reason, "extensions": _extensions(call.envelope)}
+        )
         answer = self.payment_required(envelope, f"The payment was not accepted ({reason})")
         receipt = ("payment-response", b64_json(envelope.settle_failure(reason)))
         answer = replace(answer, headers=(*answer.headers, receipt))

@@ -21,6 +21,9 @@ Contract for implementations:
 * ``claim`` returns entries this process should retry now; an entry it returns stays in the
   store until ``remove`` (a leased implementation hands it to another process when the lease
   expires); ``add`` of an existing ``request_id`` replaces it;
+* ``begin`` is atomic: of concurrent begins on one scope (on any replica) exactly one gets
+  ``NEW`` and holds the scope until its ``finish`` or ``abandon`` (or its lease runs out);
+  ``finish``/``abandon`` with a lease that no longer holds the scope do nothing;
 * ``add`` may return the request ids it evicted to stay within its bound (the flow releases
   their admissions: those answers will never be paid), or ``None`` when it evicts nothing.
 """
@@ -31,11 +34,15 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .book import Admission, Refusal
+from .idempotency import Begun, Kept
 from .settle_queue import PendingSettle
 
 __all__ = [
     "Admission",
     "AdmissionBook",
+    "Begun",
+    "IdempotencyStore",
+    "Kept",
     "PendingSettle",
     "Refusal",
     "SettleStore",
@@ -93,5 +100,25 @@ class SettleStore(Protocol):
         ...
 
     async def count(self) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class IdempotencyStore(Protocol):
+    """The answers paid requests bought, kept under their buyers' idempotency keys
+    (:mod:`.idempotency`): ``scope`` names payer and key, ``fingerprint`` the request."""
+
+    async def begin(self, scope: str, fingerprint: str) -> Begun:
+        """NEW (this request holds the scope now), RUNNING, REUSED (another fingerprint) or
+        DONE (with what was kept)."""
+        ...
+
+    async def finish(self, scope: str, lease: str, kept: Kept) -> None:
+        """Keep what the request holding ``lease`` bought, for the store's time to live."""
+        ...
+
+    async def abandon(self, scope: str, lease: str) -> None:
+        """Nothing was bought: free the scope, so a retry is judged afresh."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -42,6 +42,7 @@ from ...service.seller import SellerSettings
 from .book import BalanceRead
 from .redis_batch import Prefix, key_prefix
 from .redis_book import RedisAdmissionBook
+from .redis_idempotency import RedisIdempotency
 from .redis_packing import pack_with_hiredis
 from .settle_journal import SettleJournal
 from .settle_queue import MAX_AGE_SECS, MAX_ENTRIES, PendingSettle
@@ -335,7 +336,8 @@ def connect_client(url: str) -> aioredis.Redis:
 
 
 class RedisState:
-    """One replica's connection to the shared state: the book, the settle store, the stats."""
+    """One replica's connection to the shared state: the book, the settle store, the stats,
+    the idempotency keys."""
 
     def __init__(
         self,
@@ -343,11 +345,13 @@ class RedisState:
         book: RedisAdmissionBook,
         store: RedisSettleStore,
         stats: SharedStats,
+        idempotency: RedisIdempotency | None = None,
     ) -> None:
         self.client = client
         self.book = book
         self.store = store
         self.stats = stats
+        self.idempotency = idempotency or RedisIdempotency(client, where=book.where)
         self._pusher: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -393,7 +397,14 @@ class RedisState:
         )
         lease = 2 * config.paid_budget_secs + 5.0
         store = RedisSettleStore(client, where=where, prefix=prefix, spool=spool, lease_secs=lease)
-        return cls(client, book, store, SharedStats(client, where=where, prefix=prefix))
+        keys = RedisIdempotency(
+            client,
+            where=where,
+            prefix=prefix,
+            ttl=config.idempotency_ttl_secs,
+            lease=ttl,
+        )
+        return cls(client, book, store, SharedStats(client, where=where, prefix=prefix), keys)
 
     def share(self, stats: PaidStats, every: float = STATS_PUSH_SECS) -> None:
         """Push ``stats`` to the shared counters every ``every`` seconds (plugin loop)."""

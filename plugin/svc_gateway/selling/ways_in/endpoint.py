@@ -210,6 +210,7 @@ async def attach_paid_endpoint(
         book=shared.book if shared is not None else None,
         queue=shared.store if shared is not None else None,
         runtime=core.runtime,
+        idempotency=shared.idempotency if shared is not None else None,
     )
     if shared is not None:
         shared.share(flow.stats)

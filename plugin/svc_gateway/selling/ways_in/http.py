@@ -31,6 +31,8 @@ from .agent import PromptAgent
 log = get_logger("svc_gateway.paid")
 
 BODY_READ_TIMEOUT_SECS = 10.0
+#: the buyer's idempotency key on HTTP (a retry with it never pays twice)
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 AGENT_NAME_FALLBACK = "svc paid agent"
 
 
@@ -242,7 +244,10 @@ class PaidRoutes:
             url = self.endpoint_url(request)
             flow = self.flow
             connected = functools.partial(client_connected, request)
-            paid = self.prompt_agent.request(prompt, token, url, connected=connected)
+            key = request.headers.get(IDEMPOTENCY_HEADER, "").strip() or None
+            paid = self.prompt_agent.request(
+                prompt, token, url, connected=connected, idempotency_key=key
+            )
             runtime = flow.runtime
             if runtime is None or runtime.loop is asyncio.get_running_loop():  # no hop
                 return paid_response((await flow.handle(paid)).answer)
@@ -305,6 +310,7 @@ class PaidRoutes:
             scheme=facts.scheme,
             network=facts.network,
             credits_per_request=facts.clamp(self.flow.seller.settings.credits_per_request),
+            idempotency_ttl_secs=self.flow.seller.settings.idempotency_ttl_secs,
         )
 
     async def _agent_name(self, agent_id: str | None) -> tuple[str, str | None]:

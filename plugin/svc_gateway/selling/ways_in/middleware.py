@@ -35,7 +35,7 @@ from ..handlers import Answer, HandlerError, to_answer
 from ..state.open import shared_state
 from ..state.stats import PaidStats
 from ..types import PaidRequest
-from .http import client_connected, paid_response
+from .http import IDEMPOTENCY_HEADER, client_connected, paid_response
 from .routes import Route, RouteConfig, RouteMap, out_of_range
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class PaymentMiddleware:
             self.payments,
             book=self.shared.book if self.shared is not None else None,
             queue=self.shared.store if self.shared is not None else None,
+            idempotency=self.shared.idempotency if self.shared is not None else None,
         )
         public = config.paid_endpoint_public_url
         parts = urlsplit(public) if public else None
@@ -216,6 +217,7 @@ class PaymentMiddleware:
             credits=fixed if fixed is not None else self._price(route, request),
             body_digest=body_digest,
             connected=functools.partial(client_connected, request),
+            idempotency_key=request.headers.get(IDEMPOTENCY_HEADER, "").strip() or None,
             **sale,
         )
         outcome = await self.flow.handle(paid)

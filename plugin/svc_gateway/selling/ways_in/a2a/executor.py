@@ -31,6 +31,7 @@ from ....interop import a2a_x402 as x402
 from ....redact import get_logger
 from ...flow.flow import PaidFlow
 from ...handlers import Answer
+from ...state.idempotency import meta_key
 from ...types import Outcome, PaidOutcome
 from ..agent import PromptAgent
 
@@ -87,6 +88,12 @@ def _message_of(outcome: PaidOutcome) -> str:
     return str(message or outcome.reason or outcome.kind.value)
 
 
+def _idempotency_key(meta: dict[str, Any], message_id: str) -> str | None:
+    """The buyer's key: ``metadata["x402/idempotency-key"]``, else the message id (a resent
+    message keeps its id)."""
+    return meta_key(meta) or message_id or None
+
+
 class PaidExecutor(AgentExecutor):  # type: ignore[misc]
     """Sells the flow's agent handler, one message at a time, paid in band."""
 
@@ -135,6 +142,7 @@ class PaidExecutor(AgentExecutor):  # type: ignore[misc]
             route=A2A_ROUTE,
             description=RESOURCE_DESCRIPTION,
             deliver_unsettled=False,  # never deliver an answer whose settle did not complete
+            idempotency_key=_idempotency_key(meta, message.message_id),
         )
         outcome = await flow.on_its_loop(flow.handle(request))
         await self._start(context, event_queue)  # only now: nothing left before settling

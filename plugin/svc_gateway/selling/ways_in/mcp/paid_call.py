@@ -81,6 +81,7 @@ async def charge(
     verify_amount: int,
     work: Work,
     price: Price | None,
+    idempotency_key: str | None = None,
 ) -> Outcome:
     """Run ``work`` paid by ``token`` for ``url`` (an ``mcp://`` logical URI). With ``price``
     the amount settled is priced from the result, ``verify_amount`` being its ceiling."""
@@ -104,6 +105,7 @@ async def charge(
         body_digest=digest(compact_json(arguments)),
         settle_credits=settle_credits if price is not None else None,
         deliver_unsettled=False,
+        idempotency_key=idempotency_key,
     )
     outcome = await flow.handle(request)
     return _outcome(outcome, plan_id, token)

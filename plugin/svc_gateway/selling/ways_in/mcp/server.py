@@ -27,6 +27,7 @@ from ....interop import mcp_sdk as sdk
 from ....redact import get_logger
 from ...flow.flow import PaidFlow
 from ...flow.plans import PlanFacts
+from ...state.idempotency import meta_key
 from .paid_call import RECEIPT_META, Outcome, Verdict, charge, run_free
 from .results import (
     call_any,
@@ -372,6 +373,7 @@ class PaidMcpServer:
                 verify_amount=entry.options.verify_amount,
                 work=work,
                 price=None if isinstance(credits, int) else price,
+                idempotency_key=meta_key(call.meta),
             )
         )
 
