@@ -194,12 +194,19 @@ class Retries:
             return
         answer = outcome.answer
         limit = self.max_answer_bytes()
-        if len(answer.body) > limit:
+        # a stream went to its client as it came (the ASGI way in): only its receipt is kept
+        streamed = answer.content_type.startswith("text/event-stream") and not answer.body
+        if len(answer.body) > limit or streamed:
             receipt = dict(answer.headers).get("payment-response")
+            why = (
+                "was streamed as it came, so it was not kept"
+                if streamed
+                else f"({len(answer.body)} bytes) was larger than the {limit} bytes kept for "
+                "retries"
+            )
             note = {
                 "error": "idempotency_answer_not_kept",
-                "message": f"The answer ({len(answer.body)} bytes) was larger than the "
-                f"{limit} bytes kept for retries, so it cannot be replayed. The request was "
+                "message": f"The answer {why}, so it cannot be replayed. The request was "
                 "paid once: its receipt is in payment-response. Nothing more was charged.",
                 "receipt": outcome.receipt,
             }

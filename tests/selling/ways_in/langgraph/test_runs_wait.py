@@ -196,3 +196,30 @@ async def test_a_public_url_names_the_resource_behind_a_proxy(
     envelope = decode_b64_json(refused.headers["payment-required"])
     assert envelope is not None
     assert envelope["resource"]["url"] == "https://agent.example.com/runs/wait"
+
+
+async def test_a_retried_run_with_its_idempotency_key_gets_the_kept_answer_and_pays_once(
+    make_seller: SellerFactory, sell: Sell, langgraph_server: LangGraphServer
+) -> None:
+    """The ASGI way in hands the buyer's Idempotency-Key to the one flow (issue 46): the same
+    key and request again is the kept state and receipt, no second run nor burn; the same key
+    with another input is 422 and burns nothing."""
+    seller: Seller = await make_seller()
+    sell(seller, routes_of(seller))
+    token = await seller.token(seller.dynamic_plan, seller.dynamic_agent)
+    keyed = {**paid(token), "Idempotency-Key": "run-0001-retry-safe"}
+    async with httpx.AsyncClient(base_url=langgraph_server.origin, timeout=30) as http:
+        thread = (await http.post("/threads", json={})).json()["thread_id"]
+        url = f"/threads/{thread}/runs/wait"
+        first = await http.post(url, json=ECHO, headers=keyed)
+        again = await http.post(url, json=ECHO, headers=keyed)
+        other = await http.post(url, json={**ECHO, "input": {"message": "bye"}}, headers=keyed)
+        runs = (await http.get(f"/threads/{thread}/runs")).json()
+    assert first.status_code == 200 and again.status_code == 200, again.text
+    assert again.json() == first.json() == {"message": "hi", "echo": "echo: hi"}
+    assert again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["payment-response"] == first.headers["payment-response"]
+    assert other.status_code == 422 and "idempotency_key_reused" in other.text
+    assert len(runs) == 1  # the graph ran once
+    assert (await conserved(seller, seller.dynamic_plan))["burned"] == 3

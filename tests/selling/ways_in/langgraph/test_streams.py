@@ -83,3 +83,24 @@ async def test_an_unpaid_stream_is_402_before_any_event(
     assert refused.value.response.status_code == 402
     envelope = decode_b64_json(refused.value.response.headers["payment-required"])
     assert envelope is not None and envelope["accepts"][0]["planId"] == seller.fixed_plan
+
+
+async def test_a_retried_stream_gets_its_receipt_not_a_second_run(
+    make_seller: SellerFactory, sell: Sell, langgraph_server: LangGraphServer
+) -> None:
+    """A stream went to its buyer as it came, so its idempotency key keeps the receipt alone:
+    the retry with the same key is 410 with the receipt, no second run, nothing more burned."""
+    seller: Seller = await make_seller()
+    sell(seller, stream_routes(seller))
+    token = await seller.token(seller.fixed_plan, seller.fixed_agent)
+    headers = {"payment-signature": token, "Idempotency-Key": "stream-0001-retry-safe"}
+    body = {"assistant_id": "echo", "input": {"message": "hi"}, "stream_mode": "updates"}
+    async with httpx.AsyncClient(base_url=langgraph_server.origin, timeout=30) as http:
+        first = await http.post("/runs/stream", json=body, headers=headers)
+        retry = await http.post("/runs/stream", json=body, headers=headers)
+    assert first.status_code == 200 and "event: payment-response" in first.text
+    assert retry.status_code == 410, retry.text
+    note = retry.json()
+    assert note["error"] == "idempotency_answer_not_kept" and "streamed" in note["message"]
+    assert note["receipt"]["creditsRedeemed"] == "2"
+    assert (await conserved(seller, seller.fixed_plan))["burned"] == 2

@@ -15,7 +15,7 @@ from ...flow.flow import PaidFlow
 from ...flow.replay import digest
 from ...handlers import Answer
 from ...types import Outcome, PaidOutcome, PaidRequest
-from ..http import paid_headers
+from ..http import IDEMPOTENCY_HEADER, paid_headers
 from ..routes import Route
 
 log = get_logger("svc_gateway.paid")
@@ -32,6 +32,7 @@ _FRAMING = frozenset(
     {b"content-length", b"transfer-encoding", b"connection", b"content-type", b"payment-response"}
 )
 SSE = "text/event-stream"
+_IDEMPOTENCY = IDEMPOTENCY_HEADER.lower().encode()
 
 
 class Gate(Protocol):
@@ -87,11 +88,16 @@ class Sale:
         self.send = send
         headers = scope.get("headers") or []
         self.token: str | None = None
+        #: the buyer's Idempotency-Key (a retry of a paid run gets the kept answer back)
+        self.idempotency_key: str | None = None
         kept = []
         for name, value in headers:
-            if bytes(name).lower() in _TAKEN:
+            lowered = bytes(name).lower()
+            if lowered in _TAKEN:
                 self.token = bytes(value).decode("latin-1").strip() or self.token
             else:
+                if lowered == _IDEMPOTENCY:
+                    self.idempotency_key = bytes(value).decode("latin-1").strip() or None
                 kept.append((name, value))
         self.scope = {**scope, "headers": kept}
         self.body: list[bytes] = []
@@ -118,6 +124,7 @@ class Sale:
             credits=fixed if fixed is not None else self._price,
             body_digest=body_digest,
             connected=self._connected,
+            idempotency_key=self.idempotency_key,
             **sale,
         )
         outcome = await gate.flow.handle(paid)
