@@ -8,7 +8,6 @@ the two agree). Errors name the field and never echo a secret. :class:`ConfigErr
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -417,16 +416,6 @@ class PluginConfig(BaseModel):
 def resolve_base_url(config: PluginConfig, environment: str) -> str:
     """The REST root for an environment: ``baseUrl`` wins, then ``SVC_<ENV>_BASE_URL``."""
     return config.base_url or base_url_from_env(environment)
-
-
-def resolve_frontend_url(config: PluginConfig, environment: str, base_url: str) -> str:
-    """The web app root for the browser login: ``frontendUrl``, env var, else the API origin."""
-    if config.frontend_url:
-        return config.frontend_url
-    from_env = os.environ.get(f"SVC_{environment.upper()}_FRONTEND_URL")
-    if from_env:
-        return from_env.rstrip("/")
-    return re.sub(r"/api/v\d+$", "", base_url)
 
 
 def _describe(error: ValidationError) -> str:

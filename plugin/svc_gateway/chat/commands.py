@@ -19,7 +19,7 @@ from ..account.core import PluginCore
 from ..account.receipts import ReceiptBook, spend_text
 from ..approvals.commands import approval_specs
 from ..approvals.money import PlanValue, plan_value
-from ..config import ENVIRONMENTS, ConfigError, resolve_base_url, resolve_frontend_url
+from ..config import ENVIRONMENTS, ConfigError, PluginConfig, resolve_base_url
 from ..host import Caller, CommandContext, CommandSpec
 from ..menu import EARNINGS, LOGIN, LOGOUT, SPEND
 from ..redact import get_logger
@@ -64,6 +64,16 @@ def _where(where: str, core: PluginCore) -> str:
     if where == "keyring":
         return "in the system keyring"
     return f"in a private file readable only by you ({core.store.path})"
+
+
+def resolve_frontend_url(config: PluginConfig, environment: str, base_url: str) -> str:
+    """The web app root for the browser login: ``frontendUrl``, env var, else the API origin."""
+    if config.frontend_url:
+        return config.frontend_url
+    from_env = os.environ.get(f"SVC_{environment.upper()}_FRONTEND_URL")
+    if from_env:
+        return from_env.rstrip("/")
+    return re.sub(r"/api/v\d+$", "", base_url)
 
 
 class Commands:
