@@ -114,24 +114,31 @@ def _pick(
 async def send_with_retries(
     http: httpx.AsyncClient, url: str, body: Any, headers: dict[str, str], output: Output
 ) -> AgentReply:
-    """The paid POST; a timeout or dropped connection is sent again with the same headers (the
-    same token and ``Idempotency-Key``), at most :data:`ATTEMPTS` times in all. The caller's
-    deadline bounds every attempt."""
+    """The paid POST through the buyer's one retry rule (:func:`..buying.retrying.with_retries`,
+    as svc_queryAgent's): a dropped connection is sent again with the same headers (the same
+    token and ``Idempotency-Key``), and a 409 (the seller still runs the first) after its
+    ``Retry-After``, at most :data:`ATTEMPTS` times in all. The caller's deadline bounds them."""
     import httpx
 
+    from ..buying.retrying import retry_after, with_retries
     from ..buying.send import send_paid
 
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return await send_paid(http, url, body, headers)
-        except httpx.TransportError as exc:
-            if attempt == ATTEMPTS:
-                raise
-            output.note(
-                f"No answer ({type(exc).__name__}); sending again with the same token and "
-                f"Idempotency-Key (attempt {attempt + 1} of {ATTEMPTS})."
-            )
-    raise AssertionError("unreachable")  # pragma: no cover
+    def lost(exc: BaseException) -> bool:
+        if not isinstance(exc, httpx.TransportError):
+            return False
+        output.note(
+            f"No answer ({type(exc).__name__}); sending again with the same token and "
+            "Idempotency-Key."
+        )
+        return True
+
+    retried = await with_retries(
+        lambda: send_paid(http, url, body, headers),
+        lost=lost,
+        busy=lambda reply: retry_after(reply.status, reply.headers),
+        attempts=ATTEMPTS,
+    )
+    return retried.value
 
 
 async def pay(
