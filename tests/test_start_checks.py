@@ -71,3 +71,27 @@ def test_a_yaml_config_file_is_told_to_be_json(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "is not JSON" in message and "takes a JSON object of the plugin settings" in message
     assert '{"environment": "local", "baseUrl": "http://127.0.0.1:8765/api/v1"}' in message
+
+
+def test_a_host_entry_point_checks_a_plugin_built_at_start_after_register() -> None:
+    """Issue 44, item 7: ``check_at_start`` (Hermes's and AstrBot's entry points) runs the one
+    check on the plugin loop; a plain chat config starts (and is told) at its first use, and a
+    test's own host (the default) sends nothing at start."""
+    key = fake_key("local")
+    hosted = {"environment": "local", "baseUrl": "http://127.0.0.1:9/api/v1", "svcApiKey": key}
+    hosted["meteredTools"] = {"image_gen": 1}  # type: ignore[assignment]
+    handle = svc_gateway.register(_gateway(hosted), check_at_start=True)
+    try:
+        check = handle.extras["start_check"].result(timeout=10)
+        assert not check.ok and "the service at http://127.0.0.1:9 cannot be reached" in check.line
+    finally:
+        handle.close()
+    for settings, options in (
+        (hosted, {}),
+        ({**hosted, "meteredTools": {}}, {"check_at_start": True}),
+    ):
+        handle = svc_gateway.register(_gateway(settings), **options)  # type: ignore[arg-type]
+        try:
+            assert "start_check" not in handle.extras
+        finally:
+            handle.close()

@@ -145,6 +145,7 @@ def register(
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["raise"] = "raise",
     background_start: bool = False,
+    check_at_start: bool = False,
 ) -> PluginHandle: ...
 
 
@@ -158,6 +159,7 @@ def register(
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["degrade"],
     background_start: bool = False,
+    check_at_start: bool = False,
 ) -> PluginHandle | DegradedPlugin: ...
 
 
@@ -170,6 +172,7 @@ def register(
     clock: Callable[[], float] | None = None,
     on_config_error: Literal["raise", "degrade"] = "raise",
     background_start: bool = False,
+    check_at_start: bool = False,
 ) -> PluginHandle | DegradedPlugin:
     """Register the nine tools, the commands and the balance hook with a host.
 
@@ -180,7 +183,11 @@ def register(
     With ``background_start`` (a host that bounds how long loading may take: Hermes) register
     returns once the tools, commands, hook and metering are handed over; the paid endpoint, MCP
     server and A2A agent start on the plugin loop afterwards (``handle.extras["started"]``, a
-    ``concurrent.futures.Future``), and a failure there is logged instead of raised.
+    ``concurrent.futures.Future``), and a failure there is logged instead of raised. With
+    ``check_at_start`` (a host's own entry point: Hermes, AstrBot) a plugin built at start checks
+    the service and ``stateUrl``'s Redis on the plugin loop after register returns, and logs the
+    answer in one line (``handle.extras["start_check"]``, a future of the
+    :class:`~svc_gateway.service.checks.StartCheck`).
 
     A plain chat config (:func:`svc_gateway.startup.starts_at_first_use`) is validated, and the
     plugin built, at the first tool call, command or prompt: a bad one is answered there as the
@@ -237,7 +244,9 @@ def register(
         return DegradedPlugin(config_error=str(error))
     runtime = PluginRuntime()
     try:
-        handle = _register_now(api, config, runtime, build, extras, background_start)
+        handle = _register_now(
+            api, config, runtime, build, extras, background_start, check_at_start
+        )
     except BaseException:
         runtime.close()
         raise
@@ -321,6 +330,7 @@ def _register_now(
     build: Callable[[PluginConfig, PluginRuntime, dict[str, Any]], LivePlugin],
     extras: dict[str, Any],
     background_start: bool = False,
+    check_at_start: bool = False,
 ) -> PluginHandle:
     """Register a config that sells, or that register must decide on: built here, at start.
     With ``background_start`` what it sells starts on the plugin loop after this returns
@@ -357,4 +367,8 @@ def _register_now(
             handle.extras["started"] = started
         else:
             runtime.run_sync(selling)
+    if check_at_start:  # after what it sells is scheduled: the two run side by side
+        from .startup import check_dependencies
+
+        handle.extras["start_check"] = runtime.submit(check_dependencies(core))
     return handle

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .chat.commands import Commands
     from .chat.context import BalanceContext
     from .config import PluginConfig
+    from .service.checks import StartCheck
 
 T = TypeVar("T")
 
@@ -357,6 +358,15 @@ async def start_selling(
 
         for note in a2a_notes(core, paid_a2a.card_url):
             log.info("%s", note)
+
+
+async def check_dependencies(core: PluginCore) -> StartCheck:
+    """The one start-up check (:mod:`svc_gateway.service.checks`) of a plugin built at start:
+    its service and ``stateUrl``'s Redis, told in one log line (INFO, or WARNING naming what
+    did not answer and the fix). Run on the plugin loop, never inside a host's ``register()``."""
+    from .service.checks import log_start_check
+
+    return await log_start_check(core.public_client(), core.config.state_url)
 
 
 def said_if_failed(started: concurrent.futures.Future[None]) -> None:

@@ -73,8 +73,18 @@ async def test_service_refusals_exit_1_with_the_code_on_stderr_and_nothing_on_st
 
 async def test_an_unreachable_service_exits_1(svc: Svc, builder: dict[str, str]) -> None:
     write_profile(svc, "gone", builder["apiKey"], "http://127.0.0.1:9/api/v1")
-    run = await svc("--profile", "gone", "plans", "get-plans")
+    run, login = await asyncio.gather(
+        svc("--profile", "gone", "plans", "get-plans"),
+        svc("--profile", "gone", "login", "-", stdin=builder["apiKey"] + "\n"),
+    )
+    assert login.code == 0 and "Logged in" not in login.out, str(login)
+    assert "http://127.0.0.1:9/api/v1 could not be reached (connection refused" in login.out
     refused(run, "network_error")
+    # issue 44, item 7: it names the URL it could not reach, and the fix in svc's own words
+    assert "Could not reach the service at http://127.0.0.1:9 (connection refused" in run.err
+    assert "'svc --profile gone config set base-url <URL>'" in run.err, run.err
+    assert "SVC_LOCAL_BASE_URL" in run.err and "'svc config init --from-sandbox" in run.err
+    assert "baseUrl" not in run.err and "Traceback" not in run.err  # the chat config's word
 
 
 BAD_USAGE: list[tuple[tuple[str, ...], str]] = [

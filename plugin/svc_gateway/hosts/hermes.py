@@ -410,9 +410,11 @@ def register(ctx: Any) -> None:
     # every tool and /svc_login status answer with the error and where to fix it.
     # Upstream Hermes runs import + register() under a 10 s deadline (and drops what registers
     # after it): register hands over the tools, commands and hooks only; the paid endpoint, MCP
-    # server and A2A agent start on the plugin's loop once register() has returned.
+    # server and A2A agent start on the plugin's loop once register() has returned, and so does
+    # the one-line check of the service and stateUrl (a plugin built at start: one that sells,
+    # meters or has accounts; a plain chat starts, and is told, at its first use).
     handle: PluginHandleLike = register_plugin(
-        api, on_config_error="degrade", background_start=True
+        api, on_config_error="degrade", background_start=True, check_at_start=True
     )
     try:
         _install(ctx, api, handle)

@@ -57,6 +57,9 @@ def check_key(key: ApiKey, environment: str, base_url: str | None) -> KeyCheck:
     except PermissionDenied:
         return KeyCheck(True)  # the key is genuine; it may just not list plans
     except ServiceError as error:
+        if error.status is None:  # nothing answered: say why, not a code
+            why = getattr(error, "reason", "") or error.code
+            return KeyCheck(False, f"the service at {base_url} could not be reached ({why})")
         return KeyCheck(False, f"the service at {base_url} answered {error.code}")
     return KeyCheck(True)
 

@@ -78,8 +78,29 @@ class Session:
             finally:
                 await client.aclose()
 
-        result = asyncio.run(run())
+        from ..service.errors import RequestTimeout, TransportError
+
+        try:
+            result = asyncio.run(run())
+        except TransportError as error:
+            if not isinstance(error, RequestTimeout):  # the service's own words say the rest
+                error.hint = unreachable_hint(self.resolved, client.base_url)
+            raise
         return result, client.last_answer
+
+
+def unreachable_hint(resolved: Resolved, base_url: str) -> str:
+    """What to do when nothing answers at ``base_url``, in ``svc``'s words (the service's
+    client speaks of the chat config's ``baseUrl``)."""
+    from ..service.transport import origin
+
+    profile, variable = resolved.profile, f"SVC_{resolved.environment.upper()}_BASE_URL"
+    return (
+        f"Check that the service at {origin(base_url)} is running. To use another URL: "
+        f"'svc --profile {profile} config set base-url <URL>' (it ends in /api/v1), or set "
+        f"{variable}. For a local sandbox: start 'svc-gateway sandbox', then run "
+        "'svc config init --from-sandbox <its URL>'. Then retry."
+    )
 
 
 def pass_session(function: Callable[Concatenate[Session, P], R]) -> Callable[P, R]:

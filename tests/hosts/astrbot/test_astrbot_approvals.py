@@ -11,29 +11,51 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.helpers import confirmation
-from tests.hosts.hermes.hermes_support import Sandbox
+from tests.hosts.hermes.hermes_support import SERVICE_VERSION, Sandbox, plan_body
+from tests.sandbox.support import USDC
 
 from .support import AstrBotChild, ScriptedModel, balance_of, login, new_account, tool_message
 
 pytestmark = pytest.mark.astrbot
 
-ALICE, BOB = "4001", "4002"
+ALICE, BOB, CAROL = "4001", "4002", "4003"
 PLAN_CREDITS = 100  # what one order of the test plan grants (hermes_support.plan_body)
 APPROVAL_COMMANDS = {"svc_approve", "svc_deny", "svc_allow"}
 
 
 @pytest.fixture(scope="module")
+def usdc_plan(astr_sandbox: Sandbox) -> str:
+    """The metered tool's plan: 1 USDC for 100 credits, which a delegation can buy (the
+    session's plan is priced in the native token, which no delegation budget pays)."""
+    body = plan_body("AstrBot metered plan", astr_sandbox.builder.address)
+    body["priceConfig"]["tokenAddress"] = USDC
+    with httpx.Client(base_url=astr_sandbox.base_url, timeout=15.0) as client:
+        created = client.post(
+            "/protocol/plans",
+            json=body,
+            headers={
+                "Authorization": f"Bearer {astr_sandbox.builder.api_key}",
+                "Service-Version": SERVICE_VERSION,
+            },
+        )
+    assert created.status_code < 300, created.text
+    return str(created.json()["planId"])
+
+
+@pytest.fixture(scope="module")
 def astrbot(
-    astr_sandbox: Sandbox, astr_plan: str, model: ScriptedModel, module_home: Path
+    astr_sandbox: Sandbox, astr_plan: str, usdc_plan: str, model: ScriptedModel, module_home: Path
 ) -> Iterator[AstrBotChild]:
     settings = {  # no "approval": the default is under test
         "environment": "local",
         "baseUrl": astr_sandbox.base_url,
         "svcApiKey": astr_sandbox.builder.api_key,
         "planId": astr_plan,
+        "meteringPlanId": usdc_plan,
         "perUserAccounts": True,
         "meteredTools": {"image_gen": 1},
         "defaultSpendingLimitCents": 1,
@@ -151,16 +173,16 @@ def test_a_code_in_the_models_own_text_or_arguments_approves_nothing(
 def test_a_metered_astrbot_tool_runs_once_the_sender_approved_that_call(
     astrbot: AstrBotChild,
     astr_sandbox: Sandbox,
-    astr_plan: str,
+    usdc_plan: str,
     model: ScriptedModel,
     alice: dict[str, str],
 ) -> None:
     holder = alice["address"]
-    if balance_of(astr_sandbox, astr_plan, holder) < 1:  # run alone: buy credits first
-        order = json.dumps({"planId": astr_plan, "confirm": True})
+    if balance_of(astr_sandbox, usdc_plan, holder) < 1:  # run alone: buy credits first
+        order = json.dumps({"planId": usdc_plan, "confirm": True})
         astrbot.send(f"CALL svc_orderPlan {order}", ALICE)
         approve_in(astrbot, pending_of(model)["code"], ALICE)
-    before = balance_of(astr_sandbox, astr_plan, holder)
+    before = balance_of(astr_sandbox, usdc_plan, holder)
     call = 'CALL image_gen {"prompt": "a cat"}'
     answer = astrbot.send(call, ALICE)
     assert answer["runs"] == []  # asked first: the tool did not run
@@ -170,11 +192,35 @@ def test_a_metered_astrbot_tool_runs_once_the_sender_approved_that_call(
     assert astrbot.send(f"/svc_approve {code}", BOB)["replies"][0].startswith("No pending")
     approved = approve_in(astrbot, code, ALICE)
     assert approved and approved[0].startswith("Approved once"), approved
-    assert balance_of(astr_sandbox, astr_plan, holder) == before  # approving runs nothing
+    assert balance_of(astr_sandbox, usdc_plan, holder) == before  # approving runs nothing
     answer = astrbot.send(call, ALICE)  # the same call again: it runs, charged once
     assert answer["runs"] == [{"sender": ALICE, "prompt": "a cat"}]
-    assert balance_of(astr_sandbox, astr_plan, holder) == before - 1
+    assert balance_of(astr_sandbox, usdc_plan, holder) == before - 1
     answer = astrbot.send(call, ALICE)  # approved once, not for ever
     assert answer["runs"] == []
     assert json.loads(tool_message(model))["error"]["code"] == "approval_required"
-    assert balance_of(astr_sandbox, astr_plan, holder) == before - 1
+    assert balance_of(astr_sandbox, usdc_plan, holder) == before - 1
+
+
+def test_a_metered_call_that_bought_the_plan_tells_the_person_in_money_and_credits(
+    astrbot: AstrBotChild, astr_sandbox: Sandbox, usdc_plan: str, model: ScriptedModel
+) -> None:
+    """Issue 44, item 6: a sender holding no credits approves a call whose code names the
+    plan's purchase; the call runs, and the result AstrBot hands on carries the plugin's own
+    notice of what it bought (credits and money) beside the tool's answer."""
+    carol = new_account(astr_sandbox)
+    login(astrbot, CAROL, carol["apiKey"])
+    call = 'CALL image_gen {"prompt": "a dog"}'
+    assert astrbot.send(call, CAROL)["runs"] == []
+    blocked = json.loads(tool_message(model))["error"]
+    assert "buying the plan first" in blocked["message"], blocked
+    approved = approve_in(astrbot, blocked["pending"]["code"], CAROL)
+    assert approved and approved[0].startswith("Approved once"), approved
+    ran = astrbot.send(call, CAROL)
+    assert ran["runs"] == [{"sender": CAROL, "prompt": "a dog"}], tool_message(model)
+    answer, notice = tool_message(model).split("\n\n[svc] ")  # one tool message, two parts
+    result = json.loads(answer)
+    assert result["prompt"] == "a dog" and result["image"].startswith("img-")  # its answer, whole
+    assert notice.startswith(f"Paid by you: image_gen bought plan {usdc_plan} first (automatic ")
+    assert "(automatic top-up: 100 credits for 1.00 USD, within the code you approved" in notice
+    assert notice.endswith("then used 1 credit (0.01 USD). /svc_spend lists both.")

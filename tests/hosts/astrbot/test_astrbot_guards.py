@@ -61,3 +61,18 @@ def test_a_one_account_gateway_is_logged_in_and_out_only_by_astrbot_admins(
         assert "Logged out" in child.send("/svc_logout", "9")["replies"][0]
     finally:
         child.close()
+
+
+def test_the_meters_notice_is_a_text_part_of_the_tools_last_result() -> None:
+    """Issue 44, item 6: AstrBot makes one tool message of a ``CallToolResult``'s text parts,
+    so a top-up's notice joins the last one (a message of its own when there is none)."""
+    import mcp.types
+
+    from svc_gateway.hosts.astrbot.metering import with_text_parts
+
+    drawn = mcp.types.CallToolResult(content=[mcp.types.TextContent(type="text", text="img")])
+    (joined,) = with_text_parts([drawn, "[svc] bought"])
+    assert [part.text for part in joined.content] == ["img", "[svc] bought"]
+    assert [part.text for part in drawn.content] == ["img"]  # the tool's own result untouched
+    (alone,) = with_text_parts(["[svc] bought"])
+    assert [part.text for part in alone.content] == ["[svc] bought"]

@@ -16,6 +16,7 @@ import pytest
 from svc_gateway.hosts.astrbot.names import CONTEXT_HEADER
 from svc_gateway.tools import TOOL_NAMES
 from tests.hosts.hermes.hermes_support import Sandbox
+from tests.support import until
 
 from .support import (
     PLAIN,
@@ -79,6 +80,21 @@ def test_a_metered_tools_entry_naming_no_astrbot_tool_is_warned_about(
     assert len(warned) == 1, warned  # once, for the typo alone
     assert "'imgae_gen'" in warned[0] and "will never be charged" in warned[0]
     assert "image_gen" in warned[0]  # the host's tools, listed
+
+
+async def test_start_up_checks_the_service_in_one_line(
+    astrbot: AstrBotChild, astr_sandbox: Sandbox
+) -> None:
+    """Issue 44, item 7: the one start-up check runs on the plugin loop after initialize() and
+    AstrBot's log gets one line saying the service answered."""
+
+    def told() -> list[str]:
+        return [line for line in astrbot.logs().splitlines() if "Start-up check" in line]
+
+    await until(told)
+    (line,) = told()
+    origin = astr_sandbox.base_url.removesuffix("/api/v1")
+    assert f"Start-up check: the service at {origin} answers (API " in line, line
 
 
 def test_svc_login_links_each_sender_to_their_own_account(

@@ -12,6 +12,7 @@ Scenarios:
   profiles  two profiles' register() calls in one process (hermes_profiles.py)
   startup   register() with a paid endpoint: nothing heavy before it returns (hermes_startup.py)
   failclosed  a metered tool where the middleware does not run (hermes_failclosed.py)
+  topup     an approved metered call that buys the plan and says so (hermes_topup.py)
   standin   the adapter's own guarantees with a stand-in for ``svc_gateway.register``: error JSON,
             no secrets, the hook budget, command names and the Telegram menu
 
@@ -614,6 +615,7 @@ def main() -> None:
         "profiles": importlib.import_module("hermes_profiles").scenario_profiles,
         "startup": importlib.import_module("hermes_startup").scenario_startup,
         "failclosed": importlib.import_module("hermes_failclosed").scenario_failclosed,
+        "topup": importlib.import_module("hermes_topup").scenario_topup,
     }
     scenarios[scenario](params, report)
     report["total_secs"] = round(time.monotonic() - started, 3)

@@ -6,6 +6,7 @@ by ``hermes_child.py``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -38,6 +39,13 @@ def scenario_startup(params: dict[str, Any], report: dict[str, Any]) -> None:
         seen["bound_at_return"] = listening(port)
         seen["started_at_return"] = handle.extras["started"].done()
 
+    told: list[tuple[str, str]] = []  # the start-up check's log line, as Hermes's log gets it
+
+    class Told(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            told.append((record.levelname, record.getMessage()))
+
+    logging.getLogger("svc_gateway.start").addHandler(Told())
     adapter.register = timed_register  # type: ignore[assignment]
     run_section(report, "discovery", discovery)
     report["at_return"] = seen
@@ -46,6 +54,7 @@ def scenario_startup(params: dict[str, Any], report: dict[str, Any]) -> None:
         handle: Any = adapter.current_handle()
         Path(params["gate"]).touch()
         handle.extras["started"].result(timeout=20)
+        check = handle.extras["start_check"].result(timeout=10)
         request = urllib.request.Request(
             handle.extras["paid_endpoint"].url,
             data=b'{"prompt": "hi"}',
@@ -57,6 +66,11 @@ def scenario_startup(params: dict[str, Any], report: dict[str, Any]) -> None:
                 status = answer.status
         except urllib.error.HTTPError as error:
             status = error.code
-        return {"bound": listening(port), "status": status}
+        return {
+            "bound": listening(port),
+            "status": status,
+            "check": {"line": check.line, "ok": check.ok},
+            "told": told,
+        }
 
     run_section(report, "after", after)

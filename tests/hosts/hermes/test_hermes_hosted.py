@@ -3,6 +3,7 @@ agent turn with a fake model, for two chat users of one gateway (hosted gateway,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,16 @@ import pytest
 
 pytest.importorskip("hermes_cli")
 
-from .hermes_support import SERVICE_VERSION, Sandbox, create_ordered_plan, run_child, section
+from tests.sandbox.support import USDC
+
+from .hermes_support import (
+    SERVICE_VERSION,
+    Sandbox,
+    create_ordered_plan,
+    plan_body,
+    run_child,
+    section,
+)
 
 pytestmark = pytest.mark.hermes
 FINAL = "Here is your image."  # hermes_hosted.FINAL (a module of the child process)
@@ -78,3 +88,47 @@ def test_a_host_tool_is_metered_per_chat_user_inside_hermes(
     assert user.lower() in receipts["earnings_cli"].lower()
     assert receipts["earnings_42"].startswith("Only the gateway's operator")
     assert hermes_sandbox.subscriber.api_key.split(":", 1)[1] not in run.stdout + run.stderr
+
+
+def test_an_approved_metered_call_that_bought_the_plan_says_so_inside_hermes(
+    hermes_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Issue 44, item 6: in human mode a user with no credits approves the call's code (which
+    names the plan's purchase) through Hermes's gateway; the call runs, and the tool message
+    Hermes hands on carries the plugin's notice of the purchase in credits and money."""
+    body = plan_body("Hermes USDC plan", hermes_sandbox.builder.address)
+    body["priceConfig"]["tokenAddress"] = USDC  # a delegation can buy it (the native token: no)
+    with httpx.Client(base_url=hermes_sandbox.base_url, timeout=15.0) as client:
+        created = client.post(
+            "/protocol/plans",
+            json=body,
+            headers={
+                "Authorization": f"Bearer {hermes_sandbox.builder.api_key}",
+                "Service-Version": SERVICE_VERSION,
+            },
+        )
+    assert created.status_code < 300, created.text
+    plan_id = str(created.json()["planId"])
+    settings = {
+        "environment": "local",
+        "baseUrl": hermes_sandbox.base_url,
+        "svcApiKey": hermes_sandbox.builder.api_key,
+        "planId": plan_id,
+        "perUserAccounts": True,
+        "meteredTools": {"image_gen": 1},
+        "approval": "human",
+    }
+    run = run_child("topup", tmp_path, settings, {})
+    done = section(run, "approved_call")
+    assert "buying the plan first" in done["asked"]["message"], done
+    assert str(done["approved"]).startswith("Approved once"), done
+    assert done["runs"] == 1, done
+    (message,) = done["tool_messages"]
+    result = json.loads(message)  # still the JSON Hermes's tool answered, one key more
+    assert result["image"] == "img-1" and result["prompt"] == "a cat"
+    assert result["svcNotice"] == (
+        f"Paid by you: image_gen bought plan {plan_id} first (automatic top-up: 100 credits "
+        "for 1.00 USD, within the code you approved for it), then used 1 credit (0.01 USD). "
+        "/svc_spend lists both."
+    )
+    assert "bought 100 credits for 1.00 USD" in str(done["spend"]), done["spend"]

@@ -28,7 +28,7 @@ def test_register_returns_before_the_paid_endpoint_starts(tmp_path: Path) -> Non
     port = free_port()
     settings = {
         "environment": "local",
-        "baseUrl": "http://127.0.0.1:9/api/v1",  # never called during the start
+        "baseUrl": "http://127.0.0.1:9/api/v1",  # nothing answers: the check says so, after
         "planId": "plan-1",
         "enablePaidEndpoint": True,
         "paidEndpointPort": port,
@@ -45,3 +45,9 @@ def test_register_returns_before_the_paid_endpoint_starts(tmp_path: Path) -> Non
     assert at_return["register_secs"] < LOAD_DEADLINE_SECS / 2, at_return  # measured: 0.6 s
     after = section(run, "after")
     assert after["bound"] is True and after["status"] == 503  # served; the service is closed
+    # the one start-up check ran on the plugin loop after register() returned, and Hermes's log
+    # got one WARNING line naming the service it could not reach and what to do
+    line = after["check"]["line"]
+    assert after["check"]["ok"] is False and after["told"] == [["WARNING", line]]
+    assert line.startswith("Start-up check failed: the service at http://127.0.0.1:9 cannot be ")
+    assert "check baseUrl" in line and "'svc-gateway sandbox'" in line and "\n" not in line

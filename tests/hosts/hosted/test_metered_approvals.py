@@ -129,7 +129,14 @@ async def test_an_approved_call_that_buys_the_plan_first_then_runs(
     approved = await approve(gateway, error["pending"]["code"], sender="carol")
     assert approved.startswith("Approved once") and "buying the plan first" in approved
     ran = await gateway.call_host_tool("image_gen", {"p": "cat"}, sender="carol")
+    # the person sees that the call bought the plan, in money and credits, beside its result
+    notice = ran.pop("svcNotice")
     assert ran == {"tool": "image_gen", "arguments": {"p": "cat"}}, ran
+    assert notice == (
+        f"Paid by you: image_gen bought plan {plan} first (automatic top-up: 12 credits for "
+        "1.00 USD, within the code you approved for it), then used 3 credits (0.25 USD). "
+        "/svc_spend lists both."
+    )
     address = (
         await gateway.call_tool("svc_checkBalance", {"planId": plan}, sender="carol")
     ).structuredContent["address"]

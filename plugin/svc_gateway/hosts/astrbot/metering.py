@@ -203,8 +203,27 @@ class ExecutorWrap:
         if isinstance(result, ToolResult):  # blocked (price, balance, how to buy), or failed
             yield tool_text(result_json(result))
             return
-        for item in result if isinstance(result, list) else [result]:
+        for item in with_text_parts(result if isinstance(result, list) else [result]):
             yield item
+
+
+def with_text_parts(items: list[Any]) -> list[Any]:
+    """The executor's results with the meter's text (a top-up's notice: AstrBot's executor
+    yields no ``str`` of its own) folded into the last ``CallToolResult`` as a text part, so
+    the model gets one tool message that carries both."""
+    import mcp.types
+
+    out: list[Any] = []
+    for item in items:
+        if not isinstance(item, str):
+            out.append(item)
+            continue
+        part = mcp.types.TextContent(type="text", text=item)
+        if out and isinstance(out[-1], mcp.types.CallToolResult):
+            out[-1] = out[-1].model_copy(update={"content": [*out[-1].content, part]})
+        else:
+            out.append(mcp.types.CallToolResult(content=[part]))
+    return out
 
 
 def _unavailable(name: str) -> ToolResult:

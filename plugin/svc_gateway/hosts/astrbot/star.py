@@ -258,7 +258,11 @@ class SvcPlugin:
         location = settings_path()
         gateway = AstrBotGatewayAPI(read_settings(location), location)
         # register() starts the plugin loop and may wait on it (the paid endpoint): off this loop.
-        handle = await asyncio.to_thread(register, gateway, on_config_error="degrade")
+        # The one-line check of the service and stateUrl runs on the plugin loop afterwards
+        # (initialize() has no timeout, but a service that is down must not hold AstrBot's start).
+        handle = await asyncio.to_thread(
+            register, gateway, on_config_error="degrade", check_at_start=True
+        )
         self.handle, self.gateway = handle, gateway
         try:
             self._install(gateway, handle)

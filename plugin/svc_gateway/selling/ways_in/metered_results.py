@@ -1,16 +1,20 @@
 """A metered call's answers besides its tool's: the block of a payment refused (short, or
-refused for another reason), and the receipts of what it cost (the call, and the plan its
-token bought by automatic top-up), which ``/svc_spend`` and ``/svc_earnings`` list."""
+refused for another reason), the receipts of what it cost (the call, and the plan its
+token bought by automatic top-up), which ``/svc_spend`` and ``/svc_earnings`` list, and the
+notice a top-up adds to the tool's result, so the person sees what the call bought."""
 
 from __future__ import annotations
 
+import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...account.receipts import ReceiptBook
 from ...approvals.gate import Ticket
+from ...approvals.money import format_money
 from ...host import Caller, ToolCallContext, ToolResult
 from ...redact import get_logger
+from ...safe_text import one_line, plural
 from ...service import errors
 from ...service.models import SCHEME_CARD
 from ..state.book import IN_PROGRESS_NOTE
@@ -140,17 +144,17 @@ def record_top_up(
     price: int,
     before: int,
     outcome: PaidOutcome,
-) -> None:
+) -> int | None:
     """The plan the call's token bought (automatic top-up at settle): a purchase of the
     payer's, listed by /svc_spend apart from the call (the balance rose by more than the
-    call burned)."""
+    call burned). The credits bought; ``None``: no top-up (or the receipt cannot say)."""
     try:
         after = int(str((outcome.receipt or {}).get("remainingBalance")))
     except ValueError:
-        return
+        return None
     bought = after + price - before
     if bought <= 0:
-        return
+        return None
     log.info("%s bought plan %s (automatic top-up: %s credits)", ctx.tool_name, plan_id, bought)
     receipts.add(
         what=f"plan bought by automatic top-up (for tool {ctx.tool_name})",
@@ -163,3 +167,51 @@ def record_top_up(
         at=time.time(),
         call_id=ctx.call_id,
     )
+    return bought
+
+
+#: the key a JSON object result carries the notice under
+NOTICE_KEY = "svcNotice"
+
+
+def top_up_notice(tool: str, plan_id: str, price: int, bought: int, ticket: Ticket) -> str:
+    """What a call that bought its plan tells the person, in money and credits: the plugin's
+    own words and numbers (the plan's price from its record), never the service's text."""
+    value = ticket.value
+    if value is None:  # a ticket of the person's always has one; kept honest if not
+        paid, used = "price unknown", "price unknown"
+    else:
+        paid = format_money(value.price_micro, value.currency)
+        used = format_money(value.credits_micro(price), value.currency)
+    within = (
+        "the code you approved for it"
+        if ticket.by_code
+        else "your /svc_allow allowance"
+        if ticket.by_person
+        else "the gateway's spending limit"
+    )
+    return (
+        f"Paid by you: {one_line(tool, 100)} bought plan {one_line(plan_id, 100)} first "
+        f"(automatic top-up: {plural(bought, 'credit')} for {paid}, within {within}), then "
+        f"used {plural(price, 'credit')} ({used}). /svc_spend lists both."
+    )
+
+
+def with_notice(result: Any, notice: str) -> Any:
+    """The tool's result with ``notice`` beside it: a JSON object (or its text) gains
+    :data:`NOTICE_KEY`, other text a last line, a list of parts (AstrBot's) a last text part;
+    a result of another kind is left as it is (``/svc_spend`` still lists the purchase)."""
+    if isinstance(result, dict):
+        return {**result, NOTICE_KEY: notice}
+    if isinstance(result, list):
+        return [*result, f"[svc] {notice}"]
+    if not isinstance(result, str):
+        log.info("a top-up notice was not added to a %s result", type(result).__name__)
+        return result
+    try:
+        parsed = json.loads(result)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return json.dumps({**parsed, NOTICE_KEY: notice}, ensure_ascii=False)
+    return f"{result}\n\n[svc] {notice}" if result else f"[svc] {notice}"

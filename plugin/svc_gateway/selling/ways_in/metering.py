@@ -45,7 +45,15 @@ from ..handlers import Answer, load_handler
 from ..state.settle_journal import SettleJournal
 from ..types import Outcome, PaidRequest
 from .metered_approval import approval_block, metered_ticket
-from .metered_results import balance, record_call, record_top_up, short_block, who
+from .metered_results import (
+    balance,
+    record_call,
+    record_top_up,
+    short_block,
+    top_up_notice,
+    who,
+    with_notice,
+)
 from .tool_results import (
     FailedFn,
     ToolFailed,
@@ -312,10 +320,14 @@ class ToolMeter:
         charged = outcome.kind in (Outcome.PAID, Outcome.DEFERRED)
         await (ticket.settle(price) if charged else ticket.release())
         record_call(self.receipts, ctx, payer, plan_id, price, outcome)
+        bought = None
         if charged and before is not None:
-            record_top_up(self.receipts, ctx, payer, plan_id, price, before, outcome)
+            bought = record_top_up(self.receipts, ctx, payer, plan_id, price, before, outcome)
         if outcome.kind in (Outcome.PAID, Outcome.DEFERRED):
-            return call.result
+            if bought is None:
+                return call.result
+            # the person sees what the call bought, beside the result the host shows
+            return with_notice(call.result, top_up_notice(name, plan_id, price, bought, ticket))
         if outcome.kind is Outcome.WORK_FAILED and call.finished:
             log.info("%s failed; not charged, its output withheld", name)
             return failed_result(name, call.result)  # the failure, never the tool's output
