@@ -292,3 +292,34 @@ async def test_model_mode_buys_at_once_as_the_seed_says(make_market: MarketFacto
     assert await market.balance() == 10 and await orders(market) == 1
     reply = await approve(market.subscriber_gw, "ABCDEF")
     assert "approval: model" in reply
+
+
+async def test_no_code_offers_a_purchase_a_tokens_budget_cannot_make(
+    make_market: MarketFactory,
+) -> None:
+    """A plan priced in ETH cannot be bought by a token's delegation (its budget is in cents):
+    with no credits held, the query is refused with what to do, and no code is offered that
+    would buy nothing once approved."""
+    market = await make_market(register_agent=False, subscriber_config=lambda _m: dict(HUMAN))
+    result = await market.builder_gw.call_tool(
+        "svc_registerAgent",
+        {
+            "name": "Ether agent",
+            "agentUrl": market.endpoint.url,
+            "planName": "Ether credits",
+            "priceAmounts": [10**15],
+            "tokenAddress": "0x0000000000000000000000000000000000000000",
+            "creditsAmount": 10,
+            "creditsPerRequest": 1,
+        },
+    )
+    assert not result.isError, result.structuredContent
+    market.plan_id = str(result.structuredContent["planId"])
+    gw = market.subscriber_gw
+    refused = await gw.call_tool("svc_queryAgent", query(market))
+    data = refused.structuredContent
+    assert refused.isError and data["error"]["code"] == "insufficient_credits", data
+    assert "priced in ETH" in data["error"]["message"] and "svc_orderPlan" in refused.text
+    assert "approvalRequired" not in data and "/svc_approve" not in refused.text
+    assert await orders(market) == 0 and market.endpoint.stats.settled == 0
+    assert await delegation_rows(market) == []

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import PluginConfig
 from ..redact import get_logger
-from ..service.errors import ServiceError, ServiceUnavailable
+from ..service.errors import PaymentRequired, ServiceError, ServiceUnavailable
 from .ledger import CAP_ID, MandateLedger, MandateState, Slot, states
 from .mandates import window
 from .money import PlanValue, cents_ceiling, format_money, per_request_credits, plan_value, to_micro
@@ -56,6 +56,8 @@ NO_TOP_UP_CENTS = 1
 RESERVATION_TTL_SECS = 3600.0
 #: the settles a ticket's own delegation backs (``"human"`` mode): the one purchase approved
 ONE_SETTLE = 1
+#: the currencies a delegation's budget (cents) can buy a plan in (USDC and EURC count as these)
+BUDGET_CURRENCIES = frozenset({"USD", "EUR"})
 
 
 class ApprovalNeeded(Exception):
@@ -269,6 +271,19 @@ class Approvals:
         credits = credits if credits is not None else per_request_credits(plan)
         held = await read_credits(core, plan.id)
         short = held is None or (held <= 0 if value.is_time else held < credits)
+        if (
+            short
+            and held is not None
+            and value.price_micro
+            and value.currency not in BUDGET_CURRENCIES
+        ):  # no code may offer a purchase the token's budget could never make
+            raise PaymentRequired(
+                f"You hold {held} credits of this plan and it is priced in {value.currency}, "
+                "which a token's spending budget cannot pay: nothing was paid",
+                code="insufficient_credits",
+                hint="Order the plan first with svc_orderPlan (you approve that order), then "
+                "try again.",
+            )
         top_up = cents_ceiling(value.price_micro) * 10_000 if short else 0
         amount = value.credits_micro(credits) + top_up
         rid = secrets.token_hex(8)
