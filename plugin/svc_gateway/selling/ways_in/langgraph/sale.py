@@ -86,20 +86,25 @@ class Sale:
         self.verb = verb
         self.receive = receive
         self.send = send
-        headers = scope.get("headers") or []
         self.token: str | None = None
         #: the buyer's Idempotency-Key (a retry of a paid run gets the kept answer back)
         self.idempotency_key: str | None = None
+        #: the request's ``Host`` (read in the same pass that takes the token off)
+        self.host = ""
         kept = []
-        for name, value in headers:
+        for name, value in scope.get("headers") or ():
             lowered = bytes(name).lower()
             if lowered in _TAKEN:
                 self.token = bytes(value).decode("latin-1").strip() or self.token
-            else:
-                if lowered == _IDEMPOTENCY:
-                    self.idempotency_key = bytes(value).decode("latin-1").strip() or None
-                kept.append((name, value))
+                continue
+            if lowered == b"host" and not self.host:
+                self.host = bytes(value).decode("latin-1")
+            elif lowered == _IDEMPOTENCY:
+                self.idempotency_key = bytes(value).decode("latin-1").strip() or None
+            kept.append((name, value))
         self.scope = {**scope, "headers": kept}
+        #: the app's response content type (lower-case, no parameters), once it started
+        self.content_type = ""
         self.body: list[bytes] = []
         self.body_read = False
         self.gone = False
@@ -175,11 +180,7 @@ class Sale:
             if parts.netloc:
                 return f"{parts.scheme}://{parts.netloc}{path}"
         scheme = self.scope.get("scheme", "http")
-        host = ""
-        for name, value in self.scope["headers"]:
-            if bytes(name).lower() == b"host":
-                host = bytes(value).decode("latin-1")
-                break
+        host = self.host
         if not host:
             server = self.scope.get("server") or ("localhost", None)
             host = server[0] if server[1] in (None, 80, 443) else f"{server[0]}:{server[1]}"
@@ -205,7 +206,8 @@ class Sale:
             kind = message["type"]
             if kind == "http.response.start":
                 start = message
-                if 200 <= int(message["status"]) < 300 and _content_type(message).startswith(SSE):
+                self.content_type = _content_type(message)
+                if 200 <= int(message["status"]) < 300 and self.content_type.startswith(SSE):
                     await self._start_stream(message)
             elif kind == "http.response.body":
                 body = bytes(message.get("body") or b"")
@@ -232,7 +234,7 @@ class Sale:
             for k, v in start.get("headers") or []
             if bytes(k).lower() not in _FRAMING
         )
-        content_type = _content_type(start) or "application/octet-stream"
+        content_type = self.content_type or "application/octet-stream"
         if 200 <= status < 300 and run_failed(body):
             log.info(
                 "the run answered %s with an __error__ body; answered 500, not charged", status
