@@ -49,12 +49,14 @@ def codes_in_source() -> dict[str, set[str]]:
             if isinstance(node, ast.Call):
                 if node.args and _name(node) in _CODE_FIRST:
                     values += _strings(node.args[0])
+                if len(node.args) > 1 and _name(node) == "error_answer":  # (status, code, ...)
+                    values += _strings(node.args[1])
                 values += [
                     s for k in node.keywords if k.arg in _CODE_KEYWORDS for s in _strings(k.value)
                 ]
             elif isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values, strict=True):
-                    if isinstance(key, ast.Constant) and key.value == "code" and value is not None:
+                    if isinstance(key, ast.Constant) and key.value in _CODE_KEYWORDS and value:
                         values += _strings(value)
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 values += _SHOWN.findall(node.value)  # "error [unknown_input]: ..." lines

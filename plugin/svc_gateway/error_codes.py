@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Source = Literal["tool", "metered", "client", "svc", "service", "oauth"]
+Source = Literal["tool", "metered", "client", "svc", "seller", "service", "oauth"]
 
 #: who answers with each kind of code, in the order the page lists them
 SOURCES: dict[Source, str] = {
@@ -19,6 +19,8 @@ SOURCES: dict[Source, str] = {
     "metered": "Metered host tools (the block result a chat user's paid tool call gets)",
     "client": "Talking to the service (the tools and `svc`: no answer, or an answer it cannot use)",
     "svc": "`svc`, the command line (`Error: <code>: <message>` on stderr, exit 1)",
+    "seller": "A route the plugin sells (the paid endpoint, RouteConfig routes, MCP, A2A, "
+    "LangGraph): a buyer's retry with an `Idempotency-Key`",
     "service": "The service and the sandbox (the error envelope `{code, message, hint}`)",
     "oauth": "The sandbox's OAuth server (`error=` in the redirect or the JSON answer)",
 }
@@ -326,6 +328,70 @@ CODES: dict[str, Code] = {
         "Enroll a card in the dashboard, or pay with crypto.",
     ),
     # -- svc ----------------------------------------------------------------------------------
+    "key_refused": _c(
+        "svc",
+        "svc login (or config init --api-key): the service refused the key; nothing was stored.",
+        "Copy the key again from the service's API keys page (or svc config init --from-sandbox "
+        "offline) and log in again.",
+    ),
+    "no_payment_required": _c(
+        "svc",
+        "svc pay: the URL did not answer 402 with a payment-required envelope naming a plan; "
+        "nothing was paid.",
+        "Check that the URL is the paid route (the agent's registered endpoint) and its method.",
+    ),
+    "over_max_price": _c(
+        "svc",
+        "svc pay: the price is more than --max-price; nothing was paid.",
+        "Raise --max-price if you mean to pay that much, or leave it out to be asked.",
+    ),
+    "not_confirmed": _c(
+        "svc",
+        "svc pay: the price was shown and not confirmed (or no terminal could ask); nothing was "
+        "paid.",
+        "Answer y at the prompt, or pass --yes or --max-price AMOUNT to approve in advance.",
+    ),
+    "idempotency_key_reused": _c(
+        "seller",
+        "422: the idempotency key was used for another request (method, route or body), or "
+        "belongs to another payer's payment; nothing was charged.",
+        "Send a new key for a new request; a retry sends the same key, token and body.",
+    ),
+    "idempotency_key_in_use": _c(
+        "seller",
+        "409: the first request with this key is still running; nothing more was charged.",
+        "Retry with the same key and token after Retry-After seconds for its answer.",
+    ),
+    "idempotency_key_invalid": _c(
+        "seller",
+        "400: the Idempotency-Key is empty, too long, or has characters other than letters, "
+        "digits and - _ . : ~ + / =; nothing was charged.",
+        "Send a UUID (or any key of those characters), the same on every retry.",
+    ),
+    "idempotency_answer_not_kept": _c(
+        "seller",
+        "410: the request was paid once, but its answer was larger than the seller keeps for "
+        "retries (or was a stream, sent as it came); the receipt is in payment-response.",
+        "Nothing more was charged; ask again with a new key if you need the answer again.",
+    ),
+    "invalid_token": _c(
+        "seller",
+        "401 from a paid MCP server: the request carries no bearer token (an MCP client starts "
+        "its OAuth login from WWW-Authenticate's resource_metadata).",
+        "Send Authorization: Bearer <access token> (svc_getAccessToken for the agent's plan), "
+        "or let the client log in through OAuth.",
+    ),
+    "not_found": _c(
+        "seller",
+        "404 from a paid MCP server: no route at that path (the MCP endpoint is /mcp).",
+        "Use the URL the agent registered (its mcp endpoint), e.g. http://host:port/mcp.",
+    ),
+    "temporarily_unavailable": _c(
+        "oauth",
+        "The authorization server cannot take the request now (the sandbox holds too many "
+        "pending consents, or the paid MCP server cannot read the service's metadata).",
+        "Try again in a minute; if it lasts, check that the service is reachable.",
+    ),
     "invalid_payment": _c(
         "svc",
         "svc verify: the service says the token cannot pay (the message gives its reason).",
