@@ -410,11 +410,13 @@ def test_the_size_limit_is_stated_in_the_description() -> None:
 
 async def test_a_slow_agent_times_out(make_market: MarketFactory) -> None:
     async def slow(request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(3)
+        await asyncio.sleep(60)  # past the deadline: only the deadline ends it
         return web.json_response({})
 
+    # 3 s: the service's calls before the agent (the balance, the token) fit in it on a busy
+    # machine (0.5 s did not: the deadline then struck while the service answered)
     async with registered_fake(
-        make_market, slow, subscriber_config=lambda m: {"requestTimeoutSecs": 0.5}
+        make_market, slow, subscriber_config=lambda m: {"requestTimeoutSecs": 3}
     ) as (market, agent):
         failed, data = await query(market, agent.url)
     assert failed and data["error"]["code"] == "agent_timeout"
