@@ -119,8 +119,9 @@ async def probe(core: PluginCore, agent_url: str, secs: float, until: float) -> 
                 raw = await _card_json(http, origin + CARD_PATH)
                 if raw is not None and a2a_interface(raw, agent_url):
                     return Interface(agent_url, origin)
-                if base != origin:  # the agent's address has a path: its card is below it
-                    raw = await _card_json(http, base + CARD_PATH)
+                # an address with a path has its card below it (one expression: coverage
+                # could not see an if's false arc out of the two async with blocks)
+                raw = await _card_json(http, base + CARD_PATH) if base != origin else raw
     except TimeoutError:
         raise NotA2A from None
     named = named_interface(raw) if raw is not None else None

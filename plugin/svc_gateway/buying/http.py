@@ -89,17 +89,15 @@ async def post_prompt(
     url: str,
     body: dict[str, Any],
     token: str,
-    answered: list[int] | None = None,
     *,
     key: str | None = None,
 ) -> AgentReply:
     """POST the request (``{"prompt"}``, or a LangGraph run; with the query's idempotency
-    ``key``); read at most :data:`MAX_ANSWER_BYTES` of the answer. The status goes into
-    ``answered`` as soon as the response headers arrive."""
+    ``key``); read at most :data:`MAX_ANSWER_BYTES` of the answer."""
     headers = {"payment-signature": token}
     if key is not None:
         headers[IDEMPOTENCY_HEADER] = key
-    return await send_paid(http, url, body, headers, answered)
+    return await send_paid(http, url, body, headers)
 
 
 async def post_prompt_retrying(

@@ -16,16 +16,12 @@ async def send_paid(
     url: str,
     body: Any,
     headers: dict[str, str],
-    answered: list[int] | None = None,
 ) -> AgentReply:
     """POST ``body`` as JSON with ``headers`` (the ``payment-signature``, when paying); read at
-    most :data:`MAX_ANSWER_BYTES` of the answer. The status goes into ``answered`` as soon as
-    the response headers arrive."""
+    most :data:`MAX_ANSWER_BYTES` of the answer."""
     async with http.stream(
         "POST", url, json=body, headers={"Accept": "application/json", **headers}
     ) as response:
-        if answered is not None:
-            answered.append(response.status_code)
         received = {k.lower(): v for k, v in response.headers.items()}
         try:
             data, truncated = await read_limited(response, MAX_ANSWER_BYTES), False

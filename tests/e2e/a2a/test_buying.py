@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import svc_gateway
+from svc_gateway.buying.a2a_probe import origin_of
 from svc_gateway.account.credentials import CredentialStore
 from svc_gateway.hosts.reference import ReferenceGateway
 from tests.helpers import approve
@@ -187,15 +188,18 @@ async def test_given_the_agents_address_query_agent_pays_the_interface_its_card_
                     "svc_queryAgent", {"agentUrl": address, "prompt": "three little words"}
                 )
             ).structuredContent
-            for address in (apart.agent.base, shared.agent.base + "/")
+            # the shared port's origin too, a bare address: the card at the origin names the
+            # JSON-RPC interface (not the origin itself), which is paid
+            for address in (apart.agent.base, shared.agent.base + "/", origin_of(shared.url))
         ]
     finally:
         await asyncio.to_thread(handle.close)
-    for market, out in zip((apart, shared), results, strict=True):
+    for market, out in zip((apart, shared, shared), results, strict=True):
         assert "3 words" in out.get("answer", ""), out
         assert out["agentUrl"] == market.url and out["agentId"] == market.agent_id
         assert out["receipt"]["valid"] is True and out["tokenVersion"] == 3
-        assert await market.balance(apart.subscriber_address) == GRANTED - 1
+    assert await apart.balance(apart.subscriber_address) == GRANTED - 1
+    assert await shared.balance(apart.subscriber_address) == GRANTED - 2
 
 
 async def test_given_an_address_whose_card_names_an_unregistered_interface_nothing_is_paid(
