@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 import svc_gateway
-from svc_gateway.buying.a2a_probe import origin_of
 from svc_gateway.account.credentials import CredentialStore
+from svc_gateway.buying.a2a_probe import origin_of
 from svc_gateway.hosts.reference import ReferenceGateway
 from tests.helpers import approve
 from tests.support import serve_app
