@@ -94,5 +94,5 @@ def test_the_docs_time_the_tests_as_ci_measures_them() -> None:
         # CI's tests step took 9 min 36 s and 9 min 44 s on 2026-11-27; its fresh venv about 2
         assert "about 8 minutes" not in text and "about 4.5" not in text, page
         assert "CI's `.ci/run` runs this very command, read from" in text  # verbatim (issue 42)
-        told = "about 2 minutes of install and 7 of tests on 2 cores, on two workers (`-n 2`"
+        told = "about 2 minutes of install and 11 of tests on 2 cores, on two workers (`-n 2`"
         assert told in text
