@@ -27,7 +27,6 @@ uvicorn, starlette); run from the repository root in the main venv.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -39,7 +38,7 @@ from typing import Any
 
 from . import procs
 from .load import load
-from .serve import HOST, STUB_PLAN_ID, _free_port, announce, fake_key
+from .serve import HOST, STUB_PLAN_ID, fake_key, serve_uvicorn
 
 RUNS_WAIT = "/runs/wait"
 STATE = {"message": "hi", "echo": "echo: hi"}
@@ -122,25 +121,8 @@ def build(kind: str, service: str, queue: Path) -> Any:
 
 
 def serve(kind: str, service: str) -> None:
-    import uvicorn
-
     with tempfile.TemporaryDirectory() as tmp:
-        app = build(kind, service, Path(tmp) / "settle-queue.json")
-        port = _free_port()
-        config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", access_log=False)
-        server = uvicorn.Server(config)
-
-        async def run() -> None:
-            task = asyncio.create_task(server.serve())
-            while not server.started:
-                if task.done():
-                    await task
-                    return
-                await asyncio.sleep(0.05)
-            announce(f"http://{HOST}:{port}{RUNS_WAIT}")
-            await task
-
-        asyncio.run(run())
+        serve_uvicorn(build(kind, service, Path(tmp) / "settle-queue.json"), RUNS_WAIT)
 
 
 def servers(stack: ExitStack, stub: str) -> Iterator[tuple[str, str]]:

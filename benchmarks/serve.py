@@ -304,9 +304,36 @@ def _free_port() -> int:
         return port
 
 
+def serve_uvicorn(
+    app: Any, path: str, ready: Callable[[str], Awaitable[None]] | None = None
+) -> None:
+    """Serve the ASGI ``app`` under uvicorn on a free loopback port until stopped; once it
+    listens, ``ready(url of path)`` (default: :func:`announce` the URL)."""
+    import uvicorn
+
+    port = _free_port()
+    config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    url = f"http://{HOST}:{port}{path}"
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            if task.done():
+                await task
+                return
+            await asyncio.sleep(0.05)
+        if ready is None:
+            announce(url)
+        else:
+            await ready(url)
+        await task
+
+    asyncio.run(run())
+
+
 def serve_sdk(key: str, plan_id: str) -> None:
     """payments-py 1.18 ``PaymentMiddleware`` (its documented setup) under uvicorn."""
-    import uvicorn
     from fastapi import FastAPI, Request
     from payments_py import PaymentOptions, Payments  # type: ignore[import-untyped]
     from payments_py.x402.fastapi import PaymentMiddleware  # type: ignore[import-untyped]
@@ -328,21 +355,7 @@ def serve_sdk(key: str, plan_id: str) -> None:
     agent.__annotations__["request"] = Request
     app.post(AGENT_PATH)(agent)
 
-    port = _free_port()
-    config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
-
-    async def run() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            if task.done():
-                await task
-                return
-            await asyncio.sleep(0.05)
-        announce(f"http://{HOST}:{port}{AGENT_PATH}")
-        await task
-
-    asyncio.run(run())
+    serve_uvicorn(app, AGENT_PATH)
 
 
 # -- our payment middleware on a route ------------------------------------------------------
@@ -393,7 +406,6 @@ def x402_payment_header(required: dict[str, Any]) -> str:
 
 def serve_x402(facilitator: str) -> None:
     """x402 2.x ``payment_middleware`` (its documented FastAPI setup) under uvicorn."""
-    import uvicorn
     from fastapi import FastAPI, Request
     from x402 import x402ResourceServer
     from x402.http import FacilitatorConfig, HTTPFacilitatorClient
@@ -420,28 +432,16 @@ def serve_x402(facilitator: str) -> None:
     agent.__annotations__["request"] = Request
     app.post(AGENT_PATH)(agent)
 
-    port = _free_port()
-    config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", access_log=False)
-    uv = uvicorn.Server(config)
-    url = f"http://{HOST}:{port}{AGENT_PATH}"
-
-    async def run() -> None:
+    async def ready(url: str) -> None:
         import httpx
 
-        task = asyncio.create_task(uv.serve())
-        while not uv.started:
-            if task.done():
-                await task
-                return
-            await asyncio.sleep(0.05)
         async with httpx.AsyncClient() as http:
             refused = await http.post(url, json={"prompt": "hello"})
         required = json.loads(base64.b64decode(refused.headers["payment-required"]))
         sys.stdout.write(json.dumps({"url": url, "token": x402_payment_header(required)}) + "\n")
         sys.stdout.flush()
-        await task
 
-    asyncio.run(run())
+    serve_uvicorn(app, AGENT_PATH, ready)
 
 
 def main(argv: list[str] | None = None) -> int:
