@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from svc_gateway.hosts.demo import credits_of
+from svc_gateway.safe_text import credits_text
 from svc_gateway.sandbox import SandboxServer
 from tests.docs_recipes import DOCS, ROOT
 
@@ -71,7 +71,8 @@ async def test_the_sandbox_pages_are_styled(sandbox: SandboxServer) -> None:
 
 
 def test_the_demo_counts_credits_with_their_noun() -> None:
-    assert (credits_of("1"), credits_of("2"), credits_of("?")) == (
+    # the demo's lines count a receipt's credits with safe_text.credits_text
+    assert (credits_text("1"), credits_text("2"), credits_text("?")) == (
         "1 credit",
         "2 credits",
         "? credits",

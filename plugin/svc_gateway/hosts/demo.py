@@ -23,12 +23,6 @@ from ..selling import PaidEndpoint
 from .embedded import DEMO_TOKEN
 from .reference import ReferenceGateway
 
-
-def credits_of(count: object) -> str:
-    """``1 credit``, ``2 credits``, ``? credits``: a receipt's count with its noun."""
-    return f"{count} credit" if str(count) == "1" else f"{count} credits"
-
-
 CREDITS_GRANTED = 10
 CREDITS_PER_REQUEST = 2
 PLAN_PRICE = 1_000_000  # 1 USDC-like token (6 decimals)
